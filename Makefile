@@ -1,0 +1,41 @@
+# Two commands set everything up on a fresh machine with Python 3.11:
+#   make reproduce   the full reproduction on params.yaml (snakemake --cores all in .venv)
+#   make test        the test suite
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
+
+.PHONY: setup reproduce smoke test report mlflow-ui schema clean
+
+$(BIN)/.installed: pyproject.toml requirements.lock
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=/path/to/python3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+setup: $(BIN)/.installed
+
+reproduce: setup
+	$(RUN) snakemake --cores all
+
+smoke: setup
+	$(RUN) snakemake --cores all --configfile configs/smoke.yaml
+
+test: setup
+	$(RUN) pytest -q
+
+report: setup
+	$(RUN) snakemake --report report.html
+
+mlflow-ui: setup
+	$(RUN) mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlartifacts
+
+schema: setup
+	$(RUN) python -m twoscale schema
+
+clean:
+	rm -rf data/raw data/prepared results/train/checkpoints results/train/history.parquet results/.resume \
+	       results/benchmarks logs .snakemake mlflow.db mlartifacts report.html

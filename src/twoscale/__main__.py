@@ -1,0 +1,60 @@
+"""`python -m twoscale <stage> ...`: the one entry point that Snakemake, DVC and users call."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from pathlib import Path
+
+from twoscale.errors import TwoscaleError
+
+STAGES = {
+    "corpus": "fetch or read the raw text and write it with a manifest",
+    "tokenize": "train the byte-level BPE and write train/validation token arrays",
+    "train": "train the looped GPT, saving checkpoints across training",
+    "schema": "write the JSON schema of params.yaml",
+}
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="twoscale", description=__doc__)
+    sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for name, help_text in STAGES.items():
+        stage_parser = sub.add_parser(name, help=help_text, description=help_text)
+        stage_parser.add_argument("--log", type=Path, help="also write the stage's log to this file")
+        importlib.import_module(f"twoscale.stages.{name}").add_arguments(stage_parser)
+    return parser
+
+
+def setup_logging(log_file: Path | None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", handlers=handlers, force=True)
+    for noisy in ("mlflow", "alembic", "urllib3", "git", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("mlflow.pytorch").setLevel(logging.ERROR)  # the pickle-format notice: our own model class
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        setup_logging(args.log)
+        importlib.import_module(f"twoscale.stages.{args.stage}").run(args)
+    except TwoscaleError as exc:
+        message = f"twoscale {args.stage}: error: {exc}"
+        print(message, file=sys.stderr)
+        if args.log is not None:
+            with args.log.open("a") as handle:
+                handle.write(message + "\n")
+        return 2
+    except KeyboardInterrupt:
+        print(f"twoscale {args.stage}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

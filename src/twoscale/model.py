@@ -1,0 +1,212 @@
+"""A GPT-2 style decoder whose middle layers loop: the recurrent-depth model of the paper (SCIENCE §1.1).
+
+Layers are pre-LayerNorm blocks with learned positions, as in nanoGPT. Some contiguous layer ranges form *looped
+groups*: applying group g once runs its layers in order once, and at inference each group may be applied any number
+of times. All other layers run once. With the default layout (6 layers, groups {1}, {2,3}, {4}) depth unrolls as
+
+    layer 0 -> (layer 1) x K0 -> (layers 2,3) x K1 -> (layer 4) x K2 -> layer 5 -> LM head
+
+`forward(..., record_trajectories=True)` also returns every group's trajectory x_g^(0..K): x_g^(0) is the group's
+input and x_g^(k) the residual stream after k applications. Without it nothing extra is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from twoscale.params import ModelParams
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    dropout: float
+    bias: bool
+    groups: tuple[tuple[int, int], ...]  # inclusive (first, last) layer ranges, sorted, disjoint
+
+    @classmethod
+    def from_params(cls, model: ModelParams, vocab_size: int) -> ModelConfig:
+        fields = model.model_dump(exclude={"groups"})
+        return cls(vocab_size=vocab_size, groups=tuple((g.first, g.last) for g in model.groups), **fields)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> ModelConfig:
+        return cls(**{**raw, "groups": tuple(tuple(g) for g in raw["groups"])})
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "groups": [list(g) for g in self.groups]}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of consecutive layers that is either applied once or looped as one group."""
+
+    layers: tuple[int, ...]
+    group: int | None  # index of the looped group, None for single-pass layers
+
+
+def segments(config: ModelConfig) -> list[Segment]:
+    """Split depth into single-pass runs and looped groups, in order."""
+    out: list[Segment] = []
+    layer = 0
+    for g, (first, last) in enumerate(config.groups):
+        if layer < first:
+            out.append(Segment(tuple(range(layer, first)), None))
+        out.append(Segment(tuple(range(first, last + 1)), g))
+        layer = last + 1
+    if layer < config.n_layer:
+        out.append(Segment(tuple(range(layer, config.n_layer)), None))
+    return out
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
+        return self.resid_dropout(self.proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + Attn(LN(x)), then + MLP(LN(x))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # (B, T, vocab)
+    loss: torch.Tensor | None = None  # mean next-token cross-entropy, when targets are given
+    trajectories: list[torch.Tensor] = field(default_factory=list)  # per group: (K_g + 1, B, T, C)
+
+
+class LoopedGPT(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.segments = segments(config)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):  # GPT-2's scaled init of residual projections
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.config.groups)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of {T} tokens is longer than block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        return self.drop(self.wte(idx) + self.wpe(pos))
+
+    def apply_segment(self, segment: Segment, x: torch.Tensor) -> torch.Tensor:
+        """Run the segment's layers in order once (one application of a looped group)."""
+        for layer in segment.layers:
+            x = self.blocks[layer](x)
+        return x
+
+    def loop_group(
+        self, segment: Segment, x: torch.Tensor, loops: int, backprop_depth: int | None = None
+    ) -> torch.Tensor:
+        """Apply a group `loops` times. With `backprop_depth`, only the last that-many steps keep gradients."""
+        no_grad_steps = max(0, loops - backprop_depth) if backprop_depth is not None else 0
+        if no_grad_steps:
+            with torch.no_grad():
+                for _ in range(no_grad_steps):
+                    x = self.apply_segment(segment, x)
+            x = x.detach()
+        for _ in range(loops - no_grad_steps):
+            x = self.apply_segment(segment, x)
+        return x
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        loops: Sequence[int],
+        targets: torch.Tensor | None = None,
+        record_trajectories: bool = False,
+        backprop_depth: int | None = None,
+    ) -> ModelOutput:
+        """Logits for `idx` (B, T) with group g applied `loops[g]` times (each >= 1)."""
+        if len(loops) != self.n_groups or min(loops) < 1:
+            raise ValueError(f"need one loop count >= 1 per group ({self.n_groups} groups), got {list(loops)}")
+        x = self.embed(idx)
+        trajectories: list[torch.Tensor] = []
+        for segment in self.segments:
+            if segment.group is None:
+                x = self.apply_segment(segment, x)
+            elif record_trajectories:
+                states = [x]
+                for _ in range(loops[segment.group]):
+                    states.append(self.apply_segment(segment, states[-1]))
+                trajectories.append(torch.stack(states))
+                x = states[-1]
+            else:
+                x = self.loop_group(segment, x, loops[segment.group], backprop_depth)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        return ModelOutput(logits=logits, loss=loss, trajectories=trajectories)

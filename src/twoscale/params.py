@@ -1,0 +1,184 @@
+"""Typed model of params.yaml: the single source of every parameter.
+
+`load_params` validates a file and raises `ParamsError` with one line that names the key, the value and what was
+expected. `params_schema` is the JSON schema that Snakemake's `validate` uses (generated into workflow/schemas/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from twoscale.errors import TwoscaleError
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ParamsError(TwoscaleError):
+    """A parameter file that cannot be used."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuntimeParams(Section):
+    device: Literal["auto", "cpu", "cuda"] = Field(description="auto picks CUDA when present, else CPU")
+    threads: PositiveInt = Field(description="torch intra-op threads (set the same under Snakemake and DVC)")
+    seed: int = Field(description="seed of every random choice in the pipeline")
+
+
+class HuggingfaceSource(Section):
+    dataset: str = Field(description="dataset name on the hub, or a local path saved with save_to_disk / data files")
+    config: str | None = Field(description="dataset configuration name (null for none)")
+    split: str
+    text_field: str = Field(description="column that holds the document text")
+    max_documents: PositiveInt | None = Field(description="stop after this many documents (null: all)")
+
+
+class DataParams(Section):
+    source: Literal["shakespeare", "text", "huggingface"]
+    text_files: list[str] = Field(description="files or globs, read when source is 'text'")
+    huggingface: HuggingfaceSource
+    max_chars: PositiveInt | None = Field(description="truncate the corpus to this many characters (null: all)")
+    val_fraction: float = Field(gt=0, lt=0.5, description="tail fraction of every document held out for validation")
+
+
+class TokenizeParams(Section):
+    vocab_size: int = Field(ge=260, le=65535, description="byte-level BPE vocabulary size, special tokens included")
+
+
+class LoopGroup(Section):
+    first: NonNegativeInt = Field(description="first layer of the group (0-based)")
+    last: NonNegativeInt = Field(description="last layer of the group (inclusive)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LoopGroup:
+        if self.last < self.first:
+            raise ValueError(f"group last ({self.last}) is before first ({self.first})")
+        return self
+
+
+class ModelParams(Section):
+    n_layer: PositiveInt
+    n_head: PositiveInt
+    n_embd: PositiveInt
+    block_size: PositiveInt = Field(description="context length in tokens")
+    dropout: float = Field(ge=0, lt=1)
+    bias: bool = Field(description="biases in linear layers and layer norms")
+    groups: list[LoopGroup] = Field(min_length=1, description="looped groups as inclusive layer ranges")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelParams:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head})")
+        previous_last = -1
+        for group in self.groups:
+            if group.last >= self.n_layer:
+                raise ValueError(f"group {group.first}-{group.last} is outside layers 0-{self.n_layer - 1}")
+            if group.first <= previous_last:
+                raise ValueError(f"group {group.first}-{group.last} overlaps or precedes the group before it")
+            previous_last = group.last
+        return self
+
+
+class LoopSchedule(Section):
+    distribution: Literal["fixed", "uniform", "poisson_lognormal"] = Field(
+        description="fixed: always `max`; uniform: uniform in [1, max]; poisson_lognormal: "
+        "Poisson(exp(t))+1 with t ~ N(log(mean) - sigma^2/2, sigma), clipped to max (Geiping et al.)"
+    )
+    mean: PositiveFloat = Field(description="mean rate of the Poisson-lognormal distribution")
+    sigma: PositiveFloat = Field(description="log-normal spread of the Poisson-lognormal distribution")
+    max: PositiveInt = Field(description="most loops per group in one training step")
+    backprop_depth: PositiveInt = Field(description="gradients flow through the last this-many loop steps only")
+
+
+class TrainParams(Section):
+    steps: PositiveInt
+    batch_size: PositiveInt
+    learning_rate: PositiveFloat
+    min_lr_ratio: float = Field(ge=0, le=1, description="cosine schedule floor, as a fraction of learning_rate")
+    warmup_steps: NonNegativeInt
+    weight_decay: float = Field(ge=0)
+    beta1: float = Field(ge=0, lt=1)
+    beta2: float = Field(ge=0, lt=1)
+    grad_clip: PositiveFloat
+    loops: LoopSchedule
+    eval_loops: PositiveInt = Field(description="loops per group when measuring validation loss")
+    eval_every: PositiveInt = Field(description="steps between validation-loss measurements")
+    eval_batches: PositiveInt = Field(description="batches averaged per validation-loss measurement")
+    checkpoint_steps: list[PositiveInt] = Field(
+        min_length=1, description="steps after which a checkpoint is saved; strictly increasing, the last is `steps`"
+    )
+
+    @model_validator(mode="after")
+    def _checkpoints_cover_training(self) -> TrainParams:
+        steps = self.checkpoint_steps
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ValueError(f"checkpoint_steps {steps} are not strictly increasing")
+        if steps[-1] != self.steps:
+            raise ValueError(f"the last checkpoint step ({steps[-1]}) must equal steps ({self.steps})")
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
+        return self
+
+
+class Params(Section):
+    runtime: RuntimeParams
+    data: DataParams
+    tokenize: TokenizeParams
+    model: ModelParams
+    train: TrainParams
+
+
+def _describe_error(error: dict[str, Any]) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "missing":
+        return f"{location}: missing (required key)"
+    if error["type"] == "extra_forbidden":
+        return f"{location}: unknown key"
+    return f"{location} = {error['input']!r}: {message}" if location else message
+
+
+def parse_params(raw: Any, source: str = "params") -> Params:
+    """Validate a parsed YAML mapping; raise ParamsError naming the first bad key."""
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ParamsError(f"{source}: {_describe_error(errors[0])}{more}") from None
+
+
+def load_params(path: str | Path) -> Params:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: parameter file not found") from None
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return parse_params(raw, str(path))
+
+
+def params_schema() -> dict[str, Any]:
+    schema = Params.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "twoscale params.yaml"
+    return schema
+
+
+def params_hash(*sections: BaseModel) -> str:
+    """Short stable hash of some parameter sections (tags runs, keys resumable state)."""
+    blob = json.dumps([s.model_dump(mode="json") for s in sections], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

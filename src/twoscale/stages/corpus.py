@@ -1,0 +1,35 @@
+"""Stage `corpus`: fetch or read the raw text (data.source) and write it with a manifest of its documents."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from twoscale import tracking
+from twoscale.corpus import build_corpus
+from twoscale.io import write_json, write_text
+from twoscale.params import params_hash
+from twoscale.stages.common import add_params_argument, load, log_sections
+
+log = logging.getLogger("twoscale.corpus")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--out-dir", type=Path, required=True, help="writes corpus.txt and manifest.json here")
+    parser.add_argument("--cache-dir", type=Path, default=Path("data/cache"), help="downloaded sources")
+
+
+def run(args: argparse.Namespace) -> None:
+    params = load(args)
+    text, manifest = build_corpus(params.data, root=Path.cwd(), cache_dir=args.cache_dir)
+    log.info("corpus: %d documents, %d characters from %s", manifest["n_documents"], len(text), params.data.source)
+    with tracking.stage_run("corpus", params_hash(params.data)) as _:
+        import mlflow
+
+        log_sections(params, "data")
+        mlflow.log_metrics({"n_documents": manifest["n_documents"], "n_chars": manifest["n_chars"]})
+        write_text(args.out_dir / "corpus.txt", text)
+        write_json(args.out_dir / "manifest.json", manifest)
+        mlflow.log_artifact(str(args.out_dir / "manifest.json"))

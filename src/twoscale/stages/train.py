@@ -1,0 +1,155 @@
+"""Stage `train`: train the looped GPT on the token arrays, saving checkpoints at train.checkpoint_steps.
+
+Rerunning after a kill resumes from the newest checkpoint of the interrupted run (kept in --resume-dir until
+training completes) when model, training and data are unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from tqdm import tqdm
+
+from twoscale import tracking
+from twoscale.errors import TwoscaleError
+from twoscale.io import atomic_path, read_json, write_json
+from twoscale.model import ModelConfig
+from twoscale.params import Params, params_hash
+from twoscale.stages.common import add_params_argument, load, log_sections
+from twoscale.training import (
+    build_state,
+    checkpoint_name,
+    configure_torch,
+    latest_resumable,
+    publish,
+    resolve_device,
+    restore_state,
+    train,
+)
+
+log = logging.getLogger("twoscale.train")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads train.npy, val.npy, stats.json")
+    parser.add_argument("--out-dir", type=Path, required=True, help="writes checkpoints/, history.*, metrics.json")
+    parser.add_argument("--resume-dir", type=Path, default=Path("results/.resume/train"))
+
+
+def load_ids(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r")
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: token array not found (run the tokenize stage first)") from None
+    except ValueError as exc:
+        raise TwoscaleError(f"{path}: not a token array ({exc})") from None
+
+
+def data_fingerprint(data_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for name in ("tokenizer.json", "train.npy", "val.npy"):
+        digest.update((data_dir / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def check_context_fits(params: Params, train_tokens: int, val_tokens: int) -> None:
+    shortest = min(train_tokens, val_tokens)
+    if params.model.block_size + 1 > shortest:
+        raise TwoscaleError(
+            f"model.block_size = {params.model.block_size} is longer than the corpus allows "
+            f"(train {train_tokens} / validation {val_tokens} tokens)"
+        )
+
+
+def write_history(out_dir: Path, history: list[dict]) -> pl.DataFrame:
+    frame = pl.DataFrame(history).with_columns(pl.col("val_loss").fill_nan(None))
+    with atomic_path(out_dir / "history.parquet") as tmp:
+        frame.write_parquet(tmp)
+    with atomic_path(out_dir / "history.csv") as tmp:
+        frame.write_csv(tmp)
+    return frame
+
+
+def log_to_mlflow(params: Params, frame: pl.DataFrame, metrics: dict, model, out_dir: Path) -> None:
+    import mlflow
+    from mlflow.entities import Metric
+
+    log_sections(params, "runtime", "model", "train")
+    now = int(time.time() * 1000)
+    curve = [
+        Metric(key, float(value), now, int(row["step"]))
+        for row in frame.iter_rows(named=True)
+        for key, value in row.items()
+        if key != "step" and value is not None
+    ]
+    client = mlflow.MlflowClient()
+    run_id = mlflow.active_run().info.run_id
+    for i in range(0, len(curve), 1000):  # log_batch takes at most 1000 metrics per call
+        client.log_batch(run_id, metrics=curve[i : i + 1000])
+    mlflow.log_metrics({f"final_{k}": float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
+    mlflow.log_artifact(str(out_dir / "history.csv"))
+    mlflow.pytorch.log_model(
+        model.cpu(), name="model", serialization_format="pickle", pip_requirements=["torch==2.13.0"]
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    params = load(args)
+    stats = read_json(args.data_dir / "stats.json")
+    train_ids, val_ids = load_ids(args.data_dir / "train.npy"), load_ids(args.data_dir / "val.npy")
+    check_context_fits(params, len(train_ids), len(val_ids))
+    configure_torch(params.runtime.threads, params.runtime.seed)
+    device = resolve_device(params.runtime.device)
+    config = ModelConfig.from_params(params.model, vocab_size=stats["vocab_size"])
+    fingerprint = params_hash(params.model, params.train, params.runtime) + data_fingerprint(args.data_dir)
+
+    state = build_state(config, params.train, params.runtime.seed, device)
+    checkpoint_dir = args.out_dir / "checkpoints"
+    resumable = latest_resumable(args.resume_dir, fingerprint)
+    if resumable is not None:
+        restore_state(state, resumable)
+        for step in params.train.checkpoint_steps:  # outputs the orchestrator may have removed
+            if step <= state.step:
+                publish(args.resume_dir / checkpoint_name(step), checkpoint_dir / checkpoint_name(step))
+        log.info("resuming from step %d of an interrupted run", state.step)
+    else:
+        shutil.rmtree(args.resume_dir, ignore_errors=True)
+    log.info("model: %d parameters, groups %s, device %s, %d threads",
+             state.model.num_parameters(), list(config.groups), device, params.runtime.threads)
+
+    with tracking.stage_run("train", params_hash(params.model, params.train, params.runtime)):
+        started = time.perf_counter()
+        start_step = state.step
+        with tqdm(total=params.train.steps, initial=state.step, desc="train", unit="step") as bar:
+            def progress(step: int, row: dict) -> None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{row['train_loss']:.3f}", refresh=False)
+                if row["val_loss"] == row["val_loss"]:  # not NaN
+                    bar.write(f"step {step}: train {row['train_loss']:.3f}, val {row['val_loss']:.3f}")
+
+            train(state, train_ids, val_ids, params.train, device, checkpoint_dir, args.resume_dir, fingerprint, progress)
+        elapsed = time.perf_counter() - started
+        frame = write_history(args.out_dir, state.history)
+        final = state.history[-1]
+        metrics = {
+            "step": state.step,
+            "val_loss": final["val_loss"],
+            "train_loss": float(frame["train_loss"].tail(params.train.eval_every).mean()),
+            "unigram_val_loss": stats["unigram_val_loss"],
+            "tokens_per_s": (state.step - start_step) * params.train.batch_size * config.block_size / max(elapsed, 1e-9),
+            "parameters": state.model.num_parameters(),
+            "eval_loops": params.train.eval_loops,
+        }
+        log.info("final: val loss %.3f (unigram baseline %.3f), %.0f tokens/s",
+                 metrics["val_loss"], metrics["unigram_val_loss"], metrics["tokens_per_s"])
+        write_json(args.out_dir / "metrics.json", metrics)
+        log_to_mlflow(params, frame, metrics, state.model, args.out_dir)
+    shutil.rmtree(args.resume_dir, ignore_errors=True)

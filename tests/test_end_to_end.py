@@ -1,0 +1,140 @@
+"""The whole workflow on the smoke parameter set, in a temporary copy of the repository, as a user would run it.
+
+Snakemake runs everything; DVC then finds nothing to do; a train.* change reruns train (and only train) under both
+orchestrators; MLflow holds a parent run per invocation with a nested run per job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.e2e
+
+
+def run(cmd: list[str], cwd: Path) -> str:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout + result.stderr
+
+
+def planned_rules(repo: Path) -> set[str]:
+    out = run(["snakemake", "--dry-run", "--quiet", "rules", "--cores", "1"], repo)
+    rules = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in {"job", "total", "all"}:
+            rules.add(parts[0])
+    return rules
+
+
+def dvc_changed_stages(repo: Path) -> set[str]:
+    out = run(["dvc", "status"], repo)
+    return {line.rstrip(":") for line in out.splitlines() if line and not line[0].isspace() and line.endswith(":")}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """A clean copy of the working tree with the smoke parameters as params.yaml, committed to a fresh git repo."""
+    dest = tmp_path_factory.mktemp("workflow") / "repo"
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    if (ROOT / "data/cache").is_dir():  # a verified corpus download, if this checkout has one
+        shutil.copytree(ROOT / "data/cache", dest / "data/cache")
+    shutil.copy(dest / "configs/smoke.yaml", dest / "params.yaml")
+    run(["git", "init", "-q"], dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-qm", "copy"], dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def first_run(repo: Path) -> Path:
+    run(["snakemake", "--cores", "2"], repo)
+    return repo
+
+
+def test_snakemake_writes_every_output_and_benchmark(first_run):
+    smoke = yaml.safe_load((first_run / "params.yaml").read_text())
+    for step in smoke["train"]["checkpoint_steps"]:
+        assert (first_run / f"results/train/checkpoints/step_{step}.pt").is_file()
+    for name in ("corpus", "tokenize", "train"):
+        assert (first_run / f"results/benchmarks/{name}.tsv").is_file()
+        assert (first_run / f"logs/{name}.log").is_file()
+    assert not (first_run / "results/.resume/train").exists()  # removed once training completes
+
+
+def test_dvc_sees_the_snakemake_results_as_current(first_run):
+    assert dvc_changed_stages(first_run) == set()
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], first_run)
+    assert planned_rules(first_run) == set()
+
+
+@pytest.fixture(scope="module")
+def after_train_change(first_run) -> dict:
+    """Change a train.* parameter, record what each orchestrator plans, then let DVC rerun and Snakemake catch up."""
+    params = first_run / "params.yaml"
+    params.write_text(params.read_text().replace("learning_rate: 0.003", "learning_rate: 0.002"))
+    seen = {"snakemake_plan": planned_rules(first_run), "dvc_plan": dvc_changed_stages(first_run)}
+    seen["dvc_repro"] = run(["dvc", "repro"], first_run)
+    run(["snakemake", "--touch", "--cores", "1"], first_run)
+    seen["snakemake_after"] = planned_rules(first_run)
+    seen["dvc_after"] = dvc_changed_stages(first_run)
+    return seen
+
+
+def test_train_param_change_reruns_train_only_under_both(after_train_change):
+    assert after_train_change["snakemake_plan"] == {"train"}
+    assert after_train_change["dvc_plan"] == {"train"}
+    out = after_train_change["dvc_repro"]
+    assert "Running stage 'train'" in out
+    assert "Running stage 'corpus'" not in out and "Running stage 'tokenize'" not in out
+    assert after_train_change["snakemake_after"] == set()
+    assert after_train_change["dvc_after"] == set()
+
+
+def test_mlflow_holds_parent_and_nested_runs(first_run, after_train_change):
+    mlflow.set_tracking_uri(f"sqlite:///{first_run / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name("twoscale")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = {r.info.run_id: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    by_orchestrator = {r.data.tags["orchestrator"]: r for r in parents.values()}
+    assert set(by_orchestrator) == {"snakemake", "dvc"}
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+    snakemake_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["snakemake"].info.run_id]
+    assert sorted(r.data.tags["stage"] for r in snakemake_children) == ["corpus", "tokenize", "train"]
+    dvc_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["dvc"].info.run_id]
+    assert [r.data.tags["stage"] for r in dvc_children] == ["train"]
+    for child in children:
+        assert {"stage", "git_commit", "params_hash", "orchestrator"} <= set(child.data.tags)
+        assert child.data.tags["git_commit"] != "unknown"
+
+    train = next(r for r in snakemake_children if r.data.tags["stage"] == "train")
+    smoke = yaml.safe_load((first_run / "configs/smoke.yaml").read_text())
+    curve = client.get_metric_history(train.info.run_id, "train_loss")
+    assert [m.step for m in curve] == list(range(1, smoke["train"]["steps"] + 1))
+    assert train.data.params["train.learning_rate"] == "0.003"
+    assert "final_val_loss" in train.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(train.info.run_id)}
+    assert "history.csv" in artifacts
+    assert client.search_logged_models([experiment.experiment_id], filter_string=f"source_run_id = '{train.info.run_id}'")

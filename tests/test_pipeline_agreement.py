@@ -1,0 +1,87 @@
+"""Snakemake and DVC describe the same pipeline: same stages, commands, inputs, outputs and parameter keys."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dvc.repo import Repo
+
+from twoscale import pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+@pytest.fixture(scope="module")
+def snakemake_jobs() -> dict[str, dict]:
+    """Every job of a forced dry run, keyed by its shell command: rule, inputs and outputs as Snakemake plans them."""
+    result = subprocess.run(
+        [SNAKEMAKE, "--forceall", "--dry-run", "--printshellcmds", "--cores", "1"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    jobs: dict[str, dict] = {}
+    for block in re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]:
+        rule = block.split(":", 1)[0]
+        fields = dict(re.findall(r"^    (input|output): (.*)$", block, re.M))
+        cmd = re.search(r"^Shell command: (.*)$", block, re.M).group(1)
+        if rule != "all":
+            jobs[cmd] = {
+                "rule": rule,
+                "inputs": set(fields.get("input", "").split(", ")) - {""},
+                "outputs": set(fields["output"].split(", ")),
+            }
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def dvc_stages() -> dict[str, dict]:
+    """Every DVC stage (foreach expanded), keyed by its command."""
+    stages = {}
+    with Repo(str(ROOT)) as repo:
+        for stage in repo.index.stages:
+            file_deps = [d for d in stage.deps if not hasattr(d, "params")]
+            param_deps = [d for d in stage.deps if hasattr(d, "params")]
+            stages[stage.cmd] = {
+                "name": stage.name.split("@")[0],
+                "inputs": {d.def_path for d in file_deps},
+                "outputs": {o.def_path for o in stage.outs},
+                "params": [key for d in param_deps for key in d.params],
+            }
+    return stages
+
+
+def covered(path: str, outs: set[str]) -> bool:
+    return any(path == out or path.startswith(out.rstrip("/") + "/") for out in outs)
+
+
+def test_same_commands_and_stages(snakemake_jobs, dvc_stages):
+    assert set(snakemake_jobs) == set(dvc_stages)
+    for cmd, stage in dvc_stages.items():
+        assert snakemake_jobs[cmd]["rule"] == stage["name"], cmd
+    assert {stage["name"] for stage in dvc_stages.values()} == set(pipeline.STAGES)
+
+
+def test_same_inputs(snakemake_jobs, dvc_stages):
+    for cmd, stage in dvc_stages.items():
+        assert snakemake_jobs[cmd]["inputs"] == stage["inputs"], stage["name"]
+        assert set(pipeline.sources(stage["name"])) <= stage["inputs"], stage["name"]
+
+
+def test_same_outputs(snakemake_jobs, dvc_stages):
+    for cmd, stage in dvc_stages.items():
+        snakemake_outputs = snakemake_jobs[cmd]["outputs"]
+        assert all(covered(path, stage["outputs"]) for path in snakemake_outputs), stage["name"]
+        assert all(any(covered(path, {out}) for path in snakemake_outputs) for out in stage["outputs"]), stage["name"]
+
+
+def test_same_parameter_keys(dvc_stages):
+    rules = "\n".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk"))
+    for stage in dvc_stages.values():
+        name = stage["name"]
+        assert stage["params"] == pipeline.STAGES[name]["params"], name
+        rule = re.search(rf"^rule {name}:\n(.*?)(?=^rule |\Z)", rules, re.S | re.M).group(1)
+        assert f'param_values("{name}")' in rule, f"rule {name} does not pass its parameter keys"

@@ -1,0 +1,117 @@
+"""Bad input to a stage: one clear line on stderr, exit code 2, and no output written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def smoke_params(tmp_path: Path, **sections) -> Path:
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    for name, changes in sections.items():
+        raw[name].update(changes)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def stage(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    return subprocess.run(
+        [sys.executable, "-m", "twoscale", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, stage_name: str, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("twoscale ")]
+    assert len(lines) == 1 and lines[0].startswith(f"twoscale {stage_name}: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_corpus_from_empty_text_files(tmp_path):
+    (tmp_path / "empty.txt").write_text("  \n")
+    params = smoke_params(tmp_path, data={"source": "text", "text_files": ["empty.txt"]})
+    result = stage(tmp_path, "corpus", "--params", str(params), "--out-dir", "raw")
+    assert_one_line_error(result, "corpus", "corpus is empty")
+    assert not (tmp_path / "raw").exists()
+
+
+def test_corpus_from_missing_text_files(tmp_path):
+    params = smoke_params(tmp_path, data={"source": "text", "text_files": ["books/*.txt"]})
+    result = stage(tmp_path, "corpus", "--params", str(params), "--out-dir", "raw")
+    assert_one_line_error(result, "corpus", "books/*.txt")
+
+
+def test_corpus_into_unwritable_directory(tmp_path):
+    (tmp_path / "a.txt").write_text("Some text.\n" * 50)
+    (tmp_path / "blocker").write_text("a file where a directory should be")
+    params = smoke_params(tmp_path, data={"source": "text", "text_files": ["a.txt"]})
+    result = stage(tmp_path, "corpus", "--params", str(params), "--out-dir", "blocker/raw")
+    assert_one_line_error(result, "corpus", "cannot write", "blocker/raw")
+
+
+def test_tokenize_without_corpus(tmp_path):
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "tokenize", "--params", str(params), "--corpus-dir", "raw", "--out-dir", "prepared")
+    assert_one_line_error(result, "tokenize", "corpus not found")
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_tokenize_with_corpus_not_matching_manifest(tmp_path):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw/corpus.txt").write_text("abc\n")
+    (tmp_path / "raw/manifest.json").write_text(json.dumps({"n_chars": 99, "documents": []}))
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "tokenize", "--params", str(params), "--corpus-dir", "raw", "--out-dir", "prepared")
+    assert_one_line_error(result, "tokenize", "does not match its manifest")
+
+
+@pytest.fixture
+def tiny_data(tmp_path) -> Path:
+    data = tmp_path / "prepared"
+    data.mkdir()
+    ids = np.arange(3000, dtype=np.uint16) % 300
+    np.save(data / "train.npy", ids)
+    np.save(data / "val.npy", ids[:100])
+    (data / "tokenizer.json").write_text("{}")
+    (data / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.7}))
+    return data
+
+
+def test_train_context_longer_than_corpus(tmp_path, tiny_data):
+    params = smoke_params(tmp_path, model={"block_size": 512})
+    result = stage(tmp_path, "train", "--params", str(params), "--data-dir", "prepared", "--out-dir", "out")
+    assert_one_line_error(result, "train", "model.block_size = 512", "validation 100 tokens")
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_with_corrupt_token_array(tmp_path, tiny_data):
+    (tiny_data / "val.npy").write_bytes(b"not an array")
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "train", "--params", str(params), "--data-dir", "prepared", "--out-dir", "out")
+    assert_one_line_error(result, "train", "val.npy", "not a token array")
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_without_data(tmp_path):
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "train", "--params", str(params), "--data-dir", "prepared", "--out-dir", "out")
+    assert_one_line_error(result, "train", "stats.json", "not found")
+
+
+def test_unknown_stage_is_rejected(tmp_path):
+    result = stage(tmp_path, "measure-everything")
+    assert result.returncode == 2
+    assert "invalid choice: 'measure-everything'" in result.stderr

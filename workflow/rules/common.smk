@@ -1,0 +1,49 @@
+# Shared helpers: the parameter file in use, its validation, stage dependencies and the MLflow parent run.
+import os
+import subprocess
+
+import yaml
+
+from twoscale import pipeline, tracking
+from twoscale.params import ParamsError, load_params
+
+# `--configfile X` picks another complete parameter set; stages read that same file through --params.
+PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
+
+validate(config, "../schemas/params.schema.json")
+try:
+    PARAMS = load_params(PARAMS_FILE)  # also checks what JSON schema cannot (overlapping groups, ...)
+except ParamsError as exc:
+    raise WorkflowError(str(exc)) from None
+with open(PARAMS_FILE) as handle:
+    if config != yaml.safe_load(handle):
+        raise WorkflowError("parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
+
+PY = "python -m twoscale"
+os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
+
+
+def sources(stage):
+    return pipeline.sources(stage)
+
+
+def param_values(stage):
+    return pipeline.param_values(stage, config)
+
+
+def pipeline_started():
+    """Create the MLflow store and this invocation's parent run before any job starts."""
+    invocation = f"snakemake-{os.getpid()}"
+    run_id = tracking.start_pipeline_run("snakemake", invocation, {"params_file": PARAMS_FILE})
+    os.environ[tracking.PARENT_ENV] = run_id
+
+
+def pipeline_finished(status):
+    run_id = os.environ.get(tracking.PARENT_ENV)
+    if run_id:
+        tracking.end_pipeline_run(run_id, status)
+    if status == "FINISHED" and PARAMS_FILE == "params.yaml" and os.path.isdir(".dvc"):
+        # record the results in dvc.lock so `dvc repro` sees them current
+        done = subprocess.run(["dvc", "commit", "--force", "--quiet"], capture_output=True, text=True)
+        if done.returncode:
+            print("note: dvc commit skipped:", (done.stderr.strip().splitlines() or ["?"])[-1])
