@@ -45,7 +45,7 @@ def sample_loop_counts(schedule: LoopSchedule, n_groups: int, generator: torch.G
 
 
 def learning_rate(step: int, train: TrainParams) -> float:
-    """Linear warmup to the peak, then cosine decay to min_lr_ratio * peak at the last step."""
+    """Linear warmup to the peak, then cosine decay that reaches min_lr_ratio * peak at step train.steps."""
     peak = train.learning_rate
     if step < train.warmup_steps:
         return peak * (step + 1) / train.warmup_steps
@@ -233,7 +233,7 @@ def train(
     orchestrator deletes its outputs) and linked into checkpoint_dir.
     """
     model, config = state.model, state.model.config
-    if len(train_ids) <= config.block_size + 1:
+    if len(train_ids) < config.block_size + 1:
         raise TwoscaleError(
             f"training split has {len(train_ids)} tokens, fewer than model.block_size + 1 = {config.block_size + 1}"
         )

@@ -56,7 +56,10 @@ def load_ids(path: Path) -> np.ndarray:
 def data_fingerprint(data_dir: Path) -> str:
     digest = hashlib.sha256()
     for name in ("tokenizer.json", "train.npy", "val.npy"):
-        digest.update((data_dir / name).read_bytes())
+        try:
+            digest.update((data_dir / name).read_bytes())
+        except FileNotFoundError:
+            raise TwoscaleError(f"{data_dir / name}: not found (run the tokenize stage first)") from None
     return digest.hexdigest()[:16]
 
 

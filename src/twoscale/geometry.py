@@ -1,0 +1,232 @@
+"""Geometry of looped-group trajectories, per token and per loop step (SCIENCE §1.2).
+
+A trajectory is x^(0..K) of one group: x^(0) is the group's input and x^(k) the residual stream after k
+applications. Every function here takes the states flattened to tokens, x shaped (K+1, N, C) (see
+`flatten_tokens`), and returns one scalar per (loop step, token). Row i of a result is loop step
+k = first_k + i, where first_k is 1 for first-order metrics (they need x^(k-1)) and 2 for second-order ones
+(they need x^(k-2)); `FIRST_K` records it per metric.
+
+Undefined values are NaN, never 0: a cosine with a zero step, and any ratio whose denominator is exactly zero.
+Aggregators must ignore NaN (`MetricAccumulator` does). Functions compute in the input's dtype;
+`measure_trajectories` upcasts half-precision states to float32 first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+Tensor = torch.Tensor
+
+
+def flatten_tokens(traj: Tensor) -> Tensor:
+    """(K+1, B, T, C) -> (K+1, B*T, C); token n is (b, t) = divmod(n, T)."""
+    return traj.reshape(traj.shape[0], -1, traj.shape[-1])
+
+
+def _ratio(num: Tensor, den: Tensor) -> Tensor:
+    """num / den, NaN where den == 0."""
+    return torch.where(den > 0, num / den, torch.full_like(num, math.nan))
+
+
+def _norm(x: Tensor) -> Tensor:
+    return torch.linalg.vector_norm(x, dim=-1)
+
+
+# --- first order: k = 1..K, shape (K, N) -------------------------------------------------------------------
+
+
+def steps(x: Tensor) -> Tensor:
+    """Δ^(k) = x^(k) − x^(k−1); (K, N, C), row i is k = i+1."""
+    return x[1:] - x[:-1]
+
+
+def step_size(x: Tensor) -> Tensor:
+    """‖Δ^(k)‖₂; (K, N), row i is k = i+1."""
+    return _norm(steps(x))
+
+
+def relative_step_size(x: Tensor) -> Tensor:
+    """‖Δ^(k)‖ / ‖x^(k−1)‖; (K, N), row i is k = i+1. NaN where x^(k−1) = 0."""
+    return _ratio(step_size(x), _norm(x[:-1]))
+
+
+# --- second order: k = 2..K, shape (K-1, N) ----------------------------------------------------------------
+
+
+def step_cosine(x: Tensor) -> Tensor:
+    """cos(Δ^(k), Δ^(k−1)); (K−1, N), row i is k = i+2. NaN where either step is zero."""
+    d = steps(x)
+    dot = (d[1:] * d[:-1]).sum(-1)
+    size = _norm(d)
+    return _ratio(dot, size[1:] * size[:-1]).clamp(-1.0, 1.0)  # clamp keeps NaN
+
+
+def turning_angle(x: Tensor) -> Tensor:
+    """arccos(cos(Δ^(k), Δ^(k−1))) in degrees, 0 = straight on, 180 = reversal; (K−1, N), row i is k = i+2."""
+    return torch.rad2deg(torch.arccos(step_cosine(x)))
+
+
+def acceleration(x: Tensor) -> Tensor:
+    """a^(k) = ‖Δ^(k) − Δ^(k−1)‖₂ = ‖x^(k) − 2x^(k−1) + x^(k−2)‖₂; (K−1, N), row i is k = i+2."""
+    d = steps(x)
+    return _norm(d[1:] - d[:-1])
+
+
+def acceleration_by_step(x: Tensor) -> Tensor:
+    """a^(k) / ‖Δ^(k−1)‖; (K−1, N), row i is k = i+2. NaN where Δ^(k−1) = 0."""
+    return _ratio(acceleration(x), step_size(x)[:-1])
+
+
+def acceleration_by_state(x: Tensor) -> Tensor:
+    """a^(k) / ‖x^(k)‖; (K−1, N), row i is k = i+2. NaN where x^(k) = 0."""
+    return _ratio(acceleration(x), _norm(x[2:]))
+
+
+def step_size_difference(x: Tensor) -> Tensor:
+    """The scalar reading of "second difference": |‖Δ^(k)‖ − ‖Δ^(k−1)‖|; (K−1, N), row i is k = i+2.
+
+    Zero for any constant-length path (e.g. a rotation), where the vector `acceleration` is not."""
+    s = step_size(x)
+    return (s[1:] - s[:-1]).abs()
+
+
+# --- between groups ----------------------------------------------------------------------------------------
+
+
+def drift_to_loop_ratio(last_of_g: Tensor, first_of_h: Tensor, g_steps: Tensor) -> Tensor:
+    """DLR = ‖x_h^(1) − x_g^(K_g)‖ / mean_k ‖Δ_g^(k)‖ per token; (N,). NaN where g never moved.
+
+    last_of_g: x_g^(K_g) (N, C); first_of_h: x_h^(1) (N, C), after the next group's first application, so the
+    jump includes any single-pass layers in between; g_steps: `step_size` of g (K_g, N)."""
+    return _ratio(_norm(first_of_h - last_of_g), g_steps.mean(0))
+
+
+# --- one batch, every metric -------------------------------------------------------------------------------
+
+METRICS: dict[str, Callable[[Tensor], Tensor]] = {
+    "step_size": step_size,
+    "relative_step_size": relative_step_size,
+    "step_cosine": step_cosine,
+    "turning_angle": turning_angle,
+    "acceleration": acceleration,
+    "acceleration_by_step": acceleration_by_step,
+    "acceleration_by_state": acceleration_by_state,
+    "step_size_difference": step_size_difference,
+}
+FIRST_K: dict[str, int | None] = {
+    "step_size": 1, "relative_step_size": 1,
+    "step_cosine": 2, "turning_angle": 2, "acceleration": 2, "acceleration_by_step": 2,
+    "acceleration_by_state": 2, "step_size_difference": 2,
+    "drift_to_loop_ratio": None,  # one value per token at the hand-off, no loop step
+}
+
+
+def _upcast(x: Tensor) -> Tensor:
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+@torch.no_grad()
+def measure_trajectories(trajectories: list[Tensor]) -> dict[str, list[Tensor]]:
+    """Every metric for every group of one batch.
+
+    trajectories: one (K_g+1, B, T, C) tensor per group, as `LoopedGPT.forward(..., record_trajectories=True)`
+    gives. Returns metric -> one tensor per group: (K_g, N) or (K_g−1, N) as in `FIRST_K`, N = B*T.
+    "drift_to_loop_ratio" has one (N,) tensor per hand-off: entry g is g -> g+1, so G−1 of them.
+    """
+    xs = [_upcast(flatten_tokens(t)) for t in trajectories]
+    out = {name: [fn(x) for x in xs] for name, fn in METRICS.items()}
+    out["drift_to_loop_ratio"] = [
+        drift_to_loop_ratio(xs[g][-1], xs[g + 1][1], out["step_size"][g]) for g in range(len(xs) - 1)
+    ]
+    return out
+
+
+# --- aggregation over batches ------------------------------------------------------------------------------
+
+
+class MetricAccumulator:
+    """Per-token scalars of named metrics by (group, loop step k), across batches; exact summaries at the end.
+
+    Only the per-token scalars are kept, as float32 chunks on the CPU, never the (.., C) states: memory is
+    4 bytes × #tokens × Σ_metrics #steps, i.e. O(#tokens × #metrics × K), independent of C. For example 65k
+    tokens, 9 metrics, 3 groups of 30 steps: about 210 MB. Bound it by bounding the tokens measured.
+    """
+
+    def __init__(self) -> None:
+        self._chunks: dict[tuple[str, int, int | None], list[Tensor]] = {}
+
+    def add(self, metric: str, group: int, values: Tensor, first_k: int | None) -> None:
+        """values (n_k, N): row i is loop step first_k + i. Or values (N,) with first_k None: no loop step
+        (DLR)."""
+        values = values.detach().to("cpu", torch.float32)
+        if first_k is None:
+            if values.dim() != 1:
+                raise ValueError(f"{metric}: step-less values must be (N,), got {tuple(values.shape)}")
+            self._chunks.setdefault((metric, group, None), []).append(values)
+            return
+        if values.dim() != 2:
+            raise ValueError(f"{metric}: values must be (n_k, N), got {tuple(values.shape)}")
+        for i, row in enumerate(values):
+            self._chunks.setdefault((metric, group, first_k + i), []).append(row.clone())
+
+    def add_measurements(self, measurements: dict[str, list[Tensor]]) -> None:
+        """Add one batch of `measure_trajectories` output (list entry g is group g, or hand-off g -> g+1)."""
+        for metric, per_group in measurements.items():
+            for group, values in enumerate(per_group):
+                self.add(metric, group, values, FIRST_K[metric])
+
+    def summary(self) -> list[dict]:
+        """One row per (metric, group, k): {metric, group, k, n, mean, median, q10, q90}, NaNs dropped first.
+
+        n counts the non-NaN values; with none left the statistics are NaN. k is None for step-less metrics.
+        Quantiles interpolate linearly (numpy's default). Rows are sorted by metric, group, k."""
+        rows = []
+        for (metric, group, k), chunks in sorted(self._chunks.items(), key=lambda kv: _sort_key(kv[0])):
+            v = torch.cat(chunks).double().numpy()
+            v = v[~np.isnan(v)]
+            if v.size:
+                mean = float(v.mean())
+                q10, median, q90 = (float(q) for q in np.quantile(v, [0.1, 0.5, 0.9]))
+            else:
+                mean = q10 = median = q90 = math.nan
+            rows.append(dict(metric=metric, group=group, k=k, n=int(v.size), mean=mean, median=median,
+                             q10=q10, q90=q90))
+        return rows
+
+
+def _sort_key(key: tuple[str, int, int | None]) -> tuple[str, int, int]:
+    metric, group, k = key
+    return metric, group, -1 if k is None else k
+
+
+# --- Fig. 1 ------------------------------------------------------------------------------------------------
+
+
+def token_path(trajectories: list[Tensor], token: int) -> tuple[Tensor, Tensor]:
+    """One token's states over all groups, in depth order: points (M, C) and each point's group (M,).
+
+    token indexes the flattened tokens (see `flatten_tokens`). Each group contributes x_g^(0..K_g)."""
+    points = [flatten_tokens(t)[:, token] for t in trajectories]
+    groups = [torch.full((len(p),), g, dtype=torch.long) for g, p in enumerate(points)]
+    return torch.cat(points), torch.cat(groups)
+
+
+@torch.no_grad()
+def pca_2d(points: Tensor) -> tuple[Tensor, Tensor]:
+    """Project points (M, C) on their first two principal components: coords (M, 2) and each component's share
+    of the total variance (2,). Centered SVD; each component's sign is fixed so that its largest-magnitude
+    loading is positive. NaN shares if all points coincide."""
+    if points.dim() != 2 or points.shape[0] < 2 or points.shape[1] < 2:
+        raise ValueError(f"pca_2d needs (M >= 2, C >= 2) points, got {tuple(points.shape)}")
+    centered = _upcast(points) - _upcast(points).mean(0)
+    _, s, vh = torch.linalg.svd(centered, full_matrices=False)
+    components = vh[:2]
+    pivot = components.abs().argmax(1)
+    components = components * components.gather(1, pivot[:, None]).sign()
+    var = s**2
+    ratio = var[:2] / var.sum() if var.sum() > 0 else torch.full((2,), math.nan, dtype=var.dtype)
+    return centered @ components.T, ratio
