@@ -12,6 +12,7 @@ configfile: "params.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/measure.smk"
 
 
 onstart:
@@ -31,3 +32,6 @@ rule all:
     input:
         rules.tokenize.output,
         rules.train.output,
+        expand(rules.measure.output, step=config["train"]["checkpoint_steps"]),
+        rules.geometry.output,
+        rules.claims.output,

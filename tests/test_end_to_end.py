@@ -6,6 +6,7 @@ orchestrators; MLflow holds a parent run per invocation with a nested run per jo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
+
+from twoscale import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -78,6 +81,9 @@ def test_snakemake_writes_every_output_and_benchmark(first_run):
     for name in ("corpus", "tokenize", "train"):
         assert (first_run / f"results/benchmarks/{name}.tsv").is_file()
         assert (first_run / f"logs/{name}.log").is_file()
+    for step in smoke["train"]["checkpoint_steps"]:
+        summary = json.loads((first_run / f"results/measure/step_{step}/summary.json").read_text())
+        assert summary["step"] == step
     assert not (first_run / "results/.resume/train").exists()  # removed once training completes
 
 
@@ -100,11 +106,13 @@ def after_train_change(first_run) -> dict:
     return seen
 
 
-def test_train_param_change_reruns_train_only_under_both(after_train_change):
-    assert after_train_change["snakemake_plan"] == {"train"}
-    assert after_train_change["dvc_plan"] == {"train"}
+def test_train_param_change_reruns_train_and_what_follows_only(after_train_change):
+    downstream = set(pipeline.STAGES) - {"corpus", "tokenize"}
+    assert after_train_change["snakemake_plan"] == downstream
+    assert after_train_change["dvc_plan"] == {"train"}  # DVC lists changed stages; those after follow in repro
     out = after_train_change["dvc_repro"]
-    assert "Running stage 'train'" in out
+    for stage in downstream:
+        assert f"Running stage '{stage}" in out, stage
     assert "Running stage 'corpus'" not in out and "Running stage 'tokenize'" not in out
     assert after_train_change["snakemake_after"] == set()
     assert after_train_change["dvc_after"] == set()
@@ -122,15 +130,18 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_train_change):
     assert all(r.info.status == "FINISHED" for r in runs)
 
     snakemake_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["snakemake"].info.run_id]
-    assert sorted(r.data.tags["stage"] for r in snakemake_children) == ["corpus", "tokenize", "train"]
+    smoke = yaml.safe_load((first_run / "configs/smoke.yaml").read_text())
+    n_checkpoints = len(smoke["train"]["checkpoint_steps"])
+    after_train = ["train", *["measure"] * n_checkpoints, "geometry", "claims"]
+    stages = sorted(r.data.tags["stage"] for r in snakemake_children)
+    assert stages == sorted(["corpus", "tokenize", *after_train])
     dvc_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["dvc"].info.run_id]
-    assert [r.data.tags["stage"] for r in dvc_children] == ["train"]
+    assert sorted(r.data.tags["stage"] for r in dvc_children) == sorted(after_train)
     for child in children:
         assert {"stage", "git_commit", "params_hash", "orchestrator"} <= set(child.data.tags)
         assert child.data.tags["git_commit"] != "unknown"
 
     train = next(r for r in snakemake_children if r.data.tags["stage"] == "train")
-    smoke = yaml.safe_load((first_run / "configs/smoke.yaml").read_text())
     curve = client.get_metric_history(train.info.run_id, "train_loss")
     assert [m.step for m in curve] == list(range(1, smoke["train"]["steps"] + 1))
     assert train.data.params["train.learning_rate"] == "0.003"
@@ -138,3 +149,9 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_train_change):
     artifacts = {a.path for a in client.list_artifacts(train.info.run_id)}
     assert "history.csv" in artifacts
     assert client.search_logged_models([experiment.experiment_id], filter_string=f"source_run_id = '{train.info.run_id}'")
+
+    geometry = next(r for r in snakemake_children if r.data.tags["stage"] == "geometry")
+    dlr = client.get_metric_history(geometry.info.run_id, "dlr_median_0_to_1")
+    assert sorted(m.step for m in dlr) == smoke["train"]["checkpoint_steps"]  # MLflow step = training step
+    figures = {a.path for a in client.list_artifacts(geometry.info.run_id, "figures")}
+    assert "figures/fig3a_step_size.png" in figures

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoscale.model import LoopedGPT, ModelConfig, Segment, segments
+from twoscale.model import DepthPosition, LoopedGPT, ModelConfig, Segment, segments
 
 torch.set_num_threads(1)
 
@@ -159,6 +159,27 @@ def test_nothing_recorded_unless_asked():
     model = make_model()
     with torch.no_grad():
         assert model(tokens(), (2, 2, 2)).trajectories == []
+
+
+def test_depth_states_are_the_state_after_every_layer_run():
+    model, idx, (k0, k1, k2) = make_model(), tokens(), (3, 2, 2)
+    with torch.no_grad():
+        out = model(idx, (k0, k1, k2), record_trajectories=True)
+        expected, x = [manual_embed(model, idx)], manual_embed(model, idx)
+        for layers, times in default_plan(k0, k1, k2):
+            for _ in range(times):
+                for layer in layers:
+                    x = model.blocks[layer](x)
+                    expected.append(x)
+    assert len(out.depth_states) == 1 + 1 + 3 + 2 * 2 + 2 + 1
+    for got, want in zip(out.depth_states, expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert out.depth_positions[:3] == [DepthPosition(None), DepthPosition(0), DepthPosition(1, 0, 1)]
+    assert out.depth_positions[5:9] == [
+        DepthPosition(2, 1, 1), DepthPosition(3, 1, 1), DepthPosition(2, 1, 2), DepthPosition(3, 1, 2)
+    ]
+    assert out.depth_positions[-1] == DepthPosition(5)
+    assert model(idx, (k0, k1, k2)).depth_states == []
 
 
 # --- causality --------------------------------------------------------------------------------------------

@@ -10,12 +10,10 @@ import torch
 
 from twoscale.model import LoopedGPT, ModelConfig
 from twoscale.phases import (
-    Position,
     SimilarityAccumulator,
     cosine_similarity_matrix,
     cut_value,
     segment_phases,
-    unrolled_states,
 )
 
 torch.set_num_threads(1)
@@ -107,26 +105,3 @@ def test_cut_value_by_hand_and_validation():
         segment_phases(S[:2], 1)
     with pytest.raises(ValueError):
         segment_phases(torch.full((2, 2), float("nan")), 1)
-
-
-def test_unrolled_states_follow_the_model():
-    cfg = ModelConfig(vocab_size=37, n_layer=6, n_head=2, n_embd=16, block_size=12, dropout=0.0, bias=True,
-                      groups=((1, 1), (2, 3), (4, 4)))
-    torch.manual_seed(0)
-    model = LoopedGPT(cfg).double().eval()
-    idx = torch.randint(0, 37, (2, 7), generator=torch.Generator().manual_seed(1))
-    loops = (3, 2, 2)
-    states, where = unrolled_states(model, idx, loops)
-    # embedding, layer 0, (1) x3, (2, 3) x2, (4) x2, layer 5
-    assert states.shape == (1 + 1 + 3 + 4 + 2 + 1, 2, 7, 16)
-    assert where[:3] == [Position(None), Position(0), Position(1, 0, 1)]
-    assert where[5:9] == [Position(2, 1, 1), Position(3, 1, 1), Position(2, 1, 2), Position(3, 1, 2)]
-    assert where[-1] == Position(5)
-
-    with torch.no_grad():
-        out = model(idx, loops, record_trajectories=True)
-    torch.testing.assert_close(model.lm_head(model.ln_f(states[-1])), out.logits)
-    torch.testing.assert_close(states[1:5], out.trajectories[0])  # group 0's input is layer 0's output
-    # group 1 = layers (2, 3): its states are those after each full application
-    torch.testing.assert_close(states[[4, 6, 8]], out.trajectories[1])
-    torch.testing.assert_close(states[8:11], out.trajectories[2])

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 import yaml
 
@@ -115,3 +116,29 @@ def test_unknown_stage_is_rejected(tmp_path):
     result = stage(tmp_path, "measure-everything")
     assert result.returncode == 2
     assert "invalid choice: 'measure-everything'" in result.stderr
+
+
+def measure(tmp_path: Path, checkpoint: Path, params: Path) -> subprocess.CompletedProcess:
+    return stage(tmp_path, "measure", "--params", str(params), "--checkpoint", str(checkpoint),
+                 "--data-dir", "prepared", "--out-dir", "measured")
+
+
+def test_measure_with_corrupt_checkpoint(tmp_path, tiny_data):
+    checkpoint = tmp_path / "step_5.pt"
+    checkpoint.write_bytes(b"\x80\x02garbage")
+    result = measure(tmp_path, checkpoint, smoke_params(tmp_path))
+    assert_one_line_error(result, "measure", "step_5.pt", "not a readable checkpoint")
+    assert not (tmp_path / "measured").exists()
+
+
+def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
+    from twoscale.model import ModelConfig
+    from twoscale.params import load_params
+    from twoscale.training import build_state, save_checkpoint
+
+    trained = load_params(smoke_params(tmp_path, model={"n_embd": 16}))
+    config = ModelConfig.from_params(trained.model, vocab_size=300)
+    save_checkpoint(tmp_path / "step_5.pt", build_state(config, trained.train, 0, torch.device("cpu")), "fp")
+    result = measure(tmp_path, tmp_path / "step_5.pt", smoke_params(tmp_path))  # n_embd back to the smoke value
+    assert_one_line_error(result, "measure", "trained with other model parameters (n_embd)")
+    assert not (tmp_path / "measured").exists()

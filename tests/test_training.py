@@ -180,7 +180,7 @@ def test_evaluate_loss_averages_fixed_windows_and_keeps_the_mode():
     state = build_state(tiny_config(dropout=0.2), train_params(), seed=0, device=CPU)
     model, val = state.model, markov_tokens(40, 50, seed=3)
     model.train()
-    got = evaluate_loss(model, val, [2], batch_size=2, n_batches=2, device=CPU)
+    got = evaluate_loss(model, val, [2], n_windows=4, batch_size=3, device=CPU)  # a partial last batch
     assert model.training
     model.eval()
     losses = []

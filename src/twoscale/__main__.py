@@ -14,6 +14,9 @@ STAGES = {
     "corpus": "fetch or read the raw text and write it with a manifest",
     "tokenize": "train the byte-level BPE and write train/validation token arrays",
     "train": "train the looped GPT, saving checkpoints across training",
+    "measure": "measure the geometry of the loop iterates of one checkpoint",
+    "geometry": "gather the measurements across training and draw Figures 1-3",
+    "claims": "put the paper's findings beside our numbers, with verdicts",
     "schema": "write the JSON schema of params.yaml",
 }
 

@@ -6,8 +6,9 @@ of times. All other layers run once. With the default layout (6 layers, groups {
 
     layer 0 -> (layer 1) x K0 -> (layers 2,3) x K1 -> (layer 4) x K2 -> layer 5 -> LM head
 
-`forward(..., record_trajectories=True)` also returns every group's trajectory x_g^(0..K): x_g^(0) is the group's
-input and x_g^(k) the residual stream after k applications. Without it nothing extra is kept.
+`forward(..., record_trajectories=True)` also returns every group's trajectory x_g^(0..K) (x_g^(0) is the group's
+input and x_g^(k) the residual stream after k applications) and the state after every layer run of the unrolled
+depth. Without it nothing extra is kept.
 """
 
 from __future__ import annotations
@@ -114,11 +115,23 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+@dataclass(frozen=True)
+class DepthPosition:
+    """One position of the unrolled depth: the state after `layer` ran (None: the embedding), inside looped
+    `group` (None: a single-pass layer) on its `loop`-th application (None outside groups)."""
+
+    layer: int | None
+    group: int | None = None
+    loop: int | None = None
+
+
 @dataclass
 class ModelOutput:
     logits: torch.Tensor  # (B, T, vocab)
     loss: torch.Tensor | None = None  # mean next-token cross-entropy, when targets are given
     trajectories: list[torch.Tensor] = field(default_factory=list)  # per group: (K_g + 1, B, T, C)
+    depth_states: list[torch.Tensor] = field(default_factory=list)  # after the embedding and every layer run
+    depth_positions: list[DepthPosition] = field(default_factory=list)  # what each depth state is
 
 
 class LoopedGPT(nn.Module):
@@ -193,20 +206,34 @@ class LoopedGPT(nn.Module):
         if len(loops) != self.n_groups or min(loops) < 1:
             raise ValueError(f"need one loop count >= 1 per group ({self.n_groups} groups), got {list(loops)}")
         x = self.embed(idx)
-        trajectories: list[torch.Tensor] = []
-        for segment in self.segments:
-            if segment.group is None:
-                x = self.apply_segment(segment, x)
-            elif record_trajectories:
-                states = [x]
-                for _ in range(loops[segment.group]):
-                    states.append(self.apply_segment(segment, states[-1]))
-                trajectories.append(torch.stack(states))
-                x = states[-1]
-            else:
-                x = self.loop_group(segment, x, loops[segment.group], backprop_depth)
-        logits = self.lm_head(self.ln_f(x))
-        loss = None
+        out = ModelOutput(logits=x)
+        if record_trajectories:
+            x = self._run_recorded(x, loops, out)
+        else:
+            for segment in self.segments:
+                if segment.group is None:
+                    x = self.apply_segment(segment, x)
+                else:
+                    x = self.loop_group(segment, x, loops[segment.group], backprop_depth)
+        out.logits = self.lm_head(self.ln_f(x))
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-        return ModelOutput(logits=logits, loss=loss, trajectories=trajectories)
+            out.loss = F.cross_entropy(out.logits.flatten(0, 1).float(), targets.flatten())
+        return out
+
+    def _run_recorded(self, x: torch.Tensor, loops: Sequence[int], out: ModelOutput) -> torch.Tensor:
+        """The same computation, keeping every group's trajectory and the state after every layer run."""
+        out.depth_states, out.depth_positions = [x], [DepthPosition(None)]
+        for segment in self.segments:
+            applications = 1 if segment.group is None else loops[segment.group]
+            trajectory = [x]
+            for k in range(1, applications + 1):
+                for layer in segment.layers:
+                    x = self.blocks[layer](x)
+                    out.depth_states.append(x)
+                    out.depth_positions.append(
+                        DepthPosition(layer, segment.group, None if segment.group is None else k)
+                    )
+                trajectory.append(x)
+            if segment.group is not None:
+                out.trajectories.append(torch.stack(trajectory))
+        return x

@@ -130,12 +130,32 @@ class TrainParams(Section):
         return self
 
 
+class MeasureParams(Section):
+    threads: PositiveInt = Field(description="torch threads per measure job (jobs run in parallel, one per checkpoint)")
+    n_sequences: PositiveInt = Field(description="held-out windows of model.block_size tokens measured per checkpoint")
+    batch_size: PositiveInt = Field(description="windows per forward pass (memory: all iterates of a batch are kept)")
+    max_loops: PositiveInt = Field(description="every group is looped this many times while measuring")
+    loss_loops: list[PositiveInt] = Field(min_length=1, description="loop counts (all groups) for loss vs loops")
+    n_phases: PositiveInt = Field(description="contiguous phases the unrolled depth is split into (max-cut)")
+    trajectory_token: NonNegativeInt = Field(description="position in the first window whose path Fig. 1 draws")
+
+
 class Params(Section):
     runtime: RuntimeParams
     data: DataParams
     tokenize: TokenizeParams
     model: ModelParams
     train: TrainParams
+    measure: MeasureParams
+
+    @model_validator(mode="after")
+    def _measure_fits_model(self) -> Params:
+        if self.measure.trajectory_token >= self.model.block_size:
+            raise ValueError(
+                f"measure.trajectory_token ({self.measure.trajectory_token}) must be below model.block_size "
+                f"({self.model.block_size})"
+            )
+        return self
 
 
 def _describe_error(error: dict[str, Any]) -> str:

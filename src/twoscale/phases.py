@@ -1,54 +1,20 @@
 """Phases of the unrolled depth, as in the block-recurrent hypothesis (SCIENCE §4).
 
 Take the residual stream at every depth position of the unrolled network (embedding, then after every layer
-application, loops included), average the cosine similarity between positions over tokens, and split depth
-into contiguous phases that maximise the cosine distance *between* phases. The split is exact: dynamic
-programming over contiguous segments.
+application, loops included: `ModelOutput.depth_states`), average the cosine similarity between positions over
+tokens, and split depth into contiguous phases that maximise the cosine distance *between* phases. The split is
+exact: dynamic programming over contiguous segments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from twoscale.model import LoopedGPT
-
 Tensor = torch.Tensor
-
-
-# --- depth positions ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Position:
-    """One depth position: the state after `layer` ran (None: the embedding), in looped `group` (None:
-    single-pass) on its `loop`-th application (None outside groups)."""
-
-    layer: int | None
-    group: int | None = None
-    loop: int | None = None
-
-
-@torch.no_grad()
-def unrolled_states(model: LoopedGPT, idx: Tensor, loops: Sequence[int]) -> tuple[Tensor, list[Position]]:
-    """The residual stream at every depth position: states (D, B, T, C) and what each position is.
-
-    Runs the same computation as `model(idx, loops)` (put the model in eval mode), keeping the state after
-    each single layer: D = 1 + Σ_segments (times applied × layers in it)."""
-    x = model.embed(idx)
-    states, where = [x], [Position(None)]
-    for segment in model.segments:
-        times = 1 if segment.group is None else loops[segment.group]
-        for k in range(1, times + 1):
-            for layer in segment.layers:
-                x = model.blocks[layer](x)
-                states.append(x)
-                where.append(Position(layer, segment.group, None if segment.group is None else k))
-    return torch.stack(states), where
 
 
 # --- similarity ---------------------------------------------------------------------------------------------

@@ -23,6 +23,24 @@ STAGES: dict[str, dict[str, list[str]]] = {
         "params": ["runtime", "model", "train"],
         "sources": ["src/twoscale/stages/train.py", "src/twoscale/training.py", "src/twoscale/model.py"],
     },
+    "measure": {
+        "params": ["runtime.device", "runtime.seed", "measure"],
+        "sources": [
+            "src/twoscale/stages/measure.py",
+            "src/twoscale/measurement.py",
+            "src/twoscale/geometry.py",
+            "src/twoscale/phases.py",
+            "src/twoscale/model.py",
+        ],
+    },
+    "geometry": {
+        "params": ["train.checkpoint_steps"],
+        "sources": ["src/twoscale/stages/geometry.py", "src/twoscale/plots.py"],
+    },
+    "claims": {
+        "params": [],
+        "sources": ["src/twoscale/stages/claims.py", "src/twoscale/claims.py"],
+    },
 }
 
 

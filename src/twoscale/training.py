@@ -80,13 +80,13 @@ def evaluation_starts(n_tokens: int, block_size: int, n_windows: int) -> list[in
 
 @torch.no_grad()
 def evaluate_loss(
-    model: LoopedGPT, ids: np.ndarray, loops: Sequence[int], batch_size: int, n_batches: int, device: torch.device
+    model: LoopedGPT, ids: np.ndarray, loops: Sequence[int], n_windows: int, batch_size: int, device: torch.device
 ) -> float:
-    """Mean next-token cross-entropy (nats) over fixed validation windows."""
+    """Mean next-token cross-entropy (nats) over n_windows fixed, evenly spaced validation windows."""
     was_training = model.training
     model.eval()
     block_size = model.config.block_size
-    starts = evaluation_starts(len(ids), block_size, batch_size * n_batches)
+    starts = evaluation_starts(len(ids), block_size, n_windows)
     total = 0.0
     for i in range(0, len(starts), batch_size):
         x, y = windows(ids, starts[i : i + batch_size], block_size)
@@ -267,7 +267,9 @@ def train(
         }
         if state.step % train.eval_every == 0 or state.step in train.checkpoint_steps:
             with amp:
-                row["val_loss"] = evaluate_loss(model, val_ids, eval_loops, train.batch_size, train.eval_batches, device)
+                row["val_loss"] = evaluate_loss(
+                    model, val_ids, eval_loops, train.batch_size * train.eval_batches, train.batch_size, device
+                )
         state.history.append(row)
         if state.step in train.checkpoint_steps:
             resume_path = resume_dir / checkpoint_name(state.step)

@@ -19,7 +19,6 @@ with open(PARAMS_FILE) as handle:
     if config != yaml.safe_load(handle):
         raise WorkflowError("parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
 
-PY = "python -m twoscale"
 os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
 
 

@@ -19,7 +19,7 @@ rule corpus:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "{PY} corpus --params {params.file} --out-dir data/raw --log {log}"
+        "python -m twoscale corpus --params {params.file} --out-dir data/raw --log {log}"
 
 
 rule tokenize:
@@ -42,4 +42,4 @@ rule tokenize:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "{PY} tokenize --params {params.file} --corpus-dir data/raw --out-dir data/prepared --log {log}"
+        "python -m twoscale tokenize --params {params.file} --corpus-dir data/raw --out-dir data/prepared --log {log}"

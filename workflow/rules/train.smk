@@ -24,4 +24,5 @@ rule train:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "{PY} train --params {params.file} --data-dir data/prepared --out-dir results/train --log {log}"
+        "python -m twoscale train --params {params.file} --data-dir data/prepared --out-dir results/train --log {log}"
+

@@ -1,0 +1,467 @@
+"""The paper's figures (SCIENCE §1.4) from the geometry stage's frames, as PNGs readable without the code.
+
+One function per figure, `fig_x(frames..., path)`. Every frame is a Polars DataFrame concatenated over
+checkpoints, with an int `step` column (the training step of the checkpoint); Polars becomes pandas only where
+seaborn is called. A figure is written atomically (temporary name, then rename), so a failed plot leaves no
+file.
+Empty or incomplete input raises `TwoscaleError` naming the figure and what is missing.
+
+Units: states, steps and accelerations are L2 norms in the residual stream's own units (the model's hidden
+width; no normalisation unless the name says "relative"); cosines and ratios are unitless; loss is in
+nats/token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
+import polars as pl
+import seaborn as sns
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from twoscale.errors import TwoscaleError
+from twoscale.io import atomic_path
+
+DPI = 150
+PAPER_COSINE_BAND = (0.5, 0.65)  # SCIENCE §1.5 C3
+DLR_MUCH_GREATER = 10.0  # the '≫ 1' reading of the claims table (claims.C4_MIN_DLR)
+STEP_CMAP = "viridis"
+MAX_LEGEND_CHECKPOINTS = 10  # more checkpoints than this get a colour bar instead of a legend
+
+STEP_NORM = r"$\|\Delta^{(k)}\|_2$"
+ACCEL = r"$\|\Delta^{(k)} - \Delta^{(k-1)}\|_2$"
+SIZE_DIFF = r"$|\,\|\Delta^{(k)}\| - \|\Delta^{(k-1)}\|\,|$"
+COSINE = r"$\cos(\Delta^{(k)}, \Delta^{(k-1)})$"
+LOOP_AXIS = "loop step k (applications of the group)"
+RESIDUAL_UNITS = "residual-stream units"
+
+
+# --- shared helpers -----------------------------------------------------------------------------------------
+
+
+def _need(frame: pl.DataFrame | None, name: str, columns: Sequence[str], figure: str) -> pl.DataFrame:
+    if frame is None or frame.height == 0:
+        raise TwoscaleError(f"{figure}: the {name} table is empty")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise TwoscaleError(f"{figure}: the {name} table lacks column(s) {', '.join(missing)}")
+    return frame
+
+
+def _metric(geometry: pl.DataFrame, metrics: str | Sequence[str], figure: str) -> pl.DataFrame:
+    _need(geometry, "geometry", ("step", "metric", "group", "k", "mean", "median", "q10", "q90"), figure)
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    rows = geometry.filter(pl.col("metric").is_in(names))
+    for name in names:
+        if rows.filter(pl.col("metric") == name).height == 0:
+            raise TwoscaleError(f"{figure}: the geometry table has no {name} rows")
+    return rows
+
+
+def _steps(frame: pl.DataFrame) -> list[int]:
+    return sorted(int(s) for s in frame["step"].unique())
+
+
+def _last(frame: pl.DataFrame) -> tuple[int, pl.DataFrame]:
+    step = _steps(frame)[-1]
+    return step, frame.filter(pl.col("step") == step)
+
+
+@contextlib.contextmanager
+def _style() -> Iterator[None]:
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
+        yield
+
+
+def _save(fig: plt.Figure, path: Path) -> None:
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=DPI)
+    finally:
+        plt.close(fig)
+
+
+def _step_colours(steps: Sequence[int]) -> dict[int, tuple]:
+    """Sequential colours by training step (log-spaced when all steps are positive), avoiding the pale end."""
+    cmap = plt.get_cmap(STEP_CMAP)
+    norm = _step_norm(steps)
+    return {s: cmap(0.85 * float(norm(s))) for s in steps}
+
+
+def _step_norm(steps: Sequence[int]) -> Normalize:
+    lo, hi = min(steps), max(steps)
+    if lo == hi:
+        return Normalize(lo, lo + 1)  # one checkpoint: the dark end of the colour map
+    return LogNorm(lo, hi) if lo > 0 else Normalize(lo, hi)
+
+
+def _checkpoint_key(fig: plt.Figure, axes, colours: dict[int, tuple]) -> None:
+    """A legend of checkpoints, or a colour bar when there are many."""
+    steps = sorted(colours)
+    if len(steps) <= MAX_LEGEND_CHECKPOINTS:
+        handles = [Line2D([], [], color=colours[s], lw=2, label=f"{s:,}") for s in steps]
+        fig.legend(handles=handles, title="training step", loc="outside right upper", frameon=False)
+    else:
+        cmap = plt.get_cmap(STEP_CMAP)
+        sliced = matplotlib.colors.ListedColormap(cmap(np.linspace(0, 0.85, 256)))
+        mappable = plt.cm.ScalarMappable(norm=_step_norm(steps), cmap=sliced)
+        fig.colorbar(mappable, ax=axes, label="training step", shrink=0.9)
+
+
+def _step_axis(ax: plt.Axes, steps: Sequence[int]) -> None:
+    if min(steps) > 0:
+        ax.set_xscale("log")
+        _plain_log_ticks(ax, "x")
+        ax.set_xlabel("training step (optimizer updates, log scale)")
+    else:
+        positive = [s for s in steps if s > 0]
+        ax.set_xscale("symlog", linthresh=min(positive) if positive else 1)
+        ax.set_xlabel("training step (optimizer updates, symmetric-log scale)")
+    if len(steps) == 1:
+        ax.set_xlim(steps[0] / 2 if steps[0] > 0 else -1, steps[0] * 2 if steps[0] > 0 else 1)
+
+
+def _group_panels(groups: Sequence[int], height: float = 3.6, width: float = 4.0, sharey: bool = True):
+    fig, axes = plt.subplots(1, len(groups), figsize=(width * len(groups) + 1.6, height), sharey=sharey,
+                             squeeze=False, layout="constrained")
+    return fig, list(axes[0])
+
+
+def _plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
+    """Log axis labelled 0.5, 1, 2 (or 1,000), not 5×10⁻¹; minor ticks 2 and 5 labelled on short ranges."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    limits = ax.get_ylim if axis == "y" else ax.get_xlim
+
+    def major(value: float, _pos: int) -> str:
+        return f"{value:,.0f}" if value >= 1000 else f"{value:g}"
+
+    def minor(value: float, _pos: int) -> str:
+        lo, hi = limits()
+        if lo <= 0 or hi / lo > 30:
+            return ""
+        return major(value, _pos) if f"{value:.0e}"[0] in "25" else ""
+
+    target.set_major_formatter(matplotlib.ticker.FuncFormatter(major))
+    target.set_minor_formatter(matplotlib.ticker.FuncFormatter(minor))
+
+
+def _positive(values: np.ndarray) -> np.ndarray:
+    """NaN where a value cannot go on a log axis."""
+    values = np.asarray(values, dtype=float)
+    return np.where(values > 0, values, np.nan)
+
+
+# --- Fig. 1: the trajectory of one token --------------------------------------------------------------------
+
+
+def fig1_trajectory(trajectory: pl.DataFrame, path: Path) -> None:
+    """2-D PCA path of one token over all loops of all groups: first and last checkpoint side by side."""
+    name = "fig1_trajectory"
+    _need(trajectory, "trajectory", ("step", "point", "group", "k", "pc1", "pc2", "explained_pc1",
+                                     "explained_pc2"), name)
+    steps = _steps(trajectory)
+    shown = sorted({steps[0], steps[-1]})
+    groups = sorted(int(g) for g in trajectory["group"].unique())
+    palette = dict(zip(groups, sns.color_palette("deep", len(groups)), strict=True))
+    with _style():
+        fig, axes = plt.subplots(1, len(shown), figsize=(6.2 * len(shown) + 1.5, 5.4), squeeze=False,
+                                 layout="constrained")
+        for ax, step in zip(axes[0], shown, strict=True):
+            frame = trajectory.filter(pl.col("step") == step).sort("point")
+            pdf = frame.to_pandas()
+            previous_end = None
+            for g in groups:
+                pts = pdf[pdf["group"] == g].sort_values("k")
+                if pts.empty:
+                    continue
+                x, y = pts["pc1"].to_numpy(), pts["pc2"].to_numpy()
+                if previous_end is not None:
+                    ax.plot([previous_end[0], x[0]], [previous_end[1], y[0]], ls="--", color="0.45", lw=1.2,
+                            zorder=1)
+                ax.plot(x, y, "-", color=palette[g], lw=1.0, alpha=0.8, zorder=2)
+                ax.scatter(x[0], y[0], marker="s", s=90, color=palette[g], edgecolor="black", lw=1.2,
+                           zorder=4)
+                ax.scatter(x[-1], y[-1], marker="X", s=90, color=palette[g], edgecolor="black", lw=0.8,
+                           zorder=4)
+                previous_end = (x[-1], y[-1])
+            sns.scatterplot(data=pdf, x="pc1", y="pc2", hue="group", palette=palette, s=16, ax=ax,
+                            legend=False, zorder=3, edgecolor="none")
+            ev1, ev2 = float(frame["explained_pc1"][0]), float(frame["explained_pc2"][0])
+            ax.set_xlabel(f"PC1 ({ev1:.0%} of variance), {RESIDUAL_UNITS}")
+            ax.set_ylabel(f"PC2 ({ev2:.0%} of variance), {RESIDUAL_UNITS}")
+            ks = frame.group_by("group").agg(pl.col("k").max())["k"]
+            ax.set_title(f"checkpoint at training step {step:,} (up to {int(ks.max())} loops per group)")
+        handles = [Line2D([], [], color=palette[g], marker="o", ms=5, lw=1, label=f"group {g}")
+                   for g in groups]
+        handles += [
+            Line2D([], [], ls="none", marker="s", ms=8, mfc="white", mec="black",
+                   label=r"group input $x^{(0)}$"),
+            Line2D([], [], ls="none", marker="X", ms=8, mfc="white", mec="black",
+                   label=r"last loop $x^{(K)}$"),
+            Line2D([], [], ls="--", color="0.45", label="between groups (single-pass layers)"),
+        ]
+        fig.legend(handles=handles, loc="outside lower center", ncols=3 if len(shown) == 1 else 6,
+                   frameon=False)
+        which = "first and last checkpoint" if len(shown) > 1 else "the only checkpoint"
+        fig.suptitle("Fig. 1 — one token's latent trajectory over every loop of every group\n"
+                     f"(2-D PCA fitted per checkpoint; {which})")
+        _save(fig, path)
+
+
+# --- Fig. 2: drift-to-loop ratio ----------------------------------------------------------------------------
+
+
+def fig2_drift_to_loop(geometry: pl.DataFrame, path: Path) -> None:
+    """Median drift-to-loop ratio (10th-90th percentile band) at each hand-off vs training step."""
+    name = "fig2_drift_to_loop"
+    rows = _metric(geometry, "drift_to_loop_ratio", name).sort("group", "step")
+    steps = _steps(rows)
+    handoffs = sorted(int(g) for g in rows["group"].unique())
+    labels = {g: f"group {g} → {g + 1}" for g in handoffs}
+    palette = dict(zip(labels.values(), sns.color_palette("deep", len(handoffs)), strict=True))
+    pdf = rows.with_columns(pl.col("group").replace_strict(labels, return_dtype=pl.String).alias("hand-off"))
+    pdf = pdf.to_pandas()
+    with _style():
+        fig, ax = plt.subplots(figsize=(8.2, 4.8), layout="constrained")
+        for label, part in pdf.groupby("hand-off"):
+            if len(steps) > 1:
+                ax.fill_between(part["step"], part["q10"], part["q90"], color=palette[label], alpha=0.2, lw=0)
+            else:  # a band needs two checkpoints: show the spread as an error bar
+                ax.errorbar(part["step"], part["median"], yerr=[part["median"] - part["q10"],
+                                                                part["q90"] - part["median"]],
+                            fmt="none", ecolor=palette[label], alpha=0.5, lw=6)
+        sns.lineplot(data=pdf, x="step", y="median", hue="hand-off", palette=palette, marker="o", ax=ax,
+                     estimator=None)
+        ax.axhline(1.0, color="black", lw=1.2, label="DLR = 1 (jump = one loop step)")
+        ax.axhline(DLR_MUCH_GREATER, color="black", lw=1, ls=":",
+                   label=f"DLR = {DLR_MUCH_GREATER:g} ('≫ 1' in C4)")
+        _step_axis(ax, steps)
+        ax.set_yscale("log")
+        _plain_log_ticks(ax)
+        low = float(np.nanmin(_positive(pdf["q10"].to_numpy()))) if pdf["q10"].notna().any() else 1.0
+        high = float(np.nanmax(pdf["q90"].to_numpy())) if pdf["q90"].notna().any() else 10.0
+        ax.set_ylim(min(0.7, low * 0.8), max(DLR_MUCH_GREATER * 1.5, high * 1.3))
+        ax.set_ylabel("drift-to-loop ratio (unitless, log scale)\n‖jump to next group‖ / mean loop step")
+        handles, _ = ax.get_legend_handles_labels()
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+        handles.append(Patch(color="0.6", alpha=0.35, label="10th–90th percentile over tokens"))
+        fig.legend(handles=handles, loc="outside right upper", title="median over tokens", frameon=False)
+        ax.set_title("Fig. 2 — drift-to-loop ratio at each hand-off between looped groups")
+        _save(fig, path)
+
+
+# --- Fig. 3a / 3b: step size and consecutive-step cosine vs k -----------------------------------------------
+
+
+def _per_group_curves(geometry: pl.DataFrame, metric: str, figure: str):
+    rows = _metric(geometry, metric, figure).filter(pl.col("k").is_not_null()).sort("step", "group", "k")
+    if rows.height == 0:
+        raise TwoscaleError(f"{figure}: the geometry table has no {metric} rows with a loop step k")
+    steps = _steps(rows)
+    groups = sorted(int(g) for g in rows["group"].unique())
+    return rows, steps, groups, _step_colours(steps)
+
+
+def fig3a_step_size(geometry: pl.DataFrame, path: Path) -> None:
+    """Mean step size ‖Δ^(k)‖ vs loop step k, one panel per group, one line per checkpoint (log y)."""
+    name = "fig3a_step_size"
+    rows, _, groups, colours = _per_group_curves(geometry, "step_size", name)
+    with _style():
+        fig, axes = _group_panels(groups)
+        for ax, g in zip(axes, groups, strict=True):
+            pdf = rows.filter(pl.col("group") == g).with_columns(pl.col("mean").fill_nan(None)).to_pandas()
+            pdf["mean"] = _positive(pdf["mean"].to_numpy())
+            sns.lineplot(data=pdf, x="k", y="mean", hue="step", palette=colours, legend=False, ax=ax,
+                         estimator=None, lw=1.6)
+            ax.axvline(10, color="0.4", ls=":", lw=1)
+            ax.set_yscale("log")
+            _plain_log_ticks(ax)
+            ax.set_title(f"group {g}")
+            ax.set_xlabel(LOOP_AXIS)
+            ax.set_ylabel(f"mean step size {STEP_NORM}\n({RESIDUAL_UNITS}, log scale)")
+        axes[0].annotate("k = 10", xy=(10, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                         textcoords="offset points", fontsize=8, color="0.3")
+        _checkpoint_key(fig, axes, colours)
+        fig.suptitle("Fig. 3a — step size vs loop step, per looped group (mean over tokens)")
+        _save(fig, path)
+
+
+def fig3b_step_cosine(geometry: pl.DataFrame, path: Path) -> None:
+    """Mean consecutive-step cosine vs k per group, one line per checkpoint; the paper's 0.5-0.65 band."""
+    name = "fig3b_step_cosine"
+    rows, _, groups, colours = _per_group_curves(geometry, "step_cosine", name)
+    lo, hi = PAPER_COSINE_BAND
+    values = rows["mean"].fill_nan(None).drop_nulls()
+    bottom = min(-0.05, float(values.min()) - 0.05) if values.len() else -0.05
+    with _style():
+        fig, axes = _group_panels(groups)
+        for ax, g in zip(axes, groups, strict=True):
+            ax.axhspan(lo, hi, color="tab:orange", alpha=0.2, lw=0, zorder=0)
+            ax.axhline(0.0, color="black", lw=1, ls=":", zorder=1)
+            pdf = rows.filter(pl.col("group") == g).with_columns(pl.col("mean").fill_nan(None)).to_pandas()
+            sns.lineplot(data=pdf, x="k", y="mean", hue="step", palette=colours, legend=False, ax=ax,
+                         estimator=None, lw=1.6)
+            ax.set_ylim(bottom, 1.05)
+            ax.set_title(f"group {g}")
+            ax.set_xlabel(LOOP_AXIS)
+            ax.set_ylabel(f"mean consecutive-step cosine\n{COSINE} (unitless)")
+        _checkpoint_key(fig, axes, colours)
+        axes[-1].legend(handles=[
+            Patch(color="tab:orange", alpha=0.3, label=f"paper: settles at {lo}–{hi}"),
+            Line2D([], [], color="black", ls=":", label="orthogonal steps (cos = 0)"),
+        ], loc="lower right", fontsize=8)
+        fig.suptitle("Fig. 3b — cosine between consecutive loop steps vs loop step (mean over tokens)")
+        _save(fig, path)
+
+
+# --- depth similarity and phases ----------------------------------------------------------------------------
+
+
+def _boundaries(labels: np.ndarray) -> list[int]:
+    """Positions p where a new segment starts (labels[p] != labels[p-1])."""
+    return [int(p) for p in np.flatnonzero(labels[1:] != labels[:-1]) + 1]
+
+
+def _segment_names(depth: pl.DataFrame) -> list[tuple[float, str]]:
+    """(centre position, short name) of each segment of the layout, for the top axis."""
+    out = []
+    for _, seg in depth.sort("position").group_by("layout_phase", maintain_order=True):
+        first, last = int(seg["position"].min()), int(seg["position"].max())
+        groups = seg["group"].drop_nulls().unique()
+        if groups.len():
+            loops = seg["loop"].max()
+            layers = seg["layer"].drop_nulls().unique().sort()
+            span = f"L{layers[0]}" if layers.len() == 1 else f"L{layers[0]}–{layers[-1]}"
+            name = f"group {groups[0]}\n{span} ×{loops}"
+        else:
+            layers = seg["layer"].to_list()
+            parts = ["emb" if layer is None else f"L{layer}" for layer in layers]
+            name = parts[0] if len(parts) == 1 else f"{parts[0]}–{parts[-1]}"
+        out.append(((first + last + 1) / 2, name))
+    return out
+
+
+def fig_similarity(similarity: pl.DataFrame, depth: pl.DataFrame, path: Path) -> None:
+    """Depth-by-depth cosine similarity of the last checkpoint, with detected phases and the layout on it."""
+    name = "fig_similarity"
+    _need(similarity, "similarity", ("step", "i", "j", "similarity"), name)
+    _need(depth, "depth", ("step", "position", "layer", "group", "loop", "phase", "layout_phase"), name)
+    step, sim = _last(similarity)
+    d = depth.filter(pl.col("step") == step).sort("position")
+    if d.height == 0:
+        raise TwoscaleError(f"{name}: the depth table has no rows for step {step}")
+    D = int(max(sim["i"].max(), sim["j"].max())) + 1
+    if d.height != D:
+        raise TwoscaleError(f"{name}: the similarity matrix has {D} positions but the depth table {d.height}")
+    matrix = np.full((D, D), np.nan)
+    matrix[sim["i"].to_numpy(), sim["j"].to_numpy()] = sim["similarity"].to_numpy()
+    detected = _boundaries(d["phase"].to_numpy())
+    layout = _boundaries(d["layout_phase"].to_numpy())
+    with _style(), sns.axes_style("white"):
+        fig, ax = plt.subplots(figsize=(8.6, 7.6), layout="constrained")
+        colour_bar = {"label": "mean cosine similarity between depth positions (unitless)", "shrink": 0.8}
+        sns.heatmap(matrix, ax=ax, cmap="viridis", vmax=1.0, square=True, xticklabels=False,
+                    yticklabels=False, cbar_kws=colour_bar)
+        tick_every = max(1, round(D / 12 / 5) * 5) if D > 12 else 1
+        ticks = np.arange(0, D, tick_every)
+        ax.set_xticks(ticks + 0.5, [str(t) for t in ticks], rotation=0)
+        ax.set_yticks(ticks + 0.5, [str(t) for t in ticks])
+        for b in layout:
+            ax.axvline(b, color="white", ls=(0, (3, 2)), lw=2.8)
+            ax.axhline(b, color="white", ls=(0, (3, 2)), lw=2.8)
+        for b in detected:
+            ax.axvline(b, color="#ff3b30", ls="-", lw=1.2)
+            ax.axhline(b, color="#ff3b30", ls="-", lw=1.2)
+        top = ax.secondary_xaxis("top")
+        segments = _segment_names(d)
+        top.set_xticks([c for c, _ in segments], [n for _, n in segments], fontsize=7)
+        top.tick_params(length=0)
+        ax.set_xlabel("depth position j (0 = embedding; every loop of a group is one position)")
+        ax.set_ylabel("depth position i")
+        match = "match" if detected == layout else "do not match"
+        ax.legend(handles=[
+            Line2D([], [], color="#ff3b30", lw=1.6,
+                   label=f"detected phase boundary (max-cut, {len(detected) + 1} phases)"),
+            Line2D([], [], color="white", ls=(0, (3, 2)), lw=2.8,
+                   label="layout boundary (looped groups, single-pass layers)"),
+        ], loc="upper right", bbox_to_anchor=(1.0, -0.08), facecolor="0.55", framealpha=1, fontsize=8,
+            labelcolor="white")
+        ax.set_title(f"Similarity of the unrolled network's depth positions, training step {step:,}\n"
+                     f"detected phases {match} the layout")
+        _save(fig, path)
+
+
+# --- loss vs loops ------------------------------------------------------------------------------------------
+
+
+def fig_loss_vs_loops(loss_vs_loops: pl.DataFrame, path: Path) -> None:
+    """Validation loss vs the loop count applied to every group, one line per checkpoint (log-2 x axis)."""
+    name = "fig_loss_vs_loops"
+    _need(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), name)
+    rows = loss_vs_loops.sort("step", "loops")
+    steps = _steps(rows)
+    colours = _step_colours(steps)
+    loops = sorted(int(x) for x in rows["loops"].unique())
+    with _style():
+        fig, ax = plt.subplots(figsize=(8.0, 4.8), layout="constrained")
+        sns.lineplot(data=rows.to_pandas(), x="loops", y="val_loss", hue="step", palette=colours, marker="o",
+                     ax=ax, legend=False, estimator=None)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(loops, [str(x) for x in loops])
+        ax.minorticks_off()
+        ax.set_xlabel("loops per group at evaluation (every group looped this many times, log₂ scale)")
+        ax.set_ylabel("validation loss (nats/token)")
+        _checkpoint_key(fig, [ax], colours)
+        ax.set_title("Held-out loss vs test-time loop count, per checkpoint")
+        _save(fig, path)
+
+
+# --- acceleration and the scalar second difference ----------------------------------------------------------
+
+
+def fig_acceleration(geometry: pl.DataFrame, path: Path) -> None:
+    """Last checkpoint: vector acceleration and scalar step-size difference vs k per group (median, q10-q90),
+    with the step size for reference: the quantities an exit rule thresholds."""
+    name = "fig_acceleration"
+    series = {
+        "acceleration": (f"acceleration {ACCEL}", "tab:red", "-"),
+        "step_size_difference": (f"step-size difference {SIZE_DIFF}", "tab:blue", "-"),
+        "step_size": (f"step size {STEP_NORM} (reference)", "0.35", ":"),
+    }
+    rows = _metric(geometry, list(series), name).filter(pl.col("k").is_not_null())
+    step, rows = _last(rows)
+    groups = sorted(int(g) for g in rows["group"].unique())
+    with _style():
+        fig, axes = _group_panels(groups)
+        for ax, g in zip(axes, groups, strict=True):
+            for metric, (label, colour, ls) in series.items():
+                pdf = rows.filter((pl.col("group") == g) & (pl.col("metric") == metric)).sort("k").to_pandas()
+                if pdf.empty:
+                    continue
+                if metric != "step_size":
+                    ax.fill_between(pdf["k"], _positive(pdf["q10"]), _positive(pdf["q90"]), color=colour,
+                                    alpha=0.15, lw=0)
+                sns.lineplot(x=pdf["k"].to_numpy(), y=_positive(pdf["median"]), color=colour, ls=ls, lw=1.6,
+                             ax=ax, label=label if g == groups[0] else None, legend=False)
+            ax.set_yscale("log")
+            _plain_log_ticks(ax)
+            ax.set_title(f"group {g}")
+            ax.set_xlabel(LOOP_AXIS)
+            ax.set_ylabel(f"median over tokens\n({RESIDUAL_UNITS}, log scale)")
+        handles, _ = axes[0].get_legend_handles_labels()
+        handles.append(Patch(color="0.5", alpha=0.3, label="10th–90th percentile over tokens"))
+        fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
+        fig.suptitle(f"Second differences of the loop trajectory vs loop step, training step {step:,}")
+        _save(fig, path)

@@ -1,0 +1,123 @@
+"""Stage `measure`: the geometry of the loop iterates of one checkpoint on held-out text (one job per checkpoint)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from twoscale import tracking
+from twoscale.errors import TwoscaleError
+from twoscale.io import atomic_path, read_json, write_json
+from twoscale.measurement import CheckpointMeasurement, boundary_offsets, measure_checkpoint
+from twoscale.model import ModelConfig
+from twoscale.params import Params, params_hash
+from twoscale.stages.common import add_params_argument, load, log_sections
+from twoscale.stages.train import load_ids
+from twoscale.training import configure_torch, load_model, resolve_device
+
+log = logging.getLogger("twoscale.measure")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by the train stage")
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--out-dir", type=Path, required=True, help="writes the per-checkpoint tables here")
+
+
+def check_matches_params(path: Path, config: dict, params: Params, vocab_size: int) -> None:
+    expected = ModelConfig.from_params(params.model, vocab_size).to_dict()
+    if config != expected:
+        different = sorted(k for k in expected if config.get(k) != expected[k])
+        raise TwoscaleError(f"{path}: trained with other model parameters ({', '.join(different)}); rerun train")
+
+
+def summarise(step: int, m: CheckpointMeasurement, max_loops: int) -> dict:
+    """A few scalars per checkpoint for MLflow and `dvc metrics`: the headline numbers behind C1-C5."""
+    geometry = pl.DataFrame(m.geometry)
+    out: dict[str, float] = {"step": step}
+    for row in geometry.filter(pl.col("metric") == "drift_to_loop_ratio").iter_rows(named=True):
+        out[f"dlr_median_{row['group']}_to_{row['group'] + 1}"] = row["median"]
+    for (metric, group, k), value in _means(geometry).items():
+        if (metric, k) in {("step_size", 1), ("step_size", 10), ("step_size", max_loops), ("step_cosine", max_loops)}:
+            out[f"{metric}_k{k}_group{group}"] = value
+    for row in m.loss_vs_loops:
+        out[f"val_loss_loops{row['loops']}"] = row["val_loss"]
+    offsets = boundary_offsets(m.phases, m.layout_phases)
+    out["phases_match_layout"] = float(m.phases == m.layout_phases)
+    out["phase_boundary_max_offset"] = float(max(offsets)) if offsets else 0.0
+    return out
+
+
+def _means(geometry: pl.DataFrame) -> dict[tuple[str, int, int], float]:
+    rows = geometry.filter(pl.col("k").is_not_null()).iter_rows(named=True)
+    return {(r["metric"], r["group"], r["k"]): r["mean"] for r in rows}
+
+
+def write_parquet(path: Path, frame: pl.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        frame.write_parquet(tmp)
+
+
+def tables(step: int, m: CheckpointMeasurement) -> dict[str, pl.DataFrame]:
+    step_column = pl.lit(step).alias("step")
+    phase_of = np.empty(len(m.positions), dtype=np.int64)
+    layout_of = np.empty(len(m.positions), dtype=np.int64)
+    for labels, ranges in ((phase_of, m.phases), (layout_of, m.layout_phases)):
+        for phase, (first, last) in enumerate(ranges):
+            labels[first : last + 1] = phase
+    depth = pl.DataFrame(
+        {
+            "position": range(len(m.positions)),
+            "layer": [p.layer for p in m.positions],
+            "group": [p.group for p in m.positions],
+            "loop": [p.loop for p in m.positions],
+            "phase": phase_of,
+            "layout_phase": layout_of,
+        },
+        schema_overrides={"layer": pl.Int64, "group": pl.Int64, "loop": pl.Int64},
+    )
+    D = len(m.positions)
+    similarity = pl.DataFrame(
+        {"i": np.repeat(np.arange(D), D), "j": np.tile(np.arange(D), D), "similarity": m.similarity.ravel()}
+    )
+    trajectory = pl.DataFrame(m.trajectory).with_columns(
+        pl.lit(m.explained_variance[0]).alias("explained_pc1"), pl.lit(m.explained_variance[1]).alias("explained_pc2")
+    )
+    frames = {
+        "geometry": pl.DataFrame(m.geometry, schema_overrides={"k": pl.Int64}),
+        "loss_vs_loops": pl.DataFrame(m.loss_vs_loops),
+        "depth": depth,
+        "similarity": similarity,
+        "trajectory": trajectory,
+    }
+    return {name: frame.select(step_column, pl.all()) for name, frame in frames.items()}
+
+
+def run(args: argparse.Namespace) -> None:
+    params = load(args)
+    stats = read_json(args.data_dir / "stats.json")
+    val_ids = load_ids(args.data_dir / "val.npy")
+    configure_torch(params.measure.threads, params.runtime.seed)
+    device = resolve_device(params.runtime.device)
+    model, meta = load_model(args.checkpoint, device)
+    check_matches_params(args.checkpoint, meta["model_config"], params, stats["vocab_size"])
+    step = meta["step"]
+    log.info("measuring step %d: %d windows, every group looped %d times",
+             step, params.measure.n_sequences, params.measure.max_loops)
+    with tracking.stage_run("measure", params_hash(params.measure), {"checkpoint": f"step_{step}"}):
+        import mlflow
+
+        m = measure_checkpoint(model, val_ids, params.measure, device)
+        summary = summarise(step, m, params.measure.max_loops)
+        log_sections(params, "measure")
+        mlflow.log_metrics({k: v for k, v in summary.items() if np.isfinite(v)}, step=step)
+        for name, frame in tables(step, m).items():
+            write_parquet(args.out_dir / f"{name}.parquet", frame)
+        write_json(args.out_dir / "summary.json", summary)
+        log.info("phases %s (layout %s); DLR medians %s", m.phases, m.layout_phases,
+                 {k: round(v, 2) for k, v in summary.items() if k.startswith("dlr")})

@@ -1,0 +1,268 @@
+"""Claims C1-C5 on hand-built geometry tables whose verdict is known by construction, with the numbers in
+`detail` checked against hand computation."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import polars as pl
+import pytest
+
+from twoscale import claims
+from twoscale.claims import (
+    c1_step_sizes_shrink,
+    c2_steps_shrink_over_training,
+    c3_step_cosine,
+    c4_drift_to_loop,
+    c5_spirals_and_jumps,
+    claims_table,
+    to_json,
+    to_markdown,
+)
+from twoscale.errors import TwoscaleError
+
+K = 30
+
+
+def inverse(K: int = K) -> list[float]:
+    return [1.0 / k for k in range(1, K + 1)]
+
+
+def constant(K: int = K) -> list[float]:
+    return [1.0] * K
+
+
+def rows_for(step: int, group: int, metric: str, values: list[float], first_k: int | None) -> list[dict]:
+    ks = [None] * len(values) if first_k is None else list(range(first_k, first_k + len(values)))
+    return [
+        {"step": step, "metric": metric, "group": group, "k": k, "n": 100, "mean": v, "median": v,
+         "q10": 0.8 * v, "q90": 1.2 * v}
+        for k, v in zip(ks, values, strict=True)
+    ]
+
+
+def checkpoint(step: int, sizes: dict[int, list[float]], cosine: dict[int, list[float]] | float = 0.6,
+               relative: dict[int, float] | float = 0.1, dlr: dict[int, float] | float = 50.0) -> list[dict]:
+    """One checkpoint's geometry rows: per group step sizes for k = 1..K, cosines for k = 2..K (a list, or one
+    value for every k), a constant relative step size, and the DLR at hand-offs g -> g+1 for all but the last
+    group."""
+    groups = sorted(sizes)
+    out = []
+    for g in groups:
+        n = len(sizes[g])
+        cos = cosine[g] if isinstance(cosine, dict) else [cosine] * (n - 1)
+        rel = relative[g] if isinstance(relative, dict) else relative
+        out += rows_for(step, g, "step_size", sizes[g], 1)
+        out += rows_for(step, g, "relative_step_size", [rel] * n, 1)
+        out += rows_for(step, g, "step_cosine", cos, 2)
+        out += rows_for(step, g, "turning_angle", [math.degrees(math.acos(c)) for c in cos], 2)
+        if g != groups[-1]:
+            out += rows_for(step, g, "drift_to_loop_ratio", [dlr[g] if isinstance(dlr, dict) else dlr], None)
+    return out
+
+
+def frame(*checkpoints: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame([r for c in checkpoints for r in c], schema={
+        "step": pl.Int32, "metric": pl.String, "group": pl.Int64, "k": pl.Int64, "n": pl.Int64,
+        "mean": pl.Float64, "median": pl.Float64, "q10": pl.Float64, "q90": pl.Float64})
+
+
+def by_group(items: list[dict]) -> dict[int, dict]:
+    return {d["group"]: d for d in items}
+
+
+# --- C1 -----------------------------------------------------------------------------------------------------
+
+
+def test_c1_inverse_step_sizes_reproduce_with_hand_numbers():
+    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(), 1: inverse()})))
+    assert row["claim"] == "C1" and row["reproduced"] is True and row["verdict"] == "reproduced"
+    g = by_group(row["detail"]["groups"])[0]
+    assert g["K"] == K and g["s1"] == 1.0
+    assert g["s10"] == pytest.approx(0.1) and g["sK"] == pytest.approx(1 / 30)
+    assert g["ratio_10_to_1"] == pytest.approx(0.1)
+    assert g["drop_before_10"] == pytest.approx(0.9)
+    assert g["drop_after_10"] == pytest.approx(0.1 - 1 / 30)
+
+
+def test_c1_constant_step_sizes_do_not_reproduce():
+    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: constant(), 1: constant()})))
+    assert row["reproduced"] is False and row["verdict"] == "not reproduced"
+    assert by_group(row["detail"]["groups"])[1]["ratio_10_to_1"] == 1.0
+
+
+def test_c1_needs_the_fall_to_be_over_by_k10():
+    # halved at k = 10 exactly, but then falls just as much again by k = 30: not "within 5-10 steps"
+    late = [1 - 0.5 * (k - 1) / 9 if k <= 10 else 0.5 - 0.5 * (k - 10) / 20 for k in range(1, K + 1)]
+    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: late})))
+    g = by_group(row["detail"]["groups"])[0]
+    assert g["halved_by_10"] is True and g["flat_after_10"] is False
+    assert row["reproduced"] is False
+
+
+def test_c1_mixed_inconclusive_and_last_checkpoint_only():
+    mixed = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(), 1: constant()})))
+    assert mixed["reproduced"] is None and mixed["verdict"] == "mixed"
+    short = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(5)})))
+    assert short["reproduced"] is None and short["verdict"] == "inconclusive"
+    # an early checkpoint with constant steps does not count: C1 reads the last one
+    history = c1_step_sizes_shrink(frame(checkpoint(10, {0: constant()}), checkpoint(1000, {0: inverse()})))
+    assert history["reproduced"] is True and history["detail"]["step"] == 1000
+
+
+# --- C2 -----------------------------------------------------------------------------------------------------
+
+
+def test_c2_faster_decay_and_smaller_steps_later_reproduce():
+    early = checkpoint(100, {0: [k ** -0.5 for k in range(1, K + 1)]}, relative=0.2)
+    late = checkpoint(2000, {0: inverse()}, relative=0.1)
+    row = c2_steps_shrink_over_training(frame(late, early))  # row order must not matter
+    assert row["reproduced"] is True
+    g = by_group(row["detail"]["groups"])[0]
+    assert (g["first_step"], g["last_step"], g["k_ref"]) == (100, 2000, 10)
+    assert g["decay_ratio_first"] == pytest.approx(10 ** -0.5)
+    assert g["decay_ratio_last"] == pytest.approx(0.1)
+    assert g["mean_relative_first"] == pytest.approx(0.2) and g["mean_relative_last"] == pytest.approx(0.1)
+
+
+def test_c2_reversed_mixed_and_single_checkpoint():
+    early = checkpoint(100, {0: inverse(), 1: inverse()}, relative=0.1)
+    # group 0 slows its decay and grows its steps; group 1 decays faster (1/k^2) with smaller steps
+    faster = [k ** -2.0 for k in range(1, K + 1)]
+    late = checkpoint(2000, {0: constant(), 1: faster}, relative={0: 0.2, 1: 0.05})
+    row = c2_steps_shrink_over_training(frame(early, late))
+    assert row["reproduced"] is None and row["verdict"] == "mixed"
+    assert [d["passes"] for d in row["detail"]["groups"]] == [False, True]
+    reversed_ = c2_steps_shrink_over_training(frame(checkpoint(100, {0: inverse()}, relative=0.1),
+                                                    checkpoint(2000, {0: constant()}, relative=0.3)))
+    assert reversed_["reproduced"] is False
+    single = c2_steps_shrink_over_training(frame(checkpoint(100, {0: inverse()})))
+    assert single["reproduced"] is None and single["verdict"] == "inconclusive"
+
+
+# --- C3 -----------------------------------------------------------------------------------------------------
+
+
+def late_half(value: float, early: float = 0.2) -> list[float]:
+    """Cosines for k = 2..K: `early` for k <= K/2, `value` for k > K/2 (the half C3 averages)."""
+    return [early if k <= K / 2 else value for k in range(2, K + 1)]
+
+
+def test_c3_cosine_in_band_reproduces_and_trend_toward_orthogonal():
+    first = checkpoint(100, {0: inverse(), 1: inverse()}, cosine={0: late_half(0.9), 1: late_half(0.9)})
+    last = checkpoint(900, {0: inverse(), 1: inverse()}, cosine={0: late_half(0.6), 1: late_half(0.6)})
+    row = c3_step_cosine(frame(first, last))
+    assert row["reproduced"] is True
+    assert by_group(row["detail"]["groups"])[0]["late_cosine"] == pytest.approx(0.6)  # early values ignored
+    assert row["detail"]["late_cosine_first"] == pytest.approx(0.9)
+    assert row["detail"]["trend"].startswith("toward 0")
+    assert "settles around" in row["detail"]["supports"]
+
+
+def test_c3_aligned_steps_do_not_reproduce_and_say_neither():
+    first = checkpoint(100, {0: inverse()}, cosine={0: late_half(0.6)})
+    last = checkpoint(900, {0: inverse()}, cosine={0: late_half(0.99)})
+    row = c3_step_cosine(frame(first, last))
+    assert row["reproduced"] is False
+    assert row["detail"]["trend"].startswith("toward 1")
+    assert row["detail"]["supports"].startswith("neither") and "aligned" in row["measured"]
+
+
+def test_c3_orthogonal_steps_support_the_other_statement():
+    row = c3_step_cosine(frame(checkpoint(900, {0: inverse()}, cosine={0: late_half(0.05)})))
+    assert row["reproduced"] is False
+    assert row["detail"]["supports"] == "'increasingly orthogonal'"
+    assert "one checkpoint" in row["measured"]
+
+
+# --- C4 -----------------------------------------------------------------------------------------------------
+
+
+def test_c4_dlr_50_reproduces_3_does_not_and_both_is_mixed():
+    sizes = {0: inverse(), 1: inverse(), 2: inverse()}
+    high = c4_drift_to_loop(frame(checkpoint(100, sizes, dlr=3.0), checkpoint(900, sizes, dlr=50.0)))
+    assert high["reproduced"] is True
+    assert [h["median"] for h in high["detail"]["handoffs"]] == [50.0, 50.0]
+    assert [h["handoff"] for h in high["detail"]["handoffs"]] == ["0->1", "1->2"]
+    assert len(high["detail"]["per_checkpoint"]) == 4  # every checkpoint reported
+    assert high["detail"]["handoffs"][0]["q10"] == pytest.approx(40.0)
+    low = c4_drift_to_loop(frame(checkpoint(900, sizes, dlr=3.0)))
+    assert low["reproduced"] is False and low["detail"]["all_above_one"] is True
+    mixed = c4_drift_to_loop(frame(checkpoint(900, sizes, dlr={0: 50.0, 1: 3.0})))
+    assert mixed["reproduced"] is None and mixed["verdict"] == "mixed"
+    assert claims.C4_MIN_DLR == 10.0 and "≥ 10" in high["test"]
+
+
+# --- C5 -----------------------------------------------------------------------------------------------------
+
+
+def depth_frame(step: int, phase: list[int], layout: list[int]) -> pl.DataFrame:
+    n = len(phase)
+    return pl.DataFrame({"step": [step] * n, "position": list(range(n)), "layer": [None] + list(range(n - 1)),
+                         "group": [None] * n, "loop": [None] * n, "phase": phase, "layout_phase": layout})
+
+
+def test_c5_shrinking_turning_steps_and_big_jumps_reproduce():
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.5, dlr=50.0))
+    row = c5_spirals_and_jumps(geometry, depth_frame(900, [0, 0, 1, 1], [0, 0, 1, 1]))
+    assert row["reproduced"] is True
+    harmonic = sum(inverse())
+    jump = 50.0 * harmonic / K  # median DLR x mean step size
+    assert row["detail"]["jumps"][0]["jump_estimate"] == pytest.approx(jump)
+    for g in row["detail"]["groups"]:  # group 1 has no jump out: it is judged against the jump into it
+        assert g["mean_turning_deg"] == pytest.approx(60.0)
+        assert g["path_after_first"] == pytest.approx(harmonic - 1)
+        assert g["path_to_jump"] == pytest.approx((harmonic - 1) / jump)
+        assert g["bends"] and g["tight"]
+    assert row["detail"]["phases_match_layout"] is True
+
+
+def test_c5_straight_long_paths_and_small_jumps_do_not_reproduce():
+    geometry = frame(checkpoint(900, {0: constant(), 1: constant()}, cosine=0.99, dlr=3.0))
+    row = c5_spirals_and_jumps(geometry, depth_frame(900, [0, 1, 1, 1], [0, 0, 1, 1]))
+    assert row["reproduced"] is False
+    g = by_group(row["detail"]["groups"])[0]
+    assert g["path_to_jump"] == pytest.approx(29 / 3)
+    assert g["mean_turning_deg"] == pytest.approx(math.degrees(math.acos(0.99)))
+    assert row["detail"]["phases_match_layout"] is False and row["detail"]["positions_off_layout"] == 1
+    assert "do not match" in row["measured"]
+
+
+# --- the table ----------------------------------------------------------------------------------------------
+
+
+def test_claims_table_markdown_and_strict_json():
+    geometry = frame(checkpoint(100, {0: inverse(), 1: inverse()}, cosine=0.9, dlr=5.0),
+                     checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
+    rows = claims_table({"geometry": geometry, "depth": depth_frame(900, [0, 1], [0, 1])})
+    assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5"]
+    for r in rows:
+        assert set(r) >= {"claim", "statement", "test", "measured", "reproduced", "detail"}
+        assert r["reproduced"] in (True, False, None)
+    json.loads(to_json(rows))
+    json.dumps(rows, allow_nan=False)  # rows themselves are JSON-able
+    md = to_markdown(rows)
+    lines = md.strip().splitlines()
+    assert lines[0] == "| claim | paper says | our test | measured | verdict |"
+    assert len(lines) == 2 + 5
+    assert all(len(re.split(r"(?<!\\)\|", line)) == 7 for line in lines)  # 5 cells; pipes in text escaped
+    assert "**reproduced**" in lines[2]
+
+
+def test_nan_becomes_null_in_json():
+    geometry = frame(checkpoint(900, {0: [0.0] + inverse()[1:]}))  # s(1) = 0: the ratio is undefined
+    row = c1_step_sizes_shrink(geometry)
+    assert row["detail"]["groups"][0]["ratio_10_to_1"] is None
+    json.dumps(row, allow_nan=False)
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(TwoscaleError, match="geometry table is empty"):
+        c1_step_sizes_shrink(pl.DataFrame())
+    no_dlr = frame(checkpoint(900, {0: inverse()}))
+    with pytest.raises(TwoscaleError, match="no drift_to_loop_ratio rows"):
+        c4_drift_to_loop(no_dlr)
+    with pytest.raises(TwoscaleError, match="no geometry table"):
+        claims_table({})

@@ -1,0 +1,116 @@
+"""Figures: each writes a readable PNG of sensible size from small synthetic multi-checkpoint frames, writes
+it atomically, and fails with a clear error on empty or incomplete input."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from PIL import Image
+
+from twoscale import plots
+from twoscale.errors import TwoscaleError
+
+STEPS = [50, 400]
+GROUPS = [0, 1]
+K = 8
+METRICS_K1 = ["step_size", "relative_step_size"]
+METRICS_K2 = ["step_cosine", "turning_angle", "acceleration", "acceleration_by_step", "acceleration_by_state",
+              "step_size_difference"]
+
+
+@pytest.fixture(scope="module")
+def frames() -> dict[str, pl.DataFrame]:
+    rng = np.random.default_rng(0)
+    geometry, loss, depth, similarity, trajectory = [], [], [], [], []
+    # layout: embedding + layer 0 single-pass, group 0 (layer 1) x K, group 1 (layer 2) x K, layer 3 once
+    positions = ([(None, None, None), (0, None, None)] + [(1, 0, k) for k in range(1, K + 1)]
+                 + [(2, 1, k) for k in range(1, K + 1)] + [(3, None, None)])
+    layout = [0, 0] + [1] * K + [2] * K + [3]
+    D = len(positions)
+    for i, step in enumerate(STEPS):
+        scale = 1.0 + i
+        for g in GROUPS:
+            for metric in METRICS_K1 + METRICS_K2:
+                ks = range(1, K + 1) if metric in METRICS_K1 else range(2, K + 1)
+                for k in ks:
+                    v = 0.6 + 0.1 * rng.standard_normal() if metric == "step_cosine" else 3.0 / (k ** scale)
+                    geometry.append({"step": step, "metric": metric, "group": g, "k": k, "n": 64, "mean": v,
+                                     "median": v, "q10": 0.7 * v, "q90": 1.3 * v})
+            if g < GROUPS[-1]:
+                v = 8.0 + 10 * i
+                geometry.append({"step": step, "metric": "drift_to_loop_ratio", "group": g, "k": None,
+                                 "n": 64, "mean": v, "median": v, "q10": v / 2, "q90": 2 * v})
+            x0, y0 = 10.0 * g, 5.0 * g
+            for k in range(K + 1):
+                angle, radius = k * 0.9, 2.0 / (k + 1)
+                trajectory.append({"step": step, "point": g * (K + 1) + k, "group": g, "k": k,
+                                   "pc1": x0 + radius * np.cos(angle), "pc2": y0 + radius * np.sin(angle),
+                                   "explained_pc1": 0.7, "explained_pc2": 0.2})
+        for loops in [1, 2, 4, 8]:
+            loss.append({"step": step, "loops": loops, "val_loss": 5.0 - i - 0.1 * np.log2(loops)})
+        for p, (layer, group, loop) in enumerate(positions):
+            depth.append({"step": step, "position": p, "layer": layer, "group": group, "loop": loop,
+                          "phase": layout[p] if i else min(layout[p], 2), "layout_phase": layout[p]})
+        for a in range(D):
+            for b in range(D):
+                similarity.append({"step": step, "i": a, "j": b,
+                                   "similarity": 1.0 if layout[a] == layout[b] else 0.3 + 0.01 * abs(a - b)})
+    return {
+        "geometry": pl.DataFrame(geometry).with_columns(pl.col("step").cast(pl.Int32)),
+        "loss_vs_loops": pl.DataFrame(loss).with_columns(pl.col("step").cast(pl.Int32)),
+        "depth": pl.DataFrame(depth).with_columns(pl.col("step").cast(pl.Int32)),
+        "similarity": pl.DataFrame(similarity).with_columns(pl.col("step").cast(pl.Int32)),
+        "trajectory": pl.DataFrame(trajectory).with_columns(pl.col("step").cast(pl.Int32)),
+    }
+
+
+FIGURES = {
+    "fig1_trajectory": ("trajectory",),
+    "fig2_drift_to_loop": ("geometry",),
+    "fig3a_step_size": ("geometry",),
+    "fig3b_step_cosine": ("geometry",),
+    "fig_similarity": ("similarity", "depth"),
+    "fig_loss_vs_loops": ("loss_vs_loops",),
+    "fig_acceleration": ("geometry",),
+}
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_figure_is_a_readable_png(name, frames, tmp_path):
+    path = tmp_path / "figures" / f"{name}.png"  # the folder does not exist yet
+    getattr(plots, name)(*(frames[f] for f in FIGURES[name]), path)
+    assert path.stat().st_size > 10_000
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        width, height = image.size
+    assert 600 <= width <= 4000 and 400 <= height <= 3000
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_one_checkpoint_is_enough(frames, tmp_path):
+    last = {k: v.filter(pl.col("step") == STEPS[-1]) for k, v in frames.items()}
+    for name, needs in FIGURES.items():
+        getattr(plots, name)(*(last[f] for f in needs), tmp_path / f"{name}.png")
+    assert len(list(tmp_path.glob("*.png"))) == len(FIGURES)
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_empty_frame_is_a_clear_error_and_writes_nothing(name, frames, tmp_path):
+    path = tmp_path / f"{name}.png"
+    args = [frames[f].clear() if i == 0 else frames[f] for i, f in enumerate(FIGURES[name])]
+    with pytest.raises(TwoscaleError, match=rf"{name}: the {FIGURES[name][0]} table is empty"):
+        getattr(plots, name)(*args, path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_metric_and_mismatched_depth_are_clear_errors(frames, tmp_path):
+    no_dlr = frames["geometry"].filter(pl.col("metric") != "drift_to_loop_ratio")
+    with pytest.raises(TwoscaleError, match="no drift_to_loop_ratio rows"):
+        plots.fig2_drift_to_loop(no_dlr, tmp_path / "f.png")
+    with pytest.raises(TwoscaleError, match="depth table is empty"):
+        plots.fig_similarity(frames["similarity"], frames["depth"].clear(), tmp_path / "f.png")
+    short = frames["depth"].filter(pl.col("position") > 0)
+    with pytest.raises(TwoscaleError, match="positions"):
+        plots.fig_similarity(frames["similarity"], short, tmp_path / "f.png")
+    assert list(tmp_path.iterdir()) == []
