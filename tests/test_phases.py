@@ -8,7 +8,6 @@ import itertools
 import pytest
 import torch
 
-from twoscale.model import LoopedGPT, ModelConfig
 from twoscale.phases import (
     SimilarityAccumulator,
     cosine_similarity_matrix,

@@ -27,6 +27,7 @@ from typing import Any
 import polars as pl
 
 from twoscale.errors import TwoscaleError
+from twoscale.tables import metric_rows, require, training_steps
 
 # --- C1: step sizes shrink quickly with k, within about 5-10 steps -----------------------------------------
 C1_K_SETTLED = 10        # "within about 5-10 steps": read at the upper end, k = 10
@@ -50,39 +51,23 @@ C5_MIN_DLR = C4_MIN_DLR  # large jumps: the same order-of-magnitude reading as C
 C5_MIN_TURNING_DEG = 30.0  # a spiral bends: mean turning angle over k >= 2 at least 30 degrees (straight = 0)
 C5_MAX_PATH_TO_JUMP = 1.0  # tight: the path walked after the first application is shorter than the jump
 
-GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
-
 VERDICT_WORDS = {True: "reproduced", False: "not reproduced"}
 
 
 # --- small helpers ------------------------------------------------------------------------------------------
 
 
-def _require(frame: pl.DataFrame | None, name: str, columns: Sequence[str]) -> pl.DataFrame:
-    if frame is None or frame.height == 0:
-        raise TwoscaleError(f"claims: the {name} table is empty")
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise TwoscaleError(f"claims: the {name} table lacks column(s) {', '.join(missing)}")
-    return frame
 
 
-def _metric(geometry: pl.DataFrame, metric: str) -> pl.DataFrame:
-    rows = _require(geometry, "geometry", GEOMETRY_COLUMNS).filter(pl.col("metric") == metric)
-    if rows.height == 0:
-        raise TwoscaleError(f"claims: the geometry table has no {metric} rows")
-    return rows
 
 
-def _steps(frame: pl.DataFrame) -> list[int]:
-    return sorted(int(s) for s in frame["step"].unique())
 
 
 def _curves(geometry: pl.DataFrame, metric: str, step: int,
             column: str = "mean") -> dict[int, dict[int, float]]:
     """{group: {k: value}} for one checkpoint; NaN/null values are left out."""
     rows = (
-        _metric(geometry, metric)
+        metric_rows(geometry, metric, "claims")
         .filter((pl.col("step") == step) & pl.col("k").is_not_null())
         .with_columns(pl.col(column).cast(pl.Float64).fill_nan(None))
         .drop_nulls(column)
@@ -95,7 +80,7 @@ def _curves(geometry: pl.DataFrame, metric: str, step: int,
 
 
 def _handoffs(geometry: pl.DataFrame, step: int) -> list[dict[str, Any]]:
-    rows = _metric(geometry, "drift_to_loop_ratio").filter(pl.col("step") == step).sort("group")
+    rows = metric_rows(geometry, "drift_to_loop_ratio", "claims").filter(pl.col("step") == step).sort("group")
     return [
         {"step": step, "handoff": f"{g}->{g + 1}", "group": int(g), "median": med, "q10": q10, "q90": q90}
         for g, med, q10, q90 in rows.select("group", "median", "q10", "q90").iter_rows()
@@ -162,7 +147,7 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 def c1_step_sizes_shrink(geometry: pl.DataFrame) -> dict[str, Any]:
     """C1 on the last checkpoint: per group, s(10) <= 0.5 s(1) and s(10) - s(K) < s(1) - s(10)."""
-    last = _steps(_metric(geometry, "step_size"))[-1]
+    last = training_steps(metric_rows(geometry, "step_size", "claims"))[-1]
     curves = _curves(geometry, "step_size", last)
     groups, passes = [], []
     for g, s in curves.items():
@@ -200,7 +185,7 @@ def c1_step_sizes_shrink(geometry: pl.DataFrame) -> dict[str, Any]:
 
 def c2_steps_shrink_over_training(geometry: pl.DataFrame) -> dict[str, Any]:
     """C2: first vs last checkpoint, per group: s(k*)/s(1) lower and mean relative step size lower."""
-    steps = _steps(_metric(geometry, "step_size"))
+    steps = training_steps(metric_rows(geometry, "step_size", "claims"))
     per_checkpoint: list[dict[str, Any]] = []
     for step in steps:
         sizes = _curves(geometry, "step_size", step)
@@ -263,7 +248,7 @@ def _late_cosine(curve: dict[int, float]) -> float:
 
 def c3_step_cosine(geometry: pl.DataFrame) -> dict[str, Any]:
     """C3: late-k mean cosine in [0.5, 0.65] for every group at the last checkpoint; trend across training."""
-    steps = _steps(_metric(geometry, "step_cosine"))
+    steps = training_steps(metric_rows(geometry, "step_cosine", "claims"))
     per_checkpoint = [
         {"step": step, "group": g, "late_cosine": _late_cosine(curve)}
         for step in steps
@@ -326,7 +311,7 @@ def c3_step_cosine(geometry: pl.DataFrame) -> dict[str, Any]:
 
 def c4_drift_to_loop(geometry: pl.DataFrame) -> dict[str, Any]:
     """C4: median DLR >= 10 at every hand-off of the last checkpoint; all checkpoints reported."""
-    steps = _steps(_metric(geometry, "drift_to_loop_ratio"))
+    steps = training_steps(metric_rows(geometry, "drift_to_loop_ratio", "claims"))
     per_checkpoint = [h for step in steps for h in _handoffs(geometry, step)]
     last = steps[-1]
     handoffs = [dict(h) for h in per_checkpoint if h["step"] == last]
@@ -387,7 +372,7 @@ def c5_spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = No
                          trajectory: pl.DataFrame | None = None) -> dict[str, Any]:
     """C5 on the last checkpoint: large jumps (median DLR >= 10), bending paths (mean turning >= 30 degrees),
     and tight paths (the length walked after the first application is shorter than the adjacent jump)."""
-    last = _steps(_metric(geometry, "step_size"))[-1]
+    last = training_steps(metric_rows(geometry, "step_size", "claims"))[-1]
     sizes = _curves(geometry, "step_size", last)
     turning = _curves(geometry, "turning_angle", last)
     handoffs = _handoffs(geometry, last)
@@ -426,7 +411,7 @@ def c5_spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = No
                                              "max_path_to_jump": C5_MAX_PATH_TO_JUMP}}
     phase_note = ""
     if depth is not None and depth.height:
-        _require(depth, "depth", ("step", "position", "phase", "layout_phase"))
+        require(depth, "depth", ("step", "position", "phase", "layout_phase"), "claims")
         d = depth.filter(pl.col("step") == depth["step"].max())
         mismatched = int((d["phase"] != d["layout_phase"]).sum())
         detail["phases_match_layout"] = mismatched == 0
@@ -435,7 +420,7 @@ def c5_spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = No
         phase_note = (f"; detected depth phases {'match' if mismatched == 0 else 'do not match'} the layout"
                       + ("" if mismatched == 0 else f" ({mismatched}/{d.height} positions differ)"))
     if trajectory is not None and trajectory.height:
-        _require(trajectory, "trajectory", ("step", "group", "k", "pc1", "pc2"))
+        require(trajectory, "trajectory", ("step", "group", "k", "pc1", "pc2"), "claims")
         detail["token_pca"] = _token_pca_summary(trajectory, int(trajectory["step"].max()))
 
     measured = (

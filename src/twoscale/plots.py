@@ -30,12 +30,13 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from twoscale.claims import C4_MIN_DLR
 from twoscale.errors import TwoscaleError
+from twoscale.tables import metric_rows, require, training_steps
 from twoscale.io import atomic_path
 
 DPI = 150
 PAPER_COSINE_BAND = (0.5, 0.65)  # SCIENCE §1.5 C3
-DLR_MUCH_GREATER = 10.0  # the '≫ 1' reading of the claims table (claims.C4_MIN_DLR)
 STEP_CMAP = "viridis"
 MAX_LEGEND_CHECKPOINTS = 10  # more checkpoints than this get a colour bar instead of a legend
 
@@ -50,31 +51,14 @@ RESIDUAL_UNITS = "residual-stream units"
 # --- shared helpers -----------------------------------------------------------------------------------------
 
 
-def _need(frame: pl.DataFrame | None, name: str, columns: Sequence[str], figure: str) -> pl.DataFrame:
-    if frame is None or frame.height == 0:
-        raise TwoscaleError(f"{figure}: the {name} table is empty")
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise TwoscaleError(f"{figure}: the {name} table lacks column(s) {', '.join(missing)}")
-    return frame
 
 
-def _metric(geometry: pl.DataFrame, metrics: str | Sequence[str], figure: str) -> pl.DataFrame:
-    _need(geometry, "geometry", ("step", "metric", "group", "k", "mean", "median", "q10", "q90"), figure)
-    names = [metrics] if isinstance(metrics, str) else list(metrics)
-    rows = geometry.filter(pl.col("metric").is_in(names))
-    for name in names:
-        if rows.filter(pl.col("metric") == name).height == 0:
-            raise TwoscaleError(f"{figure}: the geometry table has no {name} rows")
-    return rows
 
 
-def _steps(frame: pl.DataFrame) -> list[int]:
-    return sorted(int(s) for s in frame["step"].unique())
 
 
 def _last(frame: pl.DataFrame) -> tuple[int, pl.DataFrame]:
-    step = _steps(frame)[-1]
+    step = training_steps(frame)[-1]
     return step, frame.filter(pl.col("step") == step)
 
 
@@ -168,9 +152,9 @@ def _positive(values: np.ndarray) -> np.ndarray:
 def fig1_trajectory(trajectory: pl.DataFrame, path: Path) -> None:
     """2-D PCA path of one token over all loops of all groups: first and last checkpoint side by side."""
     name = "fig1_trajectory"
-    _need(trajectory, "trajectory", ("step", "point", "group", "k", "pc1", "pc2", "explained_pc1",
+    require(trajectory, "trajectory", ("step", "point", "group", "k", "pc1", "pc2", "explained_pc1",
                                      "explained_pc2"), name)
-    steps = _steps(trajectory)
+    steps = training_steps(trajectory)
     shown = sorted({steps[0], steps[-1]})
     groups = sorted(int(g) for g in trajectory["group"].unique())
     palette = dict(zip(groups, sns.color_palette("deep", len(groups)), strict=True))
@@ -225,8 +209,8 @@ def fig1_trajectory(trajectory: pl.DataFrame, path: Path) -> None:
 def fig2_drift_to_loop(geometry: pl.DataFrame, path: Path) -> None:
     """Median drift-to-loop ratio (10th-90th percentile band) at each hand-off vs training step."""
     name = "fig2_drift_to_loop"
-    rows = _metric(geometry, "drift_to_loop_ratio", name).sort("group", "step")
-    steps = _steps(rows)
+    rows = metric_rows(geometry, "drift_to_loop_ratio", name).sort("group", "step")
+    steps = training_steps(rows)
     handoffs = sorted(int(g) for g in rows["group"].unique())
     labels = {g: f"group {g} → {g + 1}" for g in handoffs}
     palette = dict(zip(labels.values(), sns.color_palette("deep", len(handoffs)), strict=True))
@@ -244,14 +228,14 @@ def fig2_drift_to_loop(geometry: pl.DataFrame, path: Path) -> None:
         sns.lineplot(data=pdf, x="step", y="median", hue="hand-off", palette=palette, marker="o", ax=ax,
                      estimator=None)
         ax.axhline(1.0, color="black", lw=1.2, label="DLR = 1 (jump = one loop step)")
-        ax.axhline(DLR_MUCH_GREATER, color="black", lw=1, ls=":",
-                   label=f"DLR = {DLR_MUCH_GREATER:g} ('≫ 1' in C4)")
+        ax.axhline(C4_MIN_DLR, color="black", lw=1, ls=":",
+                   label=f"DLR = {C4_MIN_DLR:g} ('≫ 1' in C4)")
         _step_axis(ax, steps)
         ax.set_yscale("log")
         _plain_log_ticks(ax)
         low = float(np.nanmin(_positive(pdf["q10"].to_numpy()))) if pdf["q10"].notna().any() else 1.0
         high = float(np.nanmax(pdf["q90"].to_numpy())) if pdf["q90"].notna().any() else 10.0
-        ax.set_ylim(min(0.7, low * 0.8), max(DLR_MUCH_GREATER * 1.5, high * 1.3))
+        ax.set_ylim(min(0.7, low * 0.8), max(C4_MIN_DLR * 1.5, high * 1.3))
         ax.set_ylabel("drift-to-loop ratio (unitless, log scale)\n‖jump to next group‖ / mean loop step")
         handles, _ = ax.get_legend_handles_labels()
         if ax.get_legend() is not None:
@@ -266,10 +250,10 @@ def fig2_drift_to_loop(geometry: pl.DataFrame, path: Path) -> None:
 
 
 def _per_group_curves(geometry: pl.DataFrame, metric: str, figure: str):
-    rows = _metric(geometry, metric, figure).filter(pl.col("k").is_not_null()).sort("step", "group", "k")
+    rows = metric_rows(geometry, metric, figure).filter(pl.col("k").is_not_null()).sort("step", "group", "k")
     if rows.height == 0:
         raise TwoscaleError(f"{figure}: the geometry table has no {metric} rows with a loop step k")
-    steps = _steps(rows)
+    steps = training_steps(rows)
     groups = sorted(int(g) for g in rows["group"].unique())
     return rows, steps, groups, _step_colours(steps)
 
@@ -356,8 +340,8 @@ def _segment_names(depth: pl.DataFrame) -> list[tuple[float, str]]:
 def fig_similarity(similarity: pl.DataFrame, depth: pl.DataFrame, path: Path) -> None:
     """Depth-by-depth cosine similarity of the last checkpoint, with detected phases and the layout on it."""
     name = "fig_similarity"
-    _need(similarity, "similarity", ("step", "i", "j", "similarity"), name)
-    _need(depth, "depth", ("step", "position", "layer", "group", "loop", "phase", "layout_phase"), name)
+    require(similarity, "similarity", ("step", "i", "j", "similarity"), name)
+    require(depth, "depth", ("step", "position", "layer", "group", "loop", "phase", "layout_phase"), name)
     step, sim = _last(similarity)
     d = depth.filter(pl.col("step") == step).sort("position")
     if d.height == 0:
@@ -409,9 +393,9 @@ def fig_similarity(similarity: pl.DataFrame, depth: pl.DataFrame, path: Path) ->
 def fig_loss_vs_loops(loss_vs_loops: pl.DataFrame, path: Path) -> None:
     """Validation loss vs the loop count applied to every group, one line per checkpoint (log-2 x axis)."""
     name = "fig_loss_vs_loops"
-    _need(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), name)
+    require(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), name)
     rows = loss_vs_loops.sort("step", "loops")
-    steps = _steps(rows)
+    steps = training_steps(rows)
     colours = _step_colours(steps)
     loops = sorted(int(x) for x in rows["loops"].unique())
     with _style():
@@ -440,7 +424,7 @@ def fig_acceleration(geometry: pl.DataFrame, path: Path) -> None:
         "step_size_difference": (f"step-size difference {SIZE_DIFF}", "tab:blue", "-"),
         "step_size": (f"step size {STEP_NORM} (reference)", "0.35", ":"),
     }
-    rows = _metric(geometry, list(series), name).filter(pl.col("k").is_not_null())
+    rows = metric_rows(geometry, list(series), name).filter(pl.col("k").is_not_null())
     step, rows = _last(rows)
     groups = sorted(int(g) for g in rows["group"].unique())
     with _style():

@@ -1,0 +1,36 @@
+"""Checks and selections on the measurement tables shared by the figures and the claims."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from twoscale.errors import TwoscaleError
+
+GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
+
+
+def require(frame: pl.DataFrame | None, name: str, columns: Sequence[str], user: str) -> pl.DataFrame:
+    """The frame, if it has rows and the columns; else a one-line error naming the user (figure or claim)."""
+    if frame is None or frame.height == 0:
+        raise TwoscaleError(f"{user}: the {name} table is empty")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise TwoscaleError(f"{user}: the {name} table lacks column(s) {', '.join(missing)}")
+    return frame
+
+
+def metric_rows(geometry: pl.DataFrame, metrics: str | Sequence[str], user: str) -> pl.DataFrame:
+    """The geometry rows of one or more metrics; each must be present."""
+    require(geometry, "geometry", GEOMETRY_COLUMNS, user)
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    rows = geometry.filter(pl.col("metric").is_in(names))
+    for name in names:
+        if rows.filter(pl.col("metric") == name).height == 0:
+            raise TwoscaleError(f"{user}: the geometry table has no {name} rows")
+    return rows
+
+
+def training_steps(frame: pl.DataFrame) -> list[int]:
+    return sorted(int(s) for s in frame["step"].unique())
