@@ -143,3 +143,17 @@ def test_stage_with_bad_params_exits_nonzero_with_one_line(tmp_path):
         f"twoscale corpus: error: {bad}: train.learning_rate = -1: Input should be greater than 0"
     ]
     assert not out.exists()
+
+
+def test_snakemake_refuses_bad_params_before_any_job(tmp_path):
+    raw = default_raw()
+    raw["model"]["groups"] = [{"first": 1, "last": 2}, {"first": 2, "last": 3}]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("snakemake")), "--dry-run", "--cores", "1", "--configfile", str(bad)],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "bad.yaml: model" in output and "group 2-3 overlaps or precedes the group before it" in output

@@ -10,11 +10,11 @@ from twoscale.params import ParamsError, load_params
 # `--configfile X` picks another complete parameter set; stages read that same file through --params.
 PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
 
-validate(config, "../schemas/params.schema.json")
 try:
-    PARAMS = load_params(PARAMS_FILE)  # also checks what JSON schema cannot (overlapping groups, ...)
+    PARAMS = load_params(PARAMS_FILE)  # one line naming the bad key; also what JSON schema cannot express
 except ParamsError as exc:
     raise WorkflowError(str(exc)) from None
+validate(config, "../schemas/params.schema.json")
 with open(PARAMS_FILE) as handle:
     if config != yaml.safe_load(handle):
         raise WorkflowError("parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
