@@ -10,6 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import polars as pl
+
 from twoscale.errors import TwoscaleError
 
 
@@ -56,3 +59,18 @@ def read_json(path: str | Path) -> Any:
         raise TwoscaleError(f"{path}: not found") from None
     except json.JSONDecodeError as exc:
         raise TwoscaleError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def write_parquet(path: str | Path, frame: pl.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        frame.write_parquet(tmp)
+
+
+def load_token_array(path: Path) -> np.ndarray:
+    """A token array written by the tokenize stage, memory-mapped."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: token array not found (run the tokenize stage first)") from None
+    except ValueError as exc:
+        raise TwoscaleError(f"{path}: not a token array ({exc})") from None

@@ -11,10 +11,9 @@ import polars as pl
 
 from twoscale import plots, tracking
 from twoscale.errors import TwoscaleError
-from twoscale.io import atomic_path, read_json
+from twoscale.io import atomic_path, read_json, write_parquet
 from twoscale.params import params_hash
 from twoscale.stages.common import add_params_argument, load
-from twoscale.stages.measure import write_parquet
 
 log = logging.getLogger("twoscale.geometry")
 

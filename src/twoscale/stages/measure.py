@@ -11,12 +11,11 @@ import polars as pl
 
 from twoscale import tracking
 from twoscale.errors import TwoscaleError
-from twoscale.io import atomic_path, read_json, write_json
+from twoscale.io import load_token_array, read_json, write_json, write_parquet
 from twoscale.measurement import CheckpointMeasurement, boundary_offsets, measure_checkpoint
 from twoscale.model import ModelConfig
 from twoscale.params import Params, params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
-from twoscale.stages.train import load_ids
 from twoscale.training import configure_torch, load_model, resolve_device
 
 log = logging.getLogger("twoscale.measure")
@@ -58,11 +57,6 @@ def _means(geometry: pl.DataFrame) -> dict[tuple[str, int, int], float]:
     return {(r["metric"], r["group"], r["k"]): r["mean"] for r in rows}
 
 
-def write_parquet(path: Path, frame: pl.DataFrame) -> None:
-    with atomic_path(path) as tmp:
-        frame.write_parquet(tmp)
-
-
 def tables(step: int, m: CheckpointMeasurement) -> dict[str, pl.DataFrame]:
     step_column = pl.lit(step).alias("step")
     phase_of = np.empty(len(m.positions), dtype=np.int64)
@@ -101,7 +95,7 @@ def tables(step: int, m: CheckpointMeasurement) -> dict[str, pl.DataFrame]:
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     stats = read_json(args.data_dir / "stats.json")
-    val_ids = load_ids(args.data_dir / "val.npy")
+    val_ids = load_token_array(args.data_dir / "val.npy")
     configure_torch(params.measure.threads, params.runtime.seed)
     device = resolve_device(params.runtime.device)
     model, meta = load_model(args.checkpoint, device)

@@ -13,13 +13,12 @@ import shutil
 import time
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 from tqdm import tqdm
 
 from twoscale import tracking
 from twoscale.errors import TwoscaleError
-from twoscale.io import atomic_path, read_json, write_json
+from twoscale.io import atomic_path, load_token_array, read_json, write_json, write_parquet
 from twoscale.model import ModelConfig
 from twoscale.params import Params, params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
@@ -44,15 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume-dir", type=Path, default=Path("results/.resume/train"))
 
 
-def load_ids(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, mmap_mode="r")
-    except FileNotFoundError:
-        raise TwoscaleError(f"{path}: token array not found (run the tokenize stage first)") from None
-    except ValueError as exc:
-        raise TwoscaleError(f"{path}: not a token array ({exc})") from None
-
-
 def data_fingerprint(data_dir: Path) -> str:
     digest = hashlib.sha256()
     for name in ("tokenizer.json", "train.npy", "val.npy"):
@@ -74,8 +64,7 @@ def check_context_fits(params: Params, train_tokens: int, val_tokens: int) -> No
 
 def write_history(out_dir: Path, history: list[dict]) -> pl.DataFrame:
     frame = pl.DataFrame(history).with_columns(pl.col("val_loss").fill_nan(None))
-    with atomic_path(out_dir / "history.parquet") as tmp:
-        frame.write_parquet(tmp)
+    write_parquet(out_dir / "history.parquet", frame)
     with atomic_path(out_dir / "history.csv") as tmp:
         frame.write_csv(tmp)
     return frame
@@ -107,7 +96,7 @@ def log_to_mlflow(params: Params, frame: pl.DataFrame, metrics: dict, model, out
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     stats = read_json(args.data_dir / "stats.json")
-    train_ids, val_ids = load_ids(args.data_dir / "train.npy"), load_ids(args.data_dir / "val.npy")
+    train_ids, val_ids = load_token_array(args.data_dir / "train.npy"), load_token_array(args.data_dir / "val.npy")
     check_context_fits(params, len(train_ids), len(val_ids))
     configure_torch(params.runtime.threads, params.runtime.seed)
     device = resolve_device(params.runtime.device)
