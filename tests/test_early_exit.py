@@ -8,18 +8,14 @@ import torch
 
 from twoscale.early_exit import compute_fraction, decode_rest, evaluate_with_exits, run_with_exits
 from twoscale.exits import exit_steps, head_decode, make_rule
-from twoscale.model import LoopedGPT, ModelConfig
+from twoscale.model import LoopedGPT
 
 MAX_LOOPS = 6
 
 
 @pytest.fixture(scope="module")
-def model() -> LoopedGPT:
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    config = ModelConfig(vocab_size=40, n_layer=6, n_head=2, n_embd=16, block_size=10, dropout=0.0, bias=True,
-                         groups=((1, 1), (2, 3), (4, 4)))
-    return LoopedGPT(config).double().eval()
+def model(tiny_model: LoopedGPT) -> LoopedGPT:
+    return tiny_model
 
 
 def tokens(seed: int = 1) -> torch.Tensor:

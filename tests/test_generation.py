@@ -7,18 +7,14 @@ import torch
 
 from twoscale.exits import make_rule
 from twoscale.generation import LayerCache, block_step, decode_rest, generate, new_cache, step_token
-from twoscale.model import LoopedGPT, ModelConfig
+from twoscale.model import LoopedGPT
 
 MAX_LOOPS = 5
 
 
 @pytest.fixture(scope="module")
-def model() -> LoopedGPT:
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    config = ModelConfig(vocab_size=40, n_layer=6, n_head=2, n_embd=16, block_size=16, dropout=0.0, bias=True,
-                         groups=((1, 1), (2, 3), (4, 4)))
-    return LoopedGPT(config).double().eval()
+def model(tiny_model: LoopedGPT) -> LoopedGPT:
+    return tiny_model
 
 
 def fixed(*loops: int):

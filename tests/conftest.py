@@ -1,0 +1,18 @@
+"""Fixtures shared across test modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from twoscale.model import LoopedGPT, ModelConfig
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> LoopedGPT:
+    """A small float64 looped GPT in eval mode with the default 1/2/1 layout (6 layers, groups 1, 2-3, 4)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=40, n_layer=6, n_head=2, n_embd=16, block_size=16, dropout=0.0, bias=True,
+                         groups=((1, 1), (2, 3), (4, 4)))
+    return LoopedGPT(config).double().eval()
