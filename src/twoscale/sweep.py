@@ -1,0 +1,60 @@
+"""One point of an early-exit sweep: a strategy at one threshold (or the fixed-depth baseline at one loop count),
+measured for quality with teacher forcing and for real latency with cached generation (SCIENCE §1.3, §1.4).
+
+A strategy is a plain exit spec without its threshold, e.g. {"criterion": "acceleration", "variant": "vector",
+"hits": 2}; `rules_at` sets the threshold (or, for "fixed", the loop count) and builds one rule per group.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from twoscale.early_exit import evaluate_with_exits
+from twoscale.exits import ExitRule, make_rule
+from twoscale.generation import generate
+from twoscale.model import LoopedGPT
+
+
+def rules_at(strategy: dict[str, Any], setting: float, n_groups: int, max_loops: int) -> list[ExitRule]:
+    """Fresh rules (one per group) for a strategy at one setting: the threshold, or the loop count of "fixed"."""
+    key = "loops" if strategy["criterion"] == "fixed" else "threshold"
+    value = int(setting) if key == "loops" else float(setting)
+    return [make_rule({**strategy, key: value}, max_loops=max_loops) for _ in range(n_groups)]
+
+
+def latency_ms_per_token(
+    model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, strategy: dict[str, Any], setting: float,
+    max_loops: int,
+) -> tuple[float, float]:
+    """Median ms per generated token over every token of every prompt (batch size 1, KV cache, the criterion's
+    own cost included), and the mean loop count per group and token while generating."""
+    times, loops = [], []
+    for prompt in prompts:
+        out = generate(model, prompt, new_tokens, rules_at(strategy, setting, model.n_groups, max_loops), max_loops)
+        times += out.ms_per_token
+        loops += [sum(position) / len(position) for position in out.loops[len(prompt) - 1 :]]
+    return statistics.median(times), float(np.mean(loops))
+
+
+def sweep_point(
+    model: LoopedGPT,
+    val_ids: np.ndarray,
+    strategy: dict[str, Any],
+    setting: float,
+    max_loops: int,
+    n_windows: int,
+    batch_size: int,
+    prompts: Sequence[Sequence[int]],
+    new_tokens: int,
+    device: torch.device,
+) -> dict[str, float]:
+    """Quality (teacher-forced), compute and latency of one strategy at one setting."""
+    rules = rules_at(strategy, setting, model.n_groups, max_loops)
+    quality = evaluate_with_exits(model, val_ids, rules, max_loops, n_windows, batch_size, device)
+    ms, generated_loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops)
+    return {"setting": float(setting), **quality, "ms_per_token": ms, "generated_mean_loops": generated_loops}
