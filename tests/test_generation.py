@@ -33,7 +33,7 @@ def test_cached_generation_equals_the_full_forward_when_exits_are_off(model, loo
 
 def test_an_exited_position_is_read_at_its_deepest_step():
     keys = torch.arange(3 * 3, dtype=torch.float64).view(3, 3, 1, 1)  # keys[step, position] = 3 * step + position
-    cache = LayerCache(keys, -keys, depth=[1, 3, 2])
+    cache = LayerCache(keys, -keys, depth=torch.tensor([1, 3, 2]))
     got, values = cache.visible(step=2, count=3)
     # step 2 for positions whose deepest step is >= 2, else their deepest: steps (1, 2, 2) -> indices (0, 1, 1)
     assert got.flatten().tolist() == [0.0, 4.0, 5.0]
@@ -58,13 +58,12 @@ def test_rest_decode_reads_the_cache_of_the_later_layers(model):
     position = len(tokens) - 1
     x = model.wte(torch.tensor([tokens[-1]])) + model.wpe(torch.tensor([position]))
     for layer, steps in ((0, 1), (1, K)):
-        caches[layer].depth.append(steps)
         for k in range(1, steps + 1):
+            caches[layer].depth[position] = k
             x = block_step(model.blocks[layer], x, caches[layer], k, position)
-    for layer in (2, 3):
-        caches[layer].depth.append(K)
     for k in range(1, K + 1):
         for layer in (2, 3):
+            caches[layer].depth[position] = k
             x = block_step(model.blocks[layer], x, caches[layer], k, position)
     with torch.no_grad():
         logits = decode_rest(model, x, 2, caches, position)  # after group 1: layer 4 once, then layer 5

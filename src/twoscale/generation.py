@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -28,11 +28,11 @@ class LayerCache:
 
     keys: Tensor
     values: Tensor
-    depth: list[int] = field(default_factory=list)
+    depth: Tensor  # (positions,) long: deepest loop step each position has an entry for (0: none yet)
 
     def visible(self, step: int, count: int) -> tuple[Tensor, Tensor]:
         """The first `count` positions' entries at loop step min(step, their deepest step) (1-based): (P, H, D)."""
-        index = torch.tensor([min(step, d) - 1 for d in self.depth[:count]], dtype=torch.long, device=self.keys.device)
+        index = self.depth[:count].clamp(max=step) - 1
         positions = torch.arange(count, device=self.keys.device)
         return self.keys[index, positions], self.values[index, positions]
 
@@ -47,7 +47,8 @@ def new_cache(model: LoopedGPT, max_loops: int, max_positions: int) -> list[Laye
     shape = (max_positions, config.n_head, head_dim)
     return [
         LayerCache(torch.zeros((max_loops if layer in looped else 1, *shape), device=device, dtype=dtype),
-                   torch.zeros((max_loops if layer in looped else 1, *shape), device=device, dtype=dtype))
+                   torch.zeros((max_loops if layer in looped else 1, *shape), device=device, dtype=dtype),
+                   torch.zeros(max_positions, dtype=torch.long, device=device))
         for layer in range(config.n_layer)
     ]
 
@@ -97,13 +98,11 @@ def step_token(
     for segment_index, segment in enumerate(model.segments):
         if segment.group is None:
             for layer in segment.layers:
-                caches[layer].depth.append(1)
+                caches[layer].depth[position] = 1
                 x = block_step(model.blocks[layer], x, caches[layer], 1, position)
             continue
         rule = rules[segment.group]
         rule.start(x)
-        for layer in segment.layers:
-            caches[layer].depth.append(0)
         k = 0
         while rule.running.numel():
             k += 1
