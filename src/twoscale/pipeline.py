@@ -35,11 +35,11 @@ STAGES: dict[str, dict[str, list[str]]] = {
     },
     "geometry": {
         "params": ["train.checkpoint_steps"],
-        "sources": ["src/twoscale/stages/geometry.py", "src/twoscale/plots.py"],
+        "sources": ["src/twoscale/stages/geometry.py", "src/twoscale/plots.py", "src/twoscale/tables.py"],
     },
     "claims": {
         "params": [],
-        "sources": ["src/twoscale/stages/claims.py", "src/twoscale/claims.py"],
+        "sources": ["src/twoscale/stages/claims.py", "src/twoscale/claims.py", "src/twoscale/tables.py"],
     },
 }
 

@@ -9,6 +9,8 @@ import polars as pl
 from twoscale.errors import TwoscaleError
 
 GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
+# the tables the measure stage writes per checkpoint and the geometry stage stacks across training
+MEASUREMENT_TABLES = ("geometry", "loss_vs_loops", "depth", "similarity", "trajectory")
 
 
 def require(frame: pl.DataFrame | None, name: str, columns: Sequence[str], user: str) -> pl.DataFrame:

@@ -14,7 +14,7 @@ from twoscale.errors import TwoscaleError
 from twoscale.io import write_text
 from twoscale.params import params_hash
 from twoscale.stages.common import add_params_argument, load
-from twoscale.stages.geometry import TABLES
+from twoscale.tables import MEASUREMENT_TABLES
 
 log = logging.getLogger("twoscale.claims")
 
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_tables(directory: Path) -> dict[str, pl.DataFrame]:
     try:
-        return {name: pl.read_parquet(directory / f"{name}.parquet") for name in TABLES}
+        return {name: pl.read_parquet(directory / f"{name}.parquet") for name in MEASUREMENT_TABLES}
     except FileNotFoundError as exc:
         raise TwoscaleError(f"{exc.filename}: not found (run the geometry stage first)") from None
 

@@ -14,10 +14,10 @@ from twoscale.errors import TwoscaleError
 from twoscale.io import atomic_path, read_json, write_parquet
 from twoscale.params import params_hash
 from twoscale.stages.common import add_params_argument, load
+from twoscale.tables import MEASUREMENT_TABLES
 
 log = logging.getLogger("twoscale.geometry")
 
-TABLES = ("geometry", "loss_vs_loops", "depth", "similarity", "trajectory")
 FIGURES = {
     "fig1_trajectory_pca.png": (plots.fig1_trajectory, ("trajectory",)),
     "fig2_drift_to_loop_ratio.png": (plots.fig2_drift_to_loop, ("geometry",)),
@@ -38,9 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def gather(measure_dir: Path, steps: list[int]) -> dict[str, pl.DataFrame]:
     """Each table of every checkpoint, stacked in training order."""
-    frames: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
+    frames: dict[str, list[pl.DataFrame]] = {name: [] for name in MEASUREMENT_TABLES}
     for step in steps:
-        for name in TABLES:
+        for name in MEASUREMENT_TABLES:
             path = measure_dir / f"step_{step}" / f"{name}.parquet"
             try:
                 frames[name].append(pl.read_parquet(path))
