@@ -54,6 +54,12 @@ def test_fixed_rules_equal_the_plain_forward(model):
     assert run.loops.shape == (3, 2, 10) and bool((run.loops == 4).all())
 
 
+def test_fixed_rules_equal_the_plain_forward_with_sandwich_norm_and_injection(variant_model):
+    idx = tokens()
+    run = run_with_exits(variant_model, idx, rules({"criterion": "fixed", "loops": 3}))
+    torch.testing.assert_close(run.logits, variant_model(idx, [3, 3, 3]).logits, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "spec",
     [

@@ -31,6 +31,12 @@ def test_cached_generation_equals_the_full_forward_when_exits_are_off(model, loo
     assert all(position_loops == list(loops) for position_loops in out.loops)
 
 
+def test_cached_generation_equals_the_full_forward_with_sandwich_norm_and_injection(variant_model):
+    out = generate(variant_model, [3, 1, 4, 1], new_tokens=6, rules=fixed(2, 3, 1), max_loops=MAX_LOOPS)
+    full = variant_model(torch.tensor([out.tokens[:-1]]), [2, 3, 1]).logits[0]
+    torch.testing.assert_close(torch.stack(out.logits), full, rtol=0, atol=1e-10)
+
+
 def test_an_exited_position_is_read_at_its_deepest_step():
     keys = torch.arange(3 * 3, dtype=torch.float64).view(3, 3, 1, 1)  # keys[step, position] = 3 * step + position
     cache = LayerCache(keys, -keys, depth=torch.tensor([1, 3, 2]))

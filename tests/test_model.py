@@ -277,3 +277,41 @@ def test_token_embedding_and_lm_head_share_one_weight():
     # 37*16 shared + 12*16 positions + 6 blocks + final norm, counted once
     block = 2 * 2 * 16 + (16 * 48 + 48) + (16 * 16 + 16) + (16 * 64 + 64) + (64 * 16 + 16)
     assert model.num_parameters() == 37 * 16 + 12 * 16 + 6 * block + 2 * 16
+
+
+# --- sandwich norm and input injection ---------------------------------------------------------------------
+
+
+def test_sandwich_block_normalises_each_residual_sum():
+    model = make_model(ModelConfig(**{**config().__dict__, "norm": "sandwich"}))
+    block, x = model.blocks[2], torch.randn(2, 5, 16, dtype=torch.float64)
+    ln = lambda norm, v: F.layer_norm(v, (16,), norm.weight, norm.bias)  # noqa: E731
+    after_attention = ln(block.ln_attn_out, x + block.attn(ln(block.ln_1, x)))
+    expected = ln(block.ln_mlp_out, after_attention + block.mlp(ln(block.ln_2, after_attention)))
+    torch.testing.assert_close(block(x), expected, rtol=0, atol=1e-12)
+
+
+def test_injection_starts_every_application_from_the_adapter_on_state_and_group_input():
+    model = make_model(ModelConfig(**{**config().__dict__, "injection": "adapter"}))
+    with torch.no_grad():
+        for adapter in model.adapters:
+            adapter.weight.add_(0.3 * torch.randn_like(adapter.weight))
+    idx, (k0, k1, k2) = tokens(), (2, 3, 1)
+    x = run_layers(model, manual_embed(model, idx), [0], 1)
+    for group, (layers, times) in enumerate((([1], k0), ([2, 3], k1), ([4], k2))):
+        group_input, W, b = x, model.adapters[group].weight, model.adapters[group].bias
+        for _ in range(times):
+            x = run_layers(model, torch.cat([x, group_input], -1) @ W.T + b, layers, 1)
+    expected = model.lm_head(model.ln_f(run_layers(model, x, [5], 1)))
+    torch.testing.assert_close(model(idx, [k0, k1, k2]).logits, expected, rtol=0, atol=1e-10)
+    recorded = model(idx, [k0, k1, k2], record_trajectories=True)
+    torch.testing.assert_close(recorded.logits, expected, rtol=0, atol=1e-10)
+
+
+def test_a_fresh_adapter_keeps_the_state_so_injection_starts_as_the_plain_model():
+    plain = make_model()
+    injected = make_model(ModelConfig(**{**config().__dict__, "injection": "adapter"}))
+    injected.load_state_dict({**plain.state_dict(), **{k: v for k, v in injected.state_dict().items()
+                                                       if k.startswith("adapters.")}})
+    idx = tokens()
+    torch.testing.assert_close(injected(idx, [3, 2, 4]).logits, plain(idx, [3, 2, 4]).logits, rtol=0, atol=1e-12)

@@ -60,12 +60,13 @@ def run_with_exits(model: LoopedGPT, idx: Tensor, rules: Sequence[ExitRule]) -> 
         rule = rules[segment.group]
         flat = x.reshape(B * T, C)
         rule.start(flat)
+        group_input = x
         steps = torch.zeros(B * T, dtype=torch.long, device=x.device)
         k = 0
         while rule.running.numel():
             k += 1
             running = rule.running
-            advanced = model.apply_segment(segment, flat.view(B, T, C)).reshape(B * T, C)
+            advanced = model.apply_group(segment, flat.view(B, T, C), group_input).reshape(B * T, C)
             flat = flat.index_copy(0, running, advanced[running])  # exited tokens stay frozen
             logits = _decode(model, rule, flat.view(B, T, C), segment_index, running) if rule.needs_logits else None
             exit_now = rule.step(flat[running], logits)

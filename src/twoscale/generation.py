@@ -69,8 +69,7 @@ def block_step(block: Block, x: Tensor, cache: LayerCache, step: int, position: 
     past_k, past_v = cache.visible(step, position)
     keys, values = torch.cat([past_k, k[None]]), torch.cat([past_v, v[None]])
     y = F.scaled_dot_product_attention(q[:, None], keys.transpose(0, 1), values.transpose(0, 1))
-    x = x + attn.proj(y.reshape(1, C))
-    return x + block.mlp(block.ln_2(x))
+    return block.feed_forward(block.add_attention(x, attn.proj(y.reshape(1, C))))
 
 
 def decode_rest(model: LoopedGPT, x: Tensor, after_segment: int, caches: list[LayerCache], position: int) -> Tensor:
@@ -103,9 +102,11 @@ def step_token(
             continue
         rule = rules[segment.group]
         rule.start(x)
+        group_input = x
         k = 0
         while rule.running.numel():
             k += 1
+            x = model.inject(segment, x, group_input)
             for layer in segment.layers:
                 caches[layer].depth[position] = k
                 x = block_step(model.blocks[layer], x, caches[layer], k, position)

@@ -34,6 +34,8 @@ class ModelConfig:
     dropout: float
     bias: bool
     groups: tuple[tuple[int, int], ...]  # inclusive (first, last) layer ranges, sorted, disjoint
+    norm: str = "pre"  # "pre": pre-LayerNorm blocks (GPT-2); "sandwich": also a norm after each residual add
+    injection: str = "none"  # "adapter": each group application first maps concat(state, group input) to width
 
     @classmethod
     def from_params(cls, model: ModelParams, vocab_size: int) -> ModelConfig:
@@ -101,18 +103,31 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block: x + Attn(LN(x)), then + MLP(LN(x))."""
+    """Pre-LayerNorm transformer block: x + Attn(LN(x)), then + MLP(LN(x)).
+
+    With norm "sandwich" each residual sum is normalised too (Geiping et al.): x = LN(x + Attn(LN(x))), then
+    x = LN(x + MLP(LN(x))), which bounds the state however often the block is looped."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        sandwich = config.norm == "sandwich"
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.attn = CausalSelfAttention(config)
+        self.ln_attn_out = nn.LayerNorm(config.n_embd, bias=config.bias) if sandwich else nn.Identity()
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
+        self.ln_mlp_out = nn.LayerNorm(config.n_embd, bias=config.bias) if sandwich else nn.Identity()
+
+    def add_attention(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """The attention half's residual sum, given the attention output on ln_1(x)."""
+        return self.ln_attn_out(x + attended)
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP half of the block."""
+        return self.ln_mlp_out(x + self.mlp(self.ln_2(x)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        return self.feed_forward(self.add_attention(x, self.attn(self.ln_1(x))))
 
 
 @dataclass(frozen=True)
@@ -146,10 +161,18 @@ class LoopedGPT(nn.Module):
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
+        self.adapters = nn.ModuleList(
+            nn.Linear(2 * config.n_embd, config.n_embd, bias=config.bias)
+            for _ in (config.groups if config.injection == "adapter" else ())
+        )
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):  # GPT-2's scaled init of residual projections
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        for adapter in self.adapters:  # start as "keep the state, ignore the input": the plain looped model
+            with torch.no_grad():
+                adapter.weight.zero_()
+                adapter.weight[:, : config.n_embd].copy_(torch.eye(config.n_embd))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -180,18 +203,31 @@ class LoopedGPT(nn.Module):
             x = self.blocks[layer](x)
         return x
 
+    def inject(self, segment: Segment, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
+        """What one application of a looped group starts from: the state itself, or with injection the adapter
+        on concat(state, the group's input x^(0))."""
+        if not self.adapters:
+            return x
+        return self.adapters[segment.group](torch.cat([x, group_input], dim=-1))
+
+    def apply_group(self, segment: Segment, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
+        """One application of a looped group: x^(k-1) -> x^(k)."""
+        return self.apply_segment(segment, self.inject(segment, x, group_input))
+
     def loop_group(
         self, segment: Segment, x: torch.Tensor, loops: int, backprop_depth: int | None = None
     ) -> torch.Tensor:
-        """Apply a group `loops` times. With `backprop_depth`, only the last that-many steps keep gradients."""
+        """Apply a group `loops` times. With `backprop_depth`, only the last that-many steps keep gradients
+        (the injected group input keeps its gradient throughout)."""
+        group_input = x
         no_grad_steps = max(0, loops - backprop_depth) if backprop_depth is not None else 0
         if no_grad_steps:
             with torch.no_grad():
                 for _ in range(no_grad_steps):
-                    x = self.apply_segment(segment, x)
+                    x = self.apply_group(segment, x, group_input)
             x = x.detach()
         for _ in range(loops - no_grad_steps):
-            x = self.apply_segment(segment, x)
+            x = self.apply_group(segment, x, group_input)
         return x
 
     def forward(
@@ -226,7 +262,10 @@ class LoopedGPT(nn.Module):
         for segment in self.segments:
             applications = 1 if segment.group is None else loops[segment.group]
             trajectory = [x]
+            group_input = x
             for k in range(1, applications + 1):
+                if segment.group is not None:
+                    x = self.inject(segment, x, group_input)
                 for layer in segment.layers:
                     x = self.blocks[layer](x)
                     out.depth_states.append(x)
