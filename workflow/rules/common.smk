@@ -14,10 +14,12 @@ try:
     PARAMS = load_params(PARAMS_FILE)  # one line naming the bad key; also what JSON schema cannot express
 except ParamsError as exc:
     raise WorkflowError(str(exc)) from None
+if workflow.config_settings.config:
+    raise WorkflowError("parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
+with open(PARAMS_FILE) as handle:  # the file alone: Snakemake would deep-merge it into params.yaml
+    config.clear()
+    config.update(yaml.safe_load(handle))
 validate(config, "../schemas/params.schema.json")
-with open(PARAMS_FILE) as handle:
-    if config != yaml.safe_load(handle):
-        raise WorkflowError("parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
 
 os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
 
