@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup reproduce smoke test report mlflow-ui schema clean
+.PHONY: setup reproduce smoke test benchmark report mlflow-ui schema clean
 
 $(BIN)/.installed: pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -26,6 +26,9 @@ smoke: setup
 
 test: setup
 	$(RUN) pytest -q
+
+benchmark: setup
+	$(RUN) python -m twoscale benchmark
 
 report: setup
 	$(RUN) snakemake --report report.html

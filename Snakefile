@@ -13,6 +13,8 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/measure.smk"
+include: "workflow/rules/sweep.smk"
+include: "workflow/rules/claims.smk"
 
 
 onstart:
@@ -34,4 +36,6 @@ rule all:
         rules.train.output,
         expand(rules.measure.output, step=config["train"]["checkpoint_steps"]),
         rules.geometry.output,
+        expand(rules.sweep.output, strategy=config["sweep"]["strategies"]),
+        rules.tradeoff.output,
         rules.claims.output,

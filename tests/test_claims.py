@@ -266,3 +266,202 @@ def test_bad_input_is_a_clear_error():
         c4_drift_to_loop(no_dlr)
     with pytest.raises(TwoscaleError, match="no geometry table"):
         claims_table({})
+
+
+# --- C6 -----------------------------------------------------------------------------------------------------
+
+FULL_PPL, FULL_MS, MAX_LOOPS = 10.0, 300.0, 30
+INF = math.inf
+SWEPT = {"fixed": "loops", "argmax": "hits"}
+CRITERION = {"kl_head": "kl", "kl_rest": "kl", "step_norm_relative": "step_norm"}
+
+
+def paper_like() -> dict[str, list[tuple[float, float, float]]]:
+    """(setting, perplexity, ms/token) per strategy, built so that every C6 sub-test passes:
+    full depth 10.0 ppl / 300 ms; the 1% band is ppl <= 10.1."""
+    return {
+        "fixed": [(10.0, 12.0, 100.0), (30.0, FULL_PPL, FULL_MS)],
+        "acceleration": [  # flat over [1e-5, 1e-2]: 10.08 / 10.00 - 1 = 0.8%; best 1e-2 at 190 ms: cut 36.7%
+            (0.0, 10.0, 300.0), (1e-5, 10.0, 290.0), (1e-4, 10.02, 260.0), (1e-3, 10.05, 200.0),
+            (1e-2, 10.08, 190.0), (1.0, 11.0, 150.0), (INF, 20.0, 100.0)],  # 1.0 is faster but +10%: ignored
+        "step_norm": [  # within 1% up to 1e-3, +5% at 1e-2
+            (0.0, 10.0, 300.0), (1e-4, 10.01, 280.0), (1e-3, 10.05, 250.0), (1e-2, 10.5, 200.0),
+            (INF, 25.0, 100.0)],
+        "kl_head": [(5e-4, 10.03, 240.0), (1e-2, 10.9, 150.0)],  # best 240 ms > 190
+        "kl_rest": [(5e-4, 10.02, 400.0)],                      # best 400 ms > 190
+        "argmax": [(2.0, 10.2, 120.0)],                         # nothing within 1%
+    }
+
+
+def sweep_frame(points: dict[str, list[tuple[float, float, float]]]) -> pl.DataFrame:
+    rows = [
+        {"strategy": name, "criterion": CRITERION.get(name, name), "swept": SWEPT.get(name, "threshold"),
+         "setting": setting, "cross_entropy": math.log(ppl), "perplexity": ppl, "compute_fraction": 1.0,
+         "mean_loops": 1.0, "ms_per_token": ms, "generated_mean_loops": 1.0, "max_loops": MAX_LOOPS}
+        for name, pts in points.items() for setting, ppl, ms in pts
+    ]
+    return pl.DataFrame(rows, schema={
+        "strategy": pl.String, "criterion": pl.String, "swept": pl.String, "setting": pl.Float64,
+        "cross_entropy": pl.Float64, "perplexity": pl.Float64, "compute_fraction": pl.Float64,
+        "mean_loops": pl.Float64, "ms_per_token": pl.Float64, "generated_mean_loops": pl.Float64,
+        "max_loops": pl.Int64})
+
+
+def c6_with(**changes: list[tuple[float, float, float]] | None) -> dict:
+    points = paper_like()
+    for name, pts in changes.items():
+        if pts is None:
+            points.pop(name)
+        else:
+            points[name] = pts
+    return claims.c6_acceleration_exit(sweep_frame(points))
+
+
+def passes(row: dict) -> dict[str, bool | None]:
+    return {name: t["passes"] for name, t in row["detail"]["tests"].items()}
+
+
+def test_best_within_picks_the_fastest_row_inside_the_band():
+    sweep = sweep_frame(paper_like())
+    best = claims.best_within(sweep, "acceleration")
+    assert best["setting"] == 1e-2 and best["ms_per_token"] == 190.0 and best["perplexity"] == 10.08
+    assert best["latency_cut"] == pytest.approx(1 - 190 / 300)
+    assert best["perplexity_increase"] == pytest.approx(0.008)
+    # a wider band lets in the faster 1.0 row (ppl 11.0 <= 1.2 x 10)
+    assert claims.best_within(sweep, "acceleration", tolerance=0.2)["setting"] == 1.0
+    assert claims.best_within(sweep, "argmax") is None        # 10.2 > 10.1
+    assert claims.best_within(sweep, "no_such_rule") is None
+    assert claims.best_within(sweep, "fixed")["setting"] == 30.0  # full depth is its own best point
+    # a row without a latency (NaN) cannot be the best, however fast it would be
+    points = paper_like()
+    points["acceleration"].append((3e-2, 10.0, math.nan))
+    assert claims.best_within(sweep_frame(points), "acceleration")["setting"] == 1e-2
+
+
+def test_best_within_breaks_ties_by_perplexity():
+    best = claims.best_within(sweep_frame({"fixed": [(30.0, 10.0, 300.0)],
+                                           "acceleration": [(1e-3, 10.05, 200.0), (1e-2, 10.02, 200.0)]}),
+                              "acceleration")
+    assert best["setting"] == 1e-2
+
+
+def test_c6_paper_like_sweep_reproduces_with_hand_numbers():
+    row = c6_with()
+    assert row["claim"] == "C6" and row["reproduced"] is True and row["verdict"] == "reproduced"
+    assert passes(row) == {"latency_cut": True, "flat": True, "first_order": True, "kl_slower": True}
+    d = row["detail"]
+    assert d["full_depth"] == {"max_loops": 30, "perplexity": 10.0, "ms_per_token": 300.0, "mean_loops": 1.0}
+    flat = d["tests"]["flat"]
+    assert [p["setting"] for p in flat["points"]] == [1e-5, 1e-4, 1e-3, 1e-2]  # 0, 1.0 and inf are outside
+    assert flat["spread"] == pytest.approx(0.008)
+    fo = d["tests"]["first_order"]
+    assert [p["setting"] for p in fo["below"]] == [0.0, 1e-4, 1e-3]
+    assert [p["setting"] for p in fo["above"]] == [1e-2]  # inf is not "beyond 1e-3" in the paper's range
+    assert fo["worst_above"]["increase"] == pytest.approx(0.05)
+    kl = {k["strategy"]: k for k in d["tests"]["kl_slower"]["kl"]}
+    assert kl["kl_head"]["best"]["ms_per_token"] == 240.0 and kl["kl_rest"]["best"]["ms_per_token"] == 400.0
+    # every strategy reported, not only the four tested
+    best = {s["strategy"]: s["best"] for s in d["strategies"]}
+    assert set(best) == {"fixed", "acceleration", "step_norm", "kl_head", "kl_rest", "argmax"}
+    assert best["argmax"] is None and best["step_norm"]["setting"] == 1e-3
+    m = row["measured"]
+    assert "full depth (30 loops): 300 ms/token, ppl 10.000" in m
+    assert "acceleration τ 0.01: 190 ms (cut +36.7%), ppl 10.080" in m
+    assert "argmax: none within 1%" in m and "fixed loops 30" in m
+    assert "spread +0.8%" in m and "+5.0% at τ 0.01" in m
+    json.dumps(row, allow_nan=False)
+
+
+def test_c6_each_sub_test_fails():
+    slow = c6_with(acceleration=[(1e-5, 10.0, 295.0), (1e-2, 10.05, 280.0)])  # cut 1 - 280/300 = 6.7%
+    assert passes(slow)["latency_cut"] is False
+    assert slow["detail"]["tests"]["latency_cut"]["best"]["latency_cut"] == pytest.approx(1 / 15)
+    worse = c6_with(acceleration=[(1e-5, 10.2, 100.0), (1e-2, 10.3, 90.0)])  # never within 1%
+    assert passes(worse)["latency_cut"] is False and passes(worse)["kl_slower"] is None
+    bumpy = c6_with(acceleration=[(1e-5, 10.0, 290.0), (1e-3, 10.05, 200.0), (1e-2, 10.3, 150.0)])
+    assert passes(bumpy)["flat"] is False  # 10.3 / 10.0 - 1 = 3%
+    assert bumpy["detail"]["tests"]["flat"]["spread"] == pytest.approx(0.03)
+    no_knee = c6_with(step_norm=[(1e-4, 10.0, 290.0), (1e-3, 10.05, 250.0), (1e-2, 10.08, 200.0),
+                                 (INF, 25.0, 100.0)])  # flat through 1e-2: degrades only at inf
+    assert passes(no_knee)["first_order"] is False
+    assert no_knee["detail"]["tests"]["first_order"]["degrades_above"] is False
+    early_knee = c6_with(step_norm=[(1e-4, 10.5, 290.0), (1e-3, 10.6, 250.0), (1e-2, 11.0, 200.0)])
+    assert passes(early_knee)["first_order"] is False
+    assert early_knee["detail"]["tests"]["first_order"]["within_below"] is False
+    fast_kl = c6_with(kl_rest=[(5e-4, 10.05, 150.0)])  # 150 ms < acceleration's 190
+    assert passes(fast_kl)["kl_slower"] is False
+    for row in (slow, bumpy, no_knee, early_knee, fast_kl):
+        assert row["verdict"] == "mixed" and row["reproduced"] is None
+
+
+def test_c6_nothing_holds_is_not_reproduced():
+    row = c6_with(acceleration=[(1e-5, 10.0, 295.0), (1e-3, 10.05, 290.0), (1e-2, 10.09, 280.0)],  # cut 6.7%
+                  step_norm=[(1e-4, 10.0, 280.0), (1e-2, 10.0, 250.0)],                             # no knee
+                  kl_head=[(5e-4, 10.0, 200.0)])                                                    # faster
+    assert passes(row) == {"latency_cut": False, "flat": True, "first_order": False, "kl_slower": False}
+    assert row["verdict"] == "mixed"
+    row = c6_with(acceleration=[(1e-5, 10.0, 295.0), (1e-2, 10.5, 280.0)],  # cut 1/60; spread 5%
+                  step_norm=[(1e-4, 10.0, 280.0), (1e-2, 10.0, 250.0)],
+                  kl_head=[(5e-4, 10.0, 200.0)])
+    assert passes(row) == {"latency_cut": False, "flat": False, "first_order": False, "kl_slower": False}
+    assert row["reproduced"] is False and row["verdict"] == "not reproduced"
+
+
+def test_c6_undecided_sub_tests():
+    # (a) and (b): no acceleration rows at all; (d) then has no reference point
+    none = c6_with(acceleration=None)
+    assert passes(none) == {"latency_cut": None, "flat": None, "first_order": True, "kl_slower": None}
+    assert none["reproduced"] is None and none["verdict"] == "inconclusive"
+    # (b): thresholds only outside [1e-5, 1e-2], or a single one inside: nothing to call flat
+    outside = c6_with(acceleration=[(0.0, 10.0, 300.0), (1.0, 10.05, 150.0), (INF, 20.0, 100.0)])
+    assert passes(outside)["flat"] is None and passes(outside)["latency_cut"] is True
+    assert "undecided, 0 swept acceleration threshold(s) in [1e-5, 1e-2]" in outside["measured"]
+    single = c6_with(acceleration=[(1e-3, 10.05, 200.0), (1.0, 10.5, 150.0)])
+    assert passes(single)["flat"] is None
+    # (c): no step_norm threshold in (1e-3, 1e-2] (inf does not count), or none <= 1e-3, or no step_norm
+    for pts in ([(0.0, 10.0, 300.0), (1e-4, 10.0, 280.0), (INF, 25.0, 100.0)],
+                [(1e-2, 10.5, 200.0), (0.1, 12.0, 150.0)], None):
+        row = c6_with(step_norm=pts)
+        assert passes(row)["first_order"] is None and row["verdict"] == "inconclusive"
+    # (d): no KL strategy; or one KL strategy without a point within 1%
+    assert passes(c6_with(kl_head=None, kl_rest=None))["kl_slower"] is None
+    assert passes(c6_with(kl_rest=[(5e-4, 10.5, 400.0)]))["kl_slower"] is None
+    # ...but a KL strategy that is faster decides it, whatever the other one does
+    assert passes(c6_with(kl_head=[(5e-4, 10.0, 100.0)], kl_rest=[(5e-4, 10.5, 400.0)]))["kl_slower"] is False
+
+
+def test_c6_thresholds_forgive_round_off():
+    row = c6_with(step_norm=[(1.0000000000000002e-3, 10.05, 250.0), (9.999999999999998e-3, 10.5, 200.0)])
+    fo = row["detail"]["tests"]["first_order"]
+    assert len(fo["below"]) == 1 and len(fo["above"]) == 1 and fo["passes"] is True
+    assert len(row["detail"]["tests"]["flat"]["points"]) == 4
+
+
+def test_c6_pre_registered_text_names_every_threshold():
+    test = c6_with()["test"]
+    for text in ("≤ 1.01 × full-depth perplexity", "≥ 25%", "[1e-5, 1e-2]", "≤ 0.01", "τ ≤ 1e-3",
+                 "τ ∈ (1e-3, 1e-2]", "criterion 'kl'"):
+        assert text in test
+
+
+def test_c6_bad_input_is_a_clear_error():
+    with pytest.raises(TwoscaleError, match="C6: the sweep table has no full-depth row"):
+        claims.c6_acceleration_exit(sweep_frame({"acceleration": [(1e-3, 10.0, 200.0)],
+                                                 "fixed": [(10.0, 12.0, 100.0)]}))
+    with pytest.raises(TwoscaleError, match="C6: the sweep table lacks column"):
+        claims.best_within(sweep_frame(paper_like()).drop("ms_per_token"), "acceleration")
+    with pytest.raises(TwoscaleError, match="C6: the sweep table is empty"):
+        claims.c6_acceleration_exit(sweep_frame({}))
+
+
+def test_claims_table_adds_c6_only_with_a_sweep():
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
+    without = claims_table({"geometry": geometry})
+    assert [r["claim"] for r in without] == ["C1", "C2", "C3", "C4", "C5"]
+    rows = claims_table({"geometry": geometry, "sweep": sweep_frame(paper_like())})
+    assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    json.loads(to_json(rows))
+    lines = to_markdown(rows).strip().splitlines()
+    assert len(lines) == 2 + 6
+    assert all(len(re.split(r"(?<!\\)\|", line)) == 7 for line in lines)
+    assert lines[-1].startswith("| C6 |") and lines[-1].endswith("| **reproduced** |")

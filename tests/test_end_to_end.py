@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import mlflow
+import polars as pl
 import pytest
 import yaml
 
@@ -87,6 +88,30 @@ def test_snakemake_writes_every_output_and_benchmark(first_run):
     assert not (first_run / "results/.resume/train").exists()  # removed once training completes
 
 
+def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth(first_run):
+    sweep_params = yaml.safe_load((first_run / "params.yaml").read_text())["sweep"]
+    combined = pl.read_parquet(first_run / "results/sweep/sweep.parquet")
+    for name, strategy in sweep_params["strategies"].items():
+        own = pl.read_parquet(first_run / f"results/sweep/strategies/{name}.parquet")
+        assert own["setting"].to_list() == [float(s) for s in strategy["settings"]], name
+        assert own.equals(combined.filter(pl.col("strategy") == name).select(own.columns)), name
+    fixed = combined.filter(pl.col("strategy") == "fixed").sort("setting")
+    assert fixed["mean_loops"].to_list() == fixed["setting"].to_list()  # a fixed depth runs exactly that many loops
+    full = fixed.filter(pl.col("setting") == sweep_params["max_loops"])
+    for name in sweep_params["strategies"]:  # threshold 0 never exits: full depth, same logits
+        never = combined.filter((pl.col("strategy") == name) & (pl.col("setting") == 0))
+        if never.height:
+            assert never["cross_entropy"].item() == pytest.approx(full["cross_entropy"].item(), rel=1e-6), name
+            assert never["compute_fraction"].item() == 1.0, name
+    assert combined.filter(pl.col("setting") == float("inf"))["mean_loops"].max() < sweep_params["max_loops"]
+    summary = pl.read_csv(first_run / "results/sweep/summary.csv")
+    assert summary["strategy"].to_list() == list(sweep_params["strategies"])
+    claims = json.loads((first_run / "results/claims.json").read_text())
+    assert [row["claim"] for row in claims] == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    for name in ("fig4_exit_sweep.png", "exit_tradeoff.png"):
+        assert (first_run / "results/figures" / name).stat().st_size > 10_000
+
+
 def test_dvc_sees_the_snakemake_results_as_current(first_run):
     assert dvc_changed_stages(first_run) == set()
     assert "Data and pipelines are up to date" in run(["dvc", "status"], first_run)
@@ -132,7 +157,8 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_train_change):
     snakemake_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["snakemake"].info.run_id]
     smoke = yaml.safe_load((first_run / "configs/smoke.yaml").read_text())
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
-    after_train = ["train", *["measure"] * n_checkpoints, "geometry", "claims"]
+    n_strategies = len(smoke["sweep"]["strategies"])
+    after_train = ["train", *["measure"] * n_checkpoints, "geometry", *["sweep"] * n_strategies, "tradeoff", "claims"]
     stages = sorted(r.data.tags["stage"] for r in snakemake_children)
     assert stages == sorted(["corpus", "tokenize", *after_train])
     dvc_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["dvc"].info.run_id]
@@ -155,3 +181,11 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_train_change):
     assert sorted(m.step for m in dlr) == smoke["train"]["checkpoint_steps"]  # MLflow step = training step
     figures = {a.path for a in client.list_artifacts(geometry.info.run_id, "figures")}
     assert "figures/fig3a_step_size.png" in figures
+
+    sweeps = {r.data.tags["strategy"]: r for r in snakemake_children if r.data.tags["stage"] == "sweep"}
+    assert set(sweeps) == set(smoke["sweep"]["strategies"])
+    history = client.get_metric_history(sweeps["fixed"].info.run_id, "cross_entropy")
+    assert [m.step for m in history] == list(range(len(smoke["sweep"]["strategies"]["fixed"]["settings"])))
+    tradeoff = next(r for r in snakemake_children if r.data.tags["stage"] == "tradeoff")
+    figures = {a.path for a in client.list_artifacts(tradeoff.info.run_id, "figures")}
+    assert figures == {"figures/fig4_exit_sweep.png", "figures/exit_tradeoff.png"}

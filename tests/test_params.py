@@ -157,3 +157,24 @@ def test_snakemake_refuses_bad_params_before_any_job(tmp_path):
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "bad.yaml: model" in output and "group 2-3 overlaps or precedes the group before it" in output
+
+
+@pytest.mark.parametrize(
+    "strategies, fragment",
+    [
+        ({"acceleration": {"spec": {"criterion": "acceleration"}, "settings": [0.1]}}, "need 'fixed'"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1, 2]}}, "must include max_loops (4)"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1.5, 4]}}, "loops must be whole numbers"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4, 9]}}, "fixed loops 9 > max_loops 4"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},
+          "mystery": {"spec": {"criterion": "telepathy"}, "settings": [1]}}, "strategies.mystery: unknown exit"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},
+          "kl": {"spec": {"criterion": "kl", "decode": "tea leaves"}, "settings": [1]}}, "strategies.kl:"),
+    ],
+)
+def test_bad_sweep_strategies_name_the_problem(strategies, fragment):
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw["sweep"]["strategies"] = strategies
+    with pytest.raises(ParamsError, match="sweep") as error:
+        parse_params(raw)
+    assert fragment in str(error.value) and "\n" not in str(error.value)

@@ -114,3 +114,73 @@ def test_missing_metric_and_mismatched_depth_are_clear_errors(frames, tmp_path):
     with pytest.raises(TwoscaleError, match="positions"):
         plots.fig_similarity(frames["similarity"], short, tmp_path / "f.png")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the early-exit sweep -----------------------------------------------------------------------------------
+
+SWEEP_FIGURES = ["fig4_exit_sweep", "fig_exit_tradeoff"]
+MAX_LOOPS = 6
+
+
+@pytest.fixture(scope="module")
+def sweep() -> pl.DataFrame:
+    """Fixed depth 1..6, two threshold rules with the τ = 0 (never exit) and τ = ∞ (exit at once) ends, and
+    the argmax rule swept by hits."""
+    rows = []
+
+    def add(strategy, criterion, swept, setting, loops):
+        ce = 3.0 + 2.0 / loops
+        rows.append({"strategy": strategy, "criterion": criterion, "swept": swept, "setting": float(setting),
+                     "cross_entropy": ce, "perplexity": float(np.exp(ce)),
+                     "compute_fraction": loops / MAX_LOOPS, "mean_loops": loops, "ms_per_token": 2.0 + loops,
+                     "generated_mean_loops": loops, "max_loops": MAX_LOOPS})
+
+    for k in range(1, MAX_LOOPS + 1):
+        add("fixed", "fixed", "loops", k, float(k))
+    for strategy, scale in [("acceleration", 1.0), ("kl_head", 0.01)]:
+        for tau, loops in [(0.0, 6.0), (0.1, 5.0), (1.0, 3.5), (10.0, 1.5), (np.inf, 1.0)]:
+            add(strategy, strategy, "threshold", scale * tau, loops)
+    for hits, loops in [(1, 2.0), (2, 3.0), (3, 4.5)]:
+        add("argmax", "argmax", "hits", hits, loops)
+    return pl.DataFrame(rows)
+
+
+@pytest.mark.parametrize("name", SWEEP_FIGURES)
+def test_sweep_figure_is_a_readable_png(name, sweep, tmp_path):
+    path = tmp_path / "figures" / f"{name}.png"
+    getattr(plots, name)(sweep, path)
+    assert path.stat().st_size > 10_000
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        width, height = image.size
+    assert 600 <= width <= 4000 and 400 <= height <= 3000
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("name", SWEEP_FIGURES)
+def test_sweep_without_full_depth_row_still_plots(name, sweep, tmp_path):
+    getattr(plots, name)(sweep.filter(pl.col("setting") != MAX_LOOPS), tmp_path / "f.png")
+    assert (tmp_path / "f.png").exists()
+
+
+@pytest.mark.parametrize("name", SWEEP_FIGURES)
+def test_incomplete_sweep_is_a_clear_error_and_writes_nothing(name, sweep, tmp_path):
+    with pytest.raises(TwoscaleError, match=rf"{name}: the sweep table lacks column\(s\) cross_entropy"):
+        getattr(plots, name)(sweep.drop("cross_entropy"), tmp_path / "f.png")
+    with pytest.raises(TwoscaleError, match=rf"{name}: the sweep table is empty"):
+        getattr(plots, name)(sweep.clear(), tmp_path / "f.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fig4_needs_a_threshold_rule_on_the_log_axis(sweep, tmp_path):
+    ends_only = sweep.filter((pl.col("swept") != "threshold") | pl.col("setting").is_in([0.0, np.inf]))
+    with pytest.raises(TwoscaleError, match="no threshold-swept rows"):
+        plots.fig4_exit_sweep(ends_only, tmp_path / "f.png")
+
+
+def test_strategy_colours_do_not_depend_on_order_and_fixed_is_black():
+    names = ["kl_head", "fixed", "acceleration", "argmax"]
+    forward, backward = plots._strategy_styles(names), plots._strategy_styles(names[::-1])
+    assert forward == backward
+    assert forward["fixed"]["color"] == "black"
+    assert len({tuple(forward[n]["color"]) for n in names}) == len(names)

@@ -142,3 +142,17 @@ def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
     result = measure(tmp_path, tmp_path / "step_5.pt", smoke_params(tmp_path))  # n_embd back to the smoke value
     assert_one_line_error(result, "measure", "trained with other model parameters (n_embd)")
     assert not (tmp_path / "measured").exists()
+
+
+def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):
+    result = stage(tmp_path, "sweep", "--params", str(smoke_params(tmp_path)), "--strategy", "telepathy",
+                   "--checkpoint", "step_5.pt", "--data-dir", "prepared", "--out", "sweep/telepathy.parquet")
+    assert_one_line_error(result, "sweep", "'telepathy'", "known: acceleration, fixed")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_tradeoff_without_the_sweep_tables(tmp_path):
+    result = stage(tmp_path, "tradeoff", "--params", str(smoke_params(tmp_path)), "--strategies-dir", "sweep",
+                   "--out-dir", "out", "--figures-dir", "figures")
+    assert_one_line_error(result, "tradeoff", "sweep/acceleration.parquet", "not found")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()

@@ -1,9 +1,10 @@
-"""The paper's findings C1-C5 (SCIENCE §1.5) as pre-registered tests on the geometry tables.
+"""The paper's findings C1-C6 (SCIENCE §1.5) as pre-registered tests on the geometry and sweep tables.
 
-Every test is a pure function of the concatenated-over-checkpoints frames written by the `geometry` stage and
-returns one row: {claim, statement, test, measured, reproduced, verdict, detail}. The tests and their
-thresholds (the module constants below) were fixed from the paper's wording before looking at any measured
-number.
+C1-C5 are pure functions of the concatenated-over-checkpoints frames written by the `geometry` stage; C6
+is a pure function of the early-exit sweep table (one row per strategy and setting) gathered by the `tradeoff`
+stage. Every test returns one row: {claim, statement, test, measured, reproduced, verdict, detail}. The tests
+and their thresholds (the module constants below) were fixed from the paper's wording before looking at any
+measured number.
 
 Verdicts. A claim is checked once per group (or per hand-off); the row is
   reproduced = True   ("reproduced")      when every group passes,
@@ -50,6 +51,20 @@ C4_MIN_DLR = 10.0        # ">> 1" read as at least one order of magnitude
 C5_MIN_DLR = C4_MIN_DLR  # large jumps: the same order-of-magnitude reading as C4
 C5_MIN_TURNING_DEG = 30.0  # a spiral bends: mean turning angle over k >= 2 at least 30 degrees (straight = 0)
 C5_MAX_PATH_TO_JUMP = 1.0  # tight: the path walked after the first application is shorter than the jump
+
+# --- C6: acceleration exit: latency cut at flat perplexity; first-order degrades beyond 1e-3; KL slower -----
+C6_TOLERANCE = 0.01            # "within 1%" / "matched quality": perplexity <= 1.01 x full-depth perplexity
+C6_MIN_LATENCY_CUT = 0.25      # "cuts latency by up to ~38%" read as at least 25% at the best point within 1%
+C6_MAX_FLAT_SPREAD = 0.01      # "essentially flat": max/min perplexity - 1 <= 1% over the paper's thresholds
+C6_PAPER_RANGE = (1e-5, 1e-2)  # the paper's threshold sweep
+C6_FIRST_ORDER_KNEE = 1e-3     # "the first-order exit degrades perplexity beyond tau ~ 1e-3"
+C6_ACCELERATION = "acceleration"  # the paper's rule (vector second difference, two hits)
+C6_FIRST_ORDER = "step_norm"      # absolute ||Delta^(k)|| < tau
+C6_KL_CRITERION = "kl"            # every strategy with this criterion (kl_head, kl_rest, ...)
+C6_FULL_DEPTH = "fixed"           # full depth = strategy "fixed" at setting == max_loops
+SWEEP_COLUMNS = ("strategy", "criterion", "swept", "setting", "perplexity", "ms_per_token", "mean_loops",
+                 "max_loops")
+_ROUND_OFF = 1e-9  # relative slack comparing thresholds (1e-3 off a log grid may be 1.0000000000000002e-3)
 
 VERDICT_WORDS = {True: "reproduced", False: "not reproduced"}
 
@@ -444,21 +459,241 @@ def c5_spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = No
     )
 
 
+# --- C6: the early-exit sweep -------------------------------------------------------------------------------
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def _sweep_points(sweep: pl.DataFrame, strategy: str) -> list[dict[str, Any]]:
+    """One strategy's rows as dicts sorted by setting; non-finite perplexity/ms/loops become None."""
+    rows = sweep.filter(pl.col("strategy") == strategy).sort("setting")
+    return [
+        {"setting": float(r["setting"]), "perplexity": _finite(r["perplexity"]),
+         "ms_per_token": _finite(r["ms_per_token"]), "mean_loops": _finite(r["mean_loops"])}
+        for r in rows.iter_rows(named=True)
+    ]
+
+
+def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
+    """The full-depth reference: strategy 'fixed' at setting == max_loops (every group looped max_loops
+    times)."""
+    require(sweep, "sweep", SWEEP_COLUMNS, "C6")
+    rows = sweep.filter((pl.col("strategy") == C6_FULL_DEPTH)
+                        & (pl.col("setting") == pl.col("max_loops").cast(pl.Float64)))
+    if rows.height == 0:
+        raise TwoscaleError(
+            "C6: the sweep table has no full-depth row (strategy 'fixed' at setting = max_loops)")
+    r = rows.row(0, named=True)
+    ppl, ms = _finite(r["perplexity"]), _finite(r["ms_per_token"])
+    if ppl is None or ms is None or ppl <= 0 or ms <= 0:
+        raise TwoscaleError("C6: the full-depth row has no positive finite perplexity and ms_per_token")
+    return {"max_loops": int(r["max_loops"]), "perplexity": ppl, "ms_per_token": ms,
+            "mean_loops": _finite(r["mean_loops"])}
+
+
+def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = C6_TOLERANCE) -> dict[str, Any] | None:
+    """The strategy's fastest setting (lowest ms/token) whose perplexity is <= (1 + tolerance) x full depth's:
+    {strategy, setting, ms_per_token, perplexity, mean_loops, latency_cut = 1 - ms / ms_full,
+    perplexity_increase = ppl / ppl_full - 1}; None when no setting qualifies (or the strategy is absent).
+    Ties in ms/token go to the lower perplexity, then the lower setting."""
+    full = full_depth(sweep)
+    limit = (1 + tolerance) * full["perplexity"]
+    qualifying = [p for p in _sweep_points(sweep, strategy) if p["perplexity"] is not None
+                  and p["ms_per_token"] is not None and p["perplexity"] <= limit]
+    if not qualifying:
+        return None
+    best = min(qualifying, key=lambda p: (p["ms_per_token"], p["perplexity"], p["setting"]))
+    return {"strategy": strategy, **best,
+            "latency_cut": 1 - best["ms_per_token"] / full["ms_per_token"],
+            "perplexity_increase": best["perplexity"] / full["perplexity"] - 1}
+
+
+def _in_range(x: float, lo: float, hi: float) -> bool:
+    return lo * (1 - _ROUND_OFF) <= x <= hi * (1 + _ROUND_OFF)
+
+
+def _c6_latency_cut(sweep: pl.DataFrame) -> dict[str, Any]:
+    """(a) acceleration's best point within 1% cuts ms/token by >= 25%."""
+    if not _sweep_points(sweep, C6_ACCELERATION):
+        return {"passes": None, "reason": f"no {C6_ACCELERATION} rows"}
+    best = best_within(sweep, C6_ACCELERATION)
+    if best is None:
+        return {"passes": False, "best": None, "reason": "no threshold keeps perplexity within 1%"}
+    return {"passes": best["latency_cut"] >= C6_MIN_LATENCY_CUT, "best": best}
+
+
+def _c6_flat(sweep: pl.DataFrame) -> dict[str, Any]:
+    """(b) over the swept acceleration thresholds in the paper's range, max/min perplexity - 1 <= 1%."""
+    points = [p for p in _sweep_points(sweep, C6_ACCELERATION)
+              if p["perplexity"] is not None and _in_range(p["setting"], *C6_PAPER_RANGE)]
+    info: dict[str, Any] = {"points": points}
+    if len(points) < 2:
+        return {**info, "passes": None, "reason": f"{len(points)} swept {C6_ACCELERATION} threshold(s) in "
+                f"[{_e(C6_PAPER_RANGE[0])}, {_e(C6_PAPER_RANGE[1])}]"}
+    ppl = [p["perplexity"] for p in points]
+    spread = max(ppl) / min(ppl) - 1
+    return {**info, "min": min(ppl), "max": max(ppl), "spread": spread,
+            "passes": spread <= C6_MAX_FLAT_SPREAD}
+
+
+def _c6_first_order(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
+    """(c) step_norm within 1% at every swept tau <= 1e-3, more than 1% above full depth at some tau in
+    (1e-3, 1e-2]."""
+    limit = (1 + C6_TOLERANCE) * full["perplexity"]
+    knee, hi = C6_FIRST_ORDER_KNEE * (1 + _ROUND_OFF), C6_PAPER_RANGE[1] * (1 + _ROUND_OFF)
+    points = [{**p, "increase": p["perplexity"] / full["perplexity"] - 1}
+              for p in _sweep_points(sweep, C6_FIRST_ORDER) if p["perplexity"] is not None]
+    below = [p for p in points if p["setting"] <= knee]
+    above = [p for p in points if knee < p["setting"] <= hi]
+    info: dict[str, Any] = {
+        "below": below, "above": above,
+        "worst_below": max(below, key=lambda p: p["perplexity"]) if below else None,
+        "worst_above": max(above, key=lambda p: p["perplexity"]) if above else None,
+    }
+    if not below or not above:
+        sides = ((f"≤ {_e(C6_FIRST_ORDER_KNEE)}", below),
+                 (f"in ({_e(C6_FIRST_ORDER_KNEE)}, {_e(C6_PAPER_RANGE[1])}]", above))
+        missing = " or ".join(side for side, ps in sides if not ps)
+        return {**info, "passes": None, "reason": f"no swept {C6_FIRST_ORDER} threshold {missing}"}
+    info["within_below"] = all(p["perplexity"] <= limit for p in below)
+    info["degrades_above"] = any(p["perplexity"] > limit for p in above)
+    return {**info, "passes": info["within_below"] and info["degrades_above"]}
+
+
+def _c6_kl_slower(sweep: pl.DataFrame, acceleration: dict[str, Any] | None) -> dict[str, Any]:
+    """(d) at each one's best point within 1%, every KL strategy has a higher ms/token than acceleration."""
+    names = sorted(sweep.filter(pl.col("criterion") == C6_KL_CRITERION)["strategy"].unique().to_list())
+    kl = []
+    for name in names:
+        best = best_within(sweep, name)
+        slower = (None if best is None or acceleration is None
+                  else best["ms_per_token"] > acceleration["ms_per_token"])
+        kl.append({"strategy": name, "best": best, "slower": slower})
+    info: dict[str, Any] = {"kl": kl}
+    if not names:
+        return {**info, "passes": None, "reason": f"no strategy with criterion '{C6_KL_CRITERION}'"}
+    if acceleration is None:
+        return {**info, "passes": None, "reason": f"{C6_ACCELERATION} has no point within 1%"}
+    verdicts = [k["slower"] for k in kl]
+    if any(v is False for v in verdicts):
+        return {**info, "passes": False}
+    if any(v is None for v in verdicts):
+        return {**info, "passes": None, "reason": "a KL strategy has no point within 1%"}
+    return {**info, "passes": True}
+
+
+def _e(x: float) -> str:
+    """A power-of-ten constant as '1e-3'."""
+    mantissa, exponent = f"{x:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _sci(x: float) -> str:
+    """1e-05 -> '1e-5', 0.001 -> '0.001', inf -> 'inf'."""
+    text = f"{x:.3g}"
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{int(exponent)}"
+    return text
+
+
+def _setting_text(swept: str | None, setting: float) -> str:
+    return f"{'τ' if swept in (None, 'threshold') else swept} {_sci(setting)}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def c6_acceleration_exit(sweep: pl.DataFrame) -> dict[str, Any]:
+    """C6 on the early-exit sweep: (a) acceleration cuts ms/token by >= 25% within 1% of full-depth
+    perplexity, (b) its perplexity is flat (<= 1%) over the paper's thresholds, (c) step_norm is within 1% up
+    to tau = 1e-3 and degrades beyond, (d) every KL strategy is slower than acceleration at matched
+    quality."""
+    full = full_depth(sweep)
+    strategies = []
+    for name in sweep["strategy"].unique(maintain_order=True).to_list():
+        rows = sweep.filter(pl.col("strategy") == name)
+        strategies.append({"strategy": name, "criterion": rows["criterion"][0], "swept": rows["swept"][0],
+                           "settings": rows.height, "best": best_within(sweep, name)})
+    a = _c6_latency_cut(sweep)
+    b = _c6_flat(sweep)
+    c = _c6_first_order(sweep, full)
+    d = _c6_kl_slower(sweep, a.get("best"))
+
+    lo, hi = C6_PAPER_RANGE
+    knee = _e(C6_FIRST_ORDER_KNEE)
+    best_parts = [
+        f"{s['strategy']} {_setting_text(s['swept'], s['best']['setting'])}: "
+        f"{_fmt(s['best']['ms_per_token'])} ms (cut {_pct(s['best']['latency_cut'])}), "
+        f"ppl {_fmt(s['best']['perplexity'], 3)}"
+        if s["best"] is not None else f"{s['strategy']}: none within 1%"
+        for s in strategies
+    ]
+    flat = (f"{C6_ACCELERATION} ppl over τ ∈ [{_e(lo)}, {_e(hi)}] ({len(b['points'])} thresholds): "
+            f"{_fmt(b['min'], 3)}–{_fmt(b['max'], 3)} (spread {_pct(b['spread'])})"
+            if b["passes"] is not None else f"{C6_ACCELERATION} ppl over τ ∈ [{_e(lo)}, {_e(hi)}]: "
+            f"undecided, {b['reason']}")
+
+    def worst(p: dict[str, Any] | None) -> str:
+        return "none swept" if p is None else (f"worst ppl {_fmt(p['perplexity'], 3)} ({_pct(p['increase'])} "
+                                                f"at τ {_sci(p['setting'])})")
+
+    first_order = (f"{C6_FIRST_ORDER} at τ ≤ {knee}: {worst(c['worst_below'])}; "
+                   f"at τ ∈ ({knee}, {_e(hi)}]: {worst(c['worst_above'])}"
+                   if _sweep_points(sweep, C6_FIRST_ORDER) else f"{C6_FIRST_ORDER}: not swept")
+    said = {True: "slower", False: "not slower", None: "n/a"}
+    kl = ", ".join(f"{k['strategy']} {said[k['slower']]}" for k in d["kl"]) or "no KL strategy"
+    measured = (
+        f"full depth ({full['max_loops']} loops): {_fmt(full['ms_per_token'])} ms/token, "
+        f"ppl {_fmt(full['perplexity'], 3)}. Fastest within 1% of full-depth ppl: " + "; ".join(best_parts)
+        + f". {flat}. {first_order}. KL vs {C6_ACCELERATION} at matched quality: {kl}."
+    )
+    return _row(
+        "C6",
+        "Acceleration exit cuts latency by up to ~38% (about 580 → 360 ms/token) while perplexity stays "
+        "essentially flat across thresholds; the first-order exit degrades perplexity beyond τ ≈ 1e-3; "
+        "the KL exit stays slower.",
+        f"Sweep table; full depth = strategy 'fixed' at setting = max_loops; 'within 1%' = perplexity ≤ "
+        f"{1 + C6_TOLERANCE:g} × full-depth perplexity; a strategy's best point = its lowest-ms/token "
+        f"setting within 1%. (a) The '{C6_ACCELERATION}' strategy's best point cuts ms/token by ≥ "
+        f"{100 * C6_MIN_LATENCY_CUT:.0f}% vs full depth (paper: up to 38%); no point within 1% fails. "
+        f"(b) Flat: over the swept '{C6_ACCELERATION}' thresholds in the paper's range [{_e(lo)}, {_e(hi)}], "
+        f"max/min perplexity − 1 ≤ {C6_MAX_FLAT_SPREAD:g} (fewer than two such thresholds: undecided). "
+        f"(c) '{C6_FIRST_ORDER}' is within 1% at every swept τ ≤ {knee} and more than 1% above full depth at "
+        f"some swept τ ∈ ({knee}, {_e(hi)}] (no threshold on one side: undecided). "
+        f"(d) Every strategy with criterion '{C6_KL_CRITERION}' has a higher ms/token at its best point than "
+        f"'{C6_ACCELERATION}' at its best point (no KL strategy, or a missing best point: undecided). "
+        f"Reproduced if (a)-(d) all pass, not reproduced if none, mixed if some; "
+        f"any undecided: inconclusive.",
+        measured,
+        [a["passes"], b["passes"], c["passes"], d["passes"]],
+        {"tolerance": C6_TOLERANCE, "full_depth": full, "strategies": strategies,
+         "tests": {"latency_cut": a, "flat": b, "first_order": c, "kl_slower": d}},
+    )
+
+
 # --- the table ----------------------------------------------------------------------------------------------
 
 
 def claims_table(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
-    """Rows C1-C5 from the geometry stage's frames: needs 'geometry', uses 'depth'/'trajectory' if given."""
+    """Rows C1-C5 from the geometry stage's frames (needs 'geometry', uses 'depth'/'trajectory' if given), and
+    C6 when the early-exit 'sweep' table is given."""
     if "geometry" not in frames:
         raise TwoscaleError("claims: no geometry table given")
     geometry = frames["geometry"]
-    return [
+    rows = [
         c1_step_sizes_shrink(geometry),
         c2_steps_shrink_over_training(geometry),
         c3_step_cosine(geometry),
         c4_drift_to_loop(geometry),
         c5_spirals_and_jumps(geometry, frames.get("depth"), frames.get("trajectory")),
     ]
+    if frames.get("sweep") is not None:
+        rows.append(c6_acceleration_exit(frames["sweep"]))
+    return rows
 
 
 def _cell(text: Any) -> str:

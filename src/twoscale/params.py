@@ -74,6 +74,14 @@ class ModelParams(Section):
     dropout: float = Field(ge=0, lt=1)
     bias: bool = Field(description="biases in linear layers and layer norms")
     groups: list[LoopGroup] = Field(min_length=1, description="looped groups as inclusive layer ranges")
+    norm: Literal["pre", "sandwich"] = Field(
+        description="pre: pre-LayerNorm blocks (GPT-2, the paper); sandwich: also normalise each residual sum "
+        "(Geiping et al.), which bounds the state under any number of loops"
+    )
+    injection: Literal["none", "adapter"] = Field(
+        description="adapter: every application of a looped group starts from a linear map of concat(state, "
+        "group input) (Geiping et al.'s input injection), initialised to keep the state"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelParams:
@@ -140,6 +148,48 @@ class MeasureParams(Section):
     trajectory_token: NonNegativeInt = Field(description="position in the first window whose path Fig. 1 draws")
 
 
+class SweepStrategy(Section):
+    spec: dict[str, Any] = Field(
+        description="exit spec without the swept setting, e.g. {criterion: acceleration, variant: vector, hits: 2}"
+    )
+    settings: list[float] = Field(
+        min_length=1, description="swept values: thresholds (.inf: exit at once, 0: never), or the loop counts of "
+        "fixed, or the hit counts of argmax"
+    )
+
+
+class SweepParams(Section):
+    threads: PositiveInt = Field(description="torch threads per sweep job (one job per strategy, run in parallel)")
+    max_loops: PositiveInt = Field(description="most loops per group; full depth runs every group this many times")
+    n_windows: PositiveInt = Field(description="held-out windows of model.block_size tokens for cross-entropy")
+    batch_size: PositiveInt = Field(description="windows per teacher-forced forward pass")
+    n_prompts: PositiveInt = Field(description="held-out prompts generated from at batch size 1 to time tokens")
+    prompt_tokens: PositiveInt = Field(description="tokens per prompt")
+    new_tokens: PositiveInt = Field(description="tokens generated per prompt; the median over all is reported")
+    strategies: dict[str, SweepStrategy] = Field(
+        min_length=1, description="exit strategies by name; 'fixed' (the fixed-depth baseline) is required"
+    )
+
+    @model_validator(mode="after")
+    def _strategies_build(self) -> SweepParams:
+        from twoscale.sweep import rules_at, swept_key
+
+        if "fixed" not in self.strategies or self.strategies["fixed"].spec.get("criterion") != "fixed":
+            raise ValueError("strategies need 'fixed' with spec {criterion: fixed}: the full-depth reference")
+        if self.max_loops not in self.strategies["fixed"].settings:
+            raise ValueError(f"strategies.fixed.settings must include max_loops ({self.max_loops}): full depth")
+        for name, strategy in self.strategies.items():
+            key = swept_key(str(strategy.spec.get("criterion")))
+            for setting in strategy.settings:
+                if key != "threshold" and setting != int(setting):
+                    raise ValueError(f"strategies.{name}: {key} must be whole numbers, got {setting}")
+                try:
+                    rules_at(strategy.spec, setting, 1, self.max_loops)
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"strategies.{name}: {exc}") from None
+        return self
+
+
 class Params(Section):
     runtime: RuntimeParams
     data: DataParams
@@ -147,13 +197,20 @@ class Params(Section):
     model: ModelParams
     train: TrainParams
     measure: MeasureParams
+    sweep: SweepParams
 
     @model_validator(mode="after")
-    def _measure_fits_model(self) -> Params:
+    def _stages_fit_model(self) -> Params:
         if self.measure.trajectory_token >= self.model.block_size:
             raise ValueError(
                 f"measure.trajectory_token ({self.measure.trajectory_token}) must be below model.block_size "
                 f"({self.model.block_size})"
+            )
+        sweep = self.sweep
+        if sweep.prompt_tokens + sweep.new_tokens > self.model.block_size:
+            raise ValueError(
+                f"sweep.prompt_tokens + sweep.new_tokens ({sweep.prompt_tokens + sweep.new_tokens}) exceeds "
+                f"model.block_size ({self.model.block_size})"
             )
         return self
 

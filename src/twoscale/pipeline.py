@@ -37,6 +37,26 @@ STAGES: dict[str, dict[str, list[str]]] = {
         "params": ["train.checkpoint_steps"],
         "sources": ["src/twoscale/stages/geometry.py", "src/twoscale/plots.py", "src/twoscale/tables.py"],
     },
+    "sweep": {
+        "params": ["runtime.device", "runtime.seed", "sweep"],
+        "sources": [
+            "src/twoscale/stages/sweep.py",
+            "src/twoscale/sweep.py",
+            "src/twoscale/exits.py",
+            "src/twoscale/early_exit.py",
+            "src/twoscale/generation.py",
+            "src/twoscale/model.py",
+        ],
+    },
+    "tradeoff": {
+        "params": ["sweep.strategies"],
+        "sources": [
+            "src/twoscale/stages/tradeoff.py",
+            "src/twoscale/plots.py",
+            "src/twoscale/claims.py",
+            "src/twoscale/tables.py",
+        ],
+    },
     "claims": {
         "params": [],
         "sources": ["src/twoscale/stages/claims.py", "src/twoscale/claims.py", "src/twoscale/tables.py"],

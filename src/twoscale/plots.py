@@ -449,3 +449,126 @@ def fig_acceleration(geometry: pl.DataFrame, path: Path) -> None:
         fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
         fig.suptitle(f"Second differences of the loop trajectory vs loop step, training step {step:,}")
         _save(fig, path)
+
+
+# --- Fig. 4 and the trade-off: the early-exit sweep ---------------------------------------------------------
+
+EXIT_MARKERS = "osD^vP<X>ph*"
+FULL_DEPTH_LINE = {"color": "black", "ls": "--", "lw": 1.2}
+CROSS_ENTROPY = "cross-entropy (nats/token)"
+LATENCY = "latency (ms per generated token)"
+
+
+def _strategy_styles(strategies: Sequence[str]) -> dict[str, dict]:
+    """Colour and marker per exit strategy, set by the sorted names so both sweep figures agree; fixed depth
+    is black."""
+    names = sorted(set(strategies) - {"fixed"})
+    palette = sns.color_palette("deep" if len(names) <= 10 else "husl", len(names))
+    styles = {name: {"color": colour, "marker": EXIT_MARKERS[i % len(EXIT_MARKERS)]}
+              for i, (name, colour) in enumerate(zip(names, palette, strict=True))}
+    styles["fixed"] = {"color": "black", "marker": "o"}
+    return styles
+
+
+def _strategy_lines(ax: plt.Axes, rows: pl.DataFrame, x: str, y: str, styles: dict[str, dict]) -> None:
+    """One line with markers per strategy, joining the rows in the order given."""
+    strategies = sorted(rows["strategy"].unique())
+    sns.lineplot(data=rows.to_pandas(), x=x, y=y, hue="strategy", style="strategy",
+                 palette={s: styles[s]["color"] for s in strategies},
+                 markers={s: styles[s]["marker"] for s in strategies}, dashes=False, sort=False,
+                 estimator=None, legend=False, ax=ax, lw=1.4, ms=6, alpha=0.9)
+
+
+def _strategy_legend(fig: plt.Figure, styles: dict[str, dict], strategies: Sequence[str],
+                     extra: Sequence[Line2D] = ()) -> None:
+    handles = [Line2D([], [], lw=1.4, ms=6, label=s, **styles[s]) for s in strategies]
+    fig.legend(handles=handles + list(extra), title="exit rule", loc="outside right upper", frameon=False)
+
+
+def _full_depth(sweep: pl.DataFrame) -> pl.DataFrame:
+    """The fixed-depth row with every group looped max_loops times; empty if the sweep lacks it."""
+    return sweep.filter((pl.col("strategy") == "fixed") & (pl.col("setting") == pl.col("max_loops")))
+
+
+def _cross_entropy_of(perplexity: np.ndarray) -> np.ndarray:
+    """Log, clamped: the perplexity axis's tick locator may try perplexity 0."""
+    return np.log(np.maximum(perplexity, 1e-300))
+
+
+def fig4_exit_sweep(sweep: pl.DataFrame, path: Path) -> None:
+    """Latency and cross-entropy vs exit threshold τ (log x), one line per threshold-swept rule; full depth as
+    a dashed reference."""
+    name = "fig4_exit_sweep"
+    require(sweep, "sweep", ("strategy", "swept", "setting", "cross_entropy", "ms_per_token", "max_loops"),
+            name)
+    on_log_axis = pl.col("setting").is_finite() & (pl.col("setting") > 0)
+    lines = sweep.filter((pl.col("swept") == "threshold") & on_log_axis).sort("strategy", "setting")
+    if lines.height == 0:
+        raise TwoscaleError(f"{name}: the sweep table has no threshold-swept rows with a threshold in (0, ∞)")
+    styles = _strategy_styles(sweep["strategy"].unique().to_list())
+    full = _full_depth(sweep)
+    reference = ([Line2D([], [], label=f"full depth (K={int(full['max_loops'][0])})", **FULL_DEPTH_LINE)]
+                 if full.height else [])
+    panels = {"ms_per_token": LATENCY, "cross_entropy": CROSS_ENTROPY}
+    with _style():
+        fig, axes = plt.subplots(1, 2, figsize=(13.0, 4.8), sharex=True, layout="constrained")
+        for ax, (column, label) in zip(axes, panels.items(), strict=True):
+            _strategy_lines(ax, lines, "setting", column, styles)
+            if full.height:
+                ax.axhline(float(full[column][0]), **FULL_DEPTH_LINE)
+            ax.set_xlabel("exit threshold τ (each rule in its own units, log scale)")
+            ax.set_ylabel(label)
+        axes[0].set_xscale("log")
+        _plain_log_ticks(axes[0], "x")
+        perplexity = axes[1].secondary_yaxis("right", functions=(np.exp, _cross_entropy_of))
+        perplexity.set_ylabel("perplexity (e^cross-entropy)")
+        axes[0].set_title("latency vs threshold")
+        axes[1].set_title("loss vs threshold")
+        _strategy_legend(fig, styles, sorted(lines["strategy"].unique()), reference)
+        fig.suptitle("Fig. 4 — early exit: latency and loss vs exit threshold, per exit rule\n"
+                     "(τ = 0 and τ = ∞, the never-exit and exit-at-once ends, are off the log axis: see the "
+                     "trade-off figure)")
+        _save(fig, path)
+
+
+def _annotate_loop_counts(ax: plt.Axes, fixed: pl.DataFrame, x: str, max_loops: int) -> None:
+    """K = 1, 2, 4, ... and the full depth next to their points on the fixed-depth frontier."""
+    for row in fixed.iter_rows(named=True):
+        k = int(row["setting"])
+        point = (row[x], row["cross_entropy"])
+        if k == max_loops:  # the frontier's right end: label above-left, with a leader, to stay in the panel
+            ax.annotate(f"K={k} (full depth)", point, xytext=(-8, 20), textcoords="offset points", ha="right",
+                        fontsize=8, arrowprops={"arrowstyle": "-", "color": "0.3", "lw": 0.8})
+        elif k & (k - 1) == 0:
+            ax.annotate(f"K={k}", point, xytext=(5, 4), textcoords="offset points", fontsize=8)
+
+
+def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
+    """Cross-entropy vs compute (mean loops per group) and vs latency, every setting of every exit rule,
+    against the fixed-depth frontier."""
+    name = "fig_exit_tradeoff"
+    require(sweep, "sweep", ("strategy", "setting", "cross_entropy", "mean_loops", "ms_per_token",
+                             "max_loops"), name)
+    styles = _strategy_styles(sweep["strategy"].unique().to_list())
+    rules = sweep.filter(pl.col("strategy") != "fixed").sort("strategy", "mean_loops")
+    fixed = sweep.filter(pl.col("strategy") == "fixed").sort("mean_loops")
+    max_loops = int(sweep["max_loops"][0])
+    frontier = ([Line2D([], [], lw=2, label="fixed depth K (frontier)", **styles["fixed"])]
+                if fixed.height else [])
+    panels = {"mean_loops": "mean loops per group (teacher-forced)", "ms_per_token": LATENCY}
+    with _style():
+        fig, axes = plt.subplots(1, 2, figsize=(13.0, 4.8), sharey=True, layout="constrained")
+        for ax, (column, label) in zip(axes, panels.items(), strict=True):
+            if rules.height:
+                _strategy_lines(ax, rules, column, "cross_entropy", styles)
+            if fixed.height:
+                ax.plot(fixed[column], fixed["cross_entropy"], lw=2, ms=6, zorder=5, **styles["fixed"])
+                _annotate_loop_counts(ax, fixed, column, max_loops)
+            ax.set_xlabel(label)
+            ax.set_ylabel(CROSS_ENTROPY)
+        axes[0].set_title("loss vs compute")
+        axes[1].set_title("loss vs latency")
+        _strategy_legend(fig, styles, sorted(rules["strategy"].unique()), frontier)
+        fig.suptitle("Early exit: loss vs compute and latency, every setting of every exit rule\n"
+                     "(points joined in order of mean loops, including the τ = 0 and τ = ∞ ends)")
+        _save(fig, path)

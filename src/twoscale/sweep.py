@@ -1,8 +1,9 @@
 """One point of an early-exit sweep: a strategy at one threshold (or the fixed-depth baseline at one loop count),
 measured for quality with teacher forcing and for real latency with cached generation (SCIENCE §1.3, §1.4).
 
-A strategy is a plain exit spec without its threshold, e.g. {"criterion": "acceleration", "variant": "vector",
-"hits": 2}; `rules_at` sets the threshold (or, for "fixed", the loop count) and builds one rule per group.
+A strategy is a plain exit spec without its swept setting, e.g. {"criterion": "acceleration", "variant": "vector",
+"hits": 2}; `rules_at` sets the setting (`swept_key`: the threshold; the loop count of "fixed"; the hit count of
+"argmax", which has no threshold) and builds one rule per group.
 """
 
 from __future__ import annotations
@@ -18,13 +19,34 @@ from twoscale.early_exit import evaluate_with_exits
 from twoscale.exits import ExitRule, make_rule
 from twoscale.generation import generate
 from twoscale.model import LoopedGPT
+from twoscale.training import evaluation_starts
+
+
+SWEPT_KEYS = {"fixed": "loops", "argmax": "hits"}
+
+
+def swept_key(criterion: str) -> str:
+    """The spec key a sweep varies for a criterion."""
+    return SWEPT_KEYS.get(criterion, "threshold")
+
+
+def never_exit_setting(criterion: str, max_loops: int) -> float:
+    """The setting at which a strategy never exits early: threshold 0 (no value is below it), or max_loops loops
+    or hits."""
+    return 0.0 if swept_key(criterion) == "threshold" else float(max_loops)
 
 
 def rules_at(strategy: dict[str, Any], setting: float, n_groups: int, max_loops: int) -> list[ExitRule]:
-    """Fresh rules (one per group) for a strategy at one setting: the threshold, or the loop count of "fixed"."""
-    key = "loops" if strategy["criterion"] == "fixed" else "threshold"
-    value = int(setting) if key == "loops" else float(setting)
+    """Fresh rules (one per group) for a strategy at one setting."""
+    key = swept_key(strategy["criterion"])
+    value = float(setting) if key == "threshold" else int(setting)
     return [make_rule({**strategy, key: value}, max_loops=max_loops) for _ in range(n_groups)]
+
+
+def held_out_prompts(val_ids: np.ndarray, n_prompts: int, prompt_tokens: int) -> list[list[int]]:
+    """Prompts of `prompt_tokens` held-out tokens, spread evenly over the validation array."""
+    starts = evaluation_starts(len(val_ids), prompt_tokens, n_prompts)
+    return [val_ids[start : start + prompt_tokens].astype(np.int64).tolist() for start in starts]
 
 
 def latency_ms_per_token(
@@ -57,4 +79,6 @@ def sweep_point(
     rules = rules_at(strategy, setting, model.n_groups, max_loops)
     quality = evaluate_with_exits(model, val_ids, rules, max_loops, n_windows, batch_size, device)
     ms, generated_loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops)
-    return {"setting": float(setting), **quality, "ms_per_token": ms, "generated_mean_loops": generated_loops}
+    mean_loops = float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))
+    return {"setting": float(setting), **quality, "mean_loops": mean_loops, "ms_per_token": ms,
+            "generated_mean_loops": generated_loops}

@@ -57,24 +57,3 @@ rule geometry:
         "python -m twoscale geometry --params {params.file} --measure-dir results/measure"
         " --out-dir results/geometry --figures-dir results/figures --log {log}"
 
-
-rule claims:
-    input:
-        sources("claims"),
-        multiext("results/geometry/", "geometry.parquet", "loss_vs_loops.parquet", "depth.parquet",
-                 "similarity.parquet", "trajectory.parquet"),
-    output:
-        report("results/claims.md", caption="../report/claims.rst", category="Claims"),
-        "results/claims.json",
-    params:
-        values=param_values("claims"),
-        file=PARAMS_FILE,
-    log:
-        "logs/claims.log",
-    benchmark:
-        "results/benchmarks/claims.tsv"
-    threads: 1
-    conda:
-        "../envs/twoscale.yaml"
-    shell:
-        "python -m twoscale claims --params {params.file} --geometry-dir results/geometry --out-dir results --log {log}"

@@ -22,20 +22,22 @@ log = logging.getLogger("twoscale.claims")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--geometry-dir", type=Path, required=True, help="reads the tables across training")
+    parser.add_argument("--sweep", type=Path, required=True, help="the early-exit sweep table of every strategy")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
 
 
-def read_tables(directory: Path) -> dict[str, pl.DataFrame]:
+def read_tables(directory: Path, sweep: Path) -> dict[str, pl.DataFrame]:
+    paths = {name: directory / f"{name}.parquet" for name in MEASUREMENT_TABLES} | {"sweep": sweep}
     try:
-        return {name: pl.read_parquet(directory / f"{name}.parquet") for name in MEASUREMENT_TABLES}
+        return {name: pl.read_parquet(path) for name, path in paths.items()}
     except FileNotFoundError as exc:
-        raise TwoscaleError(f"{exc.filename}: not found (run the geometry stage first)") from None
+        raise TwoscaleError(f"{exc.filename}: not found (run the geometry and tradeoff stages first)") from None
 
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    rows = claims_table(read_tables(args.geometry_dir))
-    with tracking.stage_run("claims", params_hash(params.measure)):
+    rows = claims_table(read_tables(args.geometry_dir, args.sweep))
+    with tracking.stage_run("claims", params_hash(params.measure, params.sweep)):
         import mlflow
 
         write_text(args.out_dir / "claims.md", to_markdown(rows))

@@ -1,0 +1,77 @@
+"""Stage `sweep`: one early-exit strategy over its settings on the final checkpoint (one job per strategy): quality
+with teacher forcing, compute, and real latency of cached generation at batch size 1."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from tqdm import tqdm
+
+from twoscale import tracking
+from twoscale.errors import TwoscaleError
+from twoscale.io import load_token_array, read_json, write_parquet
+from twoscale.params import Params, params_hash
+from twoscale.stages.common import add_params_argument, load, log_sections
+from twoscale.stages.measure import check_matches_params
+from twoscale.sweep import held_out_prompts, latency_ms_per_token, sweep_point, swept_key
+from twoscale.training import configure_torch, load_model, resolve_device
+
+log = logging.getLogger("twoscale.sweep")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--strategy", required=True, help="a name under sweep.strategies")
+    parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--out", type=Path, required=True, help="the strategy's table (Parquet)")
+
+
+def strategy_of(params: Params, name: str):
+    try:
+        return params.sweep.strategies[name]
+    except KeyError:
+        known = ", ".join(params.sweep.strategies)
+        raise TwoscaleError(f"--strategy {name!r} is not under sweep.strategies (known: {known})") from None
+
+
+def run(args: argparse.Namespace) -> None:
+    params = load(args)
+    sweep = params.sweep
+    strategy = strategy_of(params, args.strategy)
+    stats = read_json(args.data_dir / "stats.json")
+    val_ids = load_token_array(args.data_dir / "val.npy")
+    configure_torch(sweep.threads, params.runtime.seed)
+    device = resolve_device(params.runtime.device)
+    model, meta = load_model(args.checkpoint, device)
+    check_matches_params(args.checkpoint, meta["model_config"], params, stats["vocab_size"])
+    prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
+    criterion = str(strategy.spec["criterion"])
+    log.info("sweeping %s (%s) over %d settings on step %d", args.strategy, strategy.spec, len(strategy.settings),
+             meta["step"])
+    with tracking.stage_run("sweep", params_hash(params.sweep), {"strategy": args.strategy}):
+        import mlflow
+
+        log_sections(params, "sweep")
+        latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
+        rows = []
+        for index, setting in enumerate(tqdm(strategy.settings, desc=f"sweep {args.strategy}", unit="setting")):
+            row = sweep_point(model, val_ids, strategy.spec, setting, sweep.max_loops, sweep.n_windows,
+                              sweep.batch_size, prompts, sweep.new_tokens, device)
+            rows.append(row)
+            mlflow.log_metrics({k: v for k, v in row.items() if np.isfinite(v)}, step=index)
+            log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.2f ms/token", swept_key(criterion), setting,
+                     row["cross_entropy"], row["mean_loops"], row["ms_per_token"])
+        table = pl.DataFrame(rows).select(
+            pl.lit(args.strategy).alias("strategy"),
+            pl.lit(criterion).alias("criterion"),
+            pl.lit(swept_key(criterion)).alias("swept"),
+            pl.all(),
+            pl.lit(sweep.max_loops).cast(pl.Int64).alias("max_loops"),
+            pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
+        )
+        write_parquet(args.out, table)
