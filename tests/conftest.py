@@ -18,19 +18,20 @@ def tiny_model() -> LoopedGPT:
     return LoopedGPT(config).double().eval()
 
 
-VARIANTS = [("pre", "adapter"), ("sandwich", "none"), ("sandwich", "adapter")]
+VARIANTS = [("pre", "adapter"), ("sandwich", "none"), ("group", "add"), ("rescale", "none")]
 
 
 @pytest.fixture(scope="module", params=VARIANTS, ids=["-".join(v) for v in VARIANTS])
 def variant_model(request) -> LoopedGPT:
-    """The tiny model with sandwich norm and/or input injection; adapters moved off their keep-the-state start so
-    that the group input matters."""
+    """The tiny model with another norm and/or input injection; injection weights moved off their start (which
+    ignores the group input) so that the group input matters."""
     norm, injection = request.param
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=40, n_layer=6, n_head=2, n_embd=16, block_size=16, dropout=0.0, bias=True,
                          groups=((1, 1), (2, 3), (4, 4)), norm=norm, injection=injection)
     model = LoopedGPT(config).double().eval()
     with torch.no_grad():
-        for adapter in model.adapters:
-            adapter.weight.add_(0.2 * torch.randn_like(adapter.weight))
+        for step in model.group_steps:
+            if step.injection != "none":
+                step.inject.weight.add_(0.2 * torch.randn_like(step.inject.weight))
     return model

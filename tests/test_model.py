@@ -291,27 +291,55 @@ def test_sandwich_block_normalises_each_residual_sum():
     torch.testing.assert_close(block(x), expected, rtol=0, atol=1e-12)
 
 
-def test_injection_starts_every_application_from_the_adapter_on_state_and_group_input():
-    model = make_model(ModelConfig(**{**config().__dict__, "injection": "adapter"}))
+def injected_model(injection: str, norm: str = "pre") -> LoopedGPT:
+    model = make_model(ModelConfig(**{**config().__dict__, "injection": injection, "norm": norm}))
     with torch.no_grad():
-        for adapter in model.adapters:
-            adapter.weight.add_(0.3 * torch.randn_like(adapter.weight))
+        for step in model.group_steps:
+            if injection != "none":
+                step.inject.weight.add_(0.3 * torch.randn_like(step.inject.weight))
+            if norm == "group":
+                step.out_norm.weight.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize(
+    "injection, norm", [("add", "pre"), ("adapter", "pre"), ("none", "group"), ("add", "group"), ("none", "rescale")]
+)
+def test_group_steps_read_the_group_input_and_normalise_their_output_as_written(injection, norm):
+    model = injected_model(injection, norm)
     idx, (k0, k1, k2) = tokens(), (2, 3, 1)
     x = run_layers(model, manual_embed(model, idx), [0], 1)
     for group, (layers, times) in enumerate((([1], k0), ([2, 3], k1), ([4], k2))):
-        group_input, W, b = x, model.adapters[group].weight, model.adapters[group].bias
+        group_input, step = x, model.group_steps[group]
         for _ in range(times):
-            x = run_layers(model, torch.cat([x, group_input], -1) @ W.T + b, layers, 1)
+            if injection == "add":
+                x = x + group_input @ step.inject.weight.T
+            elif injection == "adapter":
+                x = torch.cat([x, group_input], -1) @ step.inject.weight.T + step.inject.bias
+            x = run_layers(model, x, layers, 1)
+            if norm == "group":
+                x = F.layer_norm(x, (16,), step.out_norm.weight, step.out_norm.bias)
+            elif norm == "rescale":
+                x = x / x.norm(dim=-1, keepdim=True) * group_input.norm(dim=-1, keepdim=True)
     expected = model.lm_head(model.ln_f(run_layers(model, x, [5], 1)))
     torch.testing.assert_close(model(idx, [k0, k1, k2]).logits, expected, rtol=0, atol=1e-10)
     recorded = model(idx, [k0, k1, k2], record_trajectories=True)
     torch.testing.assert_close(recorded.logits, expected, rtol=0, atol=1e-10)
+    torch.testing.assert_close(recorded.trajectories[1][-1], recorded.depth_states[1 + k0 + 2 * k1])
 
 
-def test_a_fresh_adapter_keeps_the_state_so_injection_starts_as_the_plain_model():
+@pytest.mark.parametrize("injection", ["add", "adapter"])
+def test_fresh_injection_ignores_the_group_input_so_training_starts_from_the_plain_model(injection):
     plain = make_model()
-    injected = make_model(ModelConfig(**{**config().__dict__, "injection": "adapter"}))
-    injected.load_state_dict({**plain.state_dict(), **{k: v for k, v in injected.state_dict().items()
-                                                       if k.startswith("adapters.")}})
+    injected = make_model(ModelConfig(**{**config().__dict__, "injection": injection}))
+    fresh_steps = {k: v for k, v in injected.state_dict().items() if k.startswith("group_steps.")}
+    injected.load_state_dict({**plain.state_dict(), **fresh_steps})
     idx = tokens()
     torch.testing.assert_close(injected(idx, [3, 2, 4]).logits, plain(idx, [3, 2, 4]).logits, rtol=0, atol=1e-12)
+
+
+def test_rescaled_groups_keep_every_state_at_the_norm_of_the_group_input():
+    model = make_model(ModelConfig(**{**config().__dict__, "norm": "rescale"}))
+    for trajectory in model(tokens(), [6, 6, 6], record_trajectories=True).trajectories:
+        norms = trajectory.norm(dim=-1)
+        torch.testing.assert_close(norms, norms[:1].expand_as(norms))

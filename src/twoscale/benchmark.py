@@ -59,10 +59,11 @@ def step_costs(
     x = torch.randn(1, model.config.n_embd, device=model.lm_head.weight.device)
 
     def loop_step() -> Tensor:
-        y = model.inject(segment, x, x)
+        step = model.group_steps[segment.group]
+        y = step.enter(x, x)
         for layer in segment.layers:
             y = block_step(model.blocks[layer], y, caches[layer], 1, position, store=False)
-        return y
+        return step.leave(y, x)
 
     group_ms = median_ms(loop_step, repeats)
     rows = []

@@ -102,14 +102,15 @@ def step_token(
             continue
         rule = rules[segment.group]
         rule.start(x)
-        group_input = x
+        group_input, group_step = x, model.group_steps[segment.group]
         k = 0
         while rule.running.numel():
             k += 1
-            x = model.inject(segment, x, group_input)
+            x = group_step.enter(x, group_input)
             for layer in segment.layers:
                 caches[layer].depth[position] = k
                 x = block_step(model.blocks[layer], x, caches[layer], k, position)
+            x = group_step.leave(x, group_input)
             logits = _decode(model, rule, x, segment_index, caches, position) if rule.needs_logits else None
             rule.step(x, logits)
         loops.append(k)

@@ -34,8 +34,9 @@ class ModelConfig:
     dropout: float
     bias: bool
     groups: tuple[tuple[int, int], ...]  # inclusive (first, last) layer ranges, sorted, disjoint
-    norm: str = "pre"  # "pre": pre-LayerNorm blocks (GPT-2); "sandwich": also a norm after each residual add
-    injection: str = "none"  # "adapter": each group application first maps concat(state, group input) to width
+    norm: str = "pre"  # "pre" (GPT-2) | "sandwich" (a norm after each residual sum) | "group" (LayerNorm after each
+    # group step) | "rescale" (each group step's output rescaled per token to the norm of the group input)
+    injection: str = "none"  # "none" | "add" (state + W x^(0)) | "adapter" (Huginn: W concat(state, x^(0)))
 
     @classmethod
     def from_params(cls, model: ModelParams, vocab_size: int) -> ModelConfig:
@@ -130,6 +131,53 @@ class Block(nn.Module):
         return self.feed_forward(self.add_attention(x, self.attn(self.ln_1(x))))
 
 
+def rescale_to(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """x rescaled per token to the norm of a reference state: x ‖ref‖ / ‖x‖."""
+    return x * (reference.norm(dim=-1, keepdim=True) / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+
+
+class GroupStep(nn.Module):
+    """What one application of a looped group adds around its layers: how it reads the group input x^(0)
+    (`injection`) and how it normalises its output: norm "group" applies a LayerNorm, norm "rescale" gives every
+    token's state the norm of its group input, so the state stays on a sphere however often the group loops.
+
+      none:    the layers start from the state x^(k-1)
+      add:     from x^(k-1) + W x^(0), W initialised to zero
+      adapter: from W concat(x^(k-1), x^(0)) (Geiping et al.), W initialised to [I 0]
+    Both injections therefore start as the plain looped model."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        C = config.n_embd
+        self.injection = config.injection
+        if config.injection == "add":
+            self.inject = nn.Linear(C, C, bias=False)
+        elif config.injection == "adapter":
+            self.inject = nn.Linear(2 * C, C, bias=config.bias)
+        self.norm = config.norm
+        self.out_norm = nn.LayerNorm(C, bias=config.bias) if config.norm == "group" else nn.Identity()
+
+    def initialise(self) -> None:
+        if self.injection == "none":
+            return
+        with torch.no_grad():
+            self.inject.weight.zero_()
+            if self.injection == "adapter":
+                self.inject.weight[:, : self.inject.out_features].copy_(torch.eye(self.inject.out_features))
+
+    def enter(self, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
+        if self.injection == "add":
+            return x + self.inject(group_input)
+        if self.injection == "adapter":
+            return self.inject(torch.cat([x, group_input], dim=-1))
+        return x
+
+    def leave(self, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
+        if self.norm == "rescale":
+            return rescale_to(x, group_input)
+        return self.out_norm(x)
+
+
 @dataclass(frozen=True)
 class DepthPosition:
     """One position of the unrolled depth: the state after `layer` ran (None: the embedding), inside looped
@@ -161,18 +209,13 @@ class LoopedGPT(nn.Module):
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
-        self.adapters = nn.ModuleList(
-            nn.Linear(2 * config.n_embd, config.n_embd, bias=config.bias)
-            for _ in (config.groups if config.injection == "adapter" else ())
-        )
+        self.group_steps = nn.ModuleList(GroupStep(config) for _ in config.groups)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):  # GPT-2's scaled init of residual projections
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-        for adapter in self.adapters:  # start as "keep the state, ignore the input": the plain looped model
-            with torch.no_grad():
-                adapter.weight.zero_()
-                adapter.weight[:, : config.n_embd].copy_(torch.eye(config.n_embd))
+        for group_step in self.group_steps:
+            group_step.initialise()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -203,16 +246,10 @@ class LoopedGPT(nn.Module):
             x = self.blocks[layer](x)
         return x
 
-    def inject(self, segment: Segment, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
-        """What one application of a looped group starts from: the state itself, or with injection the adapter
-        on concat(state, the group's input x^(0))."""
-        if not self.adapters:
-            return x
-        return self.adapters[segment.group](torch.cat([x, group_input], dim=-1))
-
     def apply_group(self, segment: Segment, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
         """One application of a looped group: x^(k-1) -> x^(k)."""
-        return self.apply_segment(segment, self.inject(segment, x, group_input))
+        step = self.group_steps[segment.group]
+        return step.leave(self.apply_segment(segment, step.enter(x, group_input)), group_input)
 
     def loop_group(
         self, segment: Segment, x: torch.Tensor, loops: int, backprop_depth: int | None = None
@@ -263,11 +300,14 @@ class LoopedGPT(nn.Module):
             applications = 1 if segment.group is None else loops[segment.group]
             trajectory = [x]
             group_input = x
+            step = None if segment.group is None else self.group_steps[segment.group]
             for k in range(1, applications + 1):
-                if segment.group is not None:
-                    x = self.inject(segment, x, group_input)
+                if step is not None:
+                    x = step.enter(x, group_input)
                 for layer in segment.layers:
                     x = self.blocks[layer](x)
+                    if step is not None and layer == segment.layers[-1]:
+                        x = step.leave(x, group_input)  # the group step's output is its last depth state
                     out.depth_states.append(x)
                     out.depth_positions.append(
                         DepthPosition(layer, segment.group, None if segment.group is None else k)

@@ -74,13 +74,14 @@ class ModelParams(Section):
     dropout: float = Field(ge=0, lt=1)
     bias: bool = Field(description="biases in linear layers and layer norms")
     groups: list[LoopGroup] = Field(min_length=1, description="looped groups as inclusive layer ranges")
-    norm: Literal["pre", "sandwich"] = Field(
+    norm: Literal["pre", "sandwich", "group", "rescale"] = Field(
         description="pre: pre-LayerNorm blocks (GPT-2, the paper); sandwich: also normalise each residual sum "
-        "(Geiping et al.), which bounds the state under any number of loops"
+        "(Geiping et al.); group: a LayerNorm on the output of every application of a looped group; rescale: "
+        "that output rescaled per token to the norm of the group input (no parameters)"
     )
-    injection: Literal["none", "adapter"] = Field(
-        description="adapter: every application of a looped group starts from a linear map of concat(state, "
-        "group input) (Geiping et al.'s input injection), initialised to keep the state"
+    injection: Literal["none", "add", "adapter"] = Field(
+        description="how each application of a looped group reads the group input x0: none; add: state + W x0 "
+        "(W starts at 0); adapter: W concat(state, x0) (Geiping et al.; W starts at [I 0])"
     )
 
     @model_validator(mode="after")
