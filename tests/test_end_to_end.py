@@ -112,6 +112,16 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
         assert (first_run / "results/figures" / name).stat().st_size > 10_000
 
 
+def test_benchmark_prints_a_row_per_strategy_in_both_tables(first_run):
+    out = run([sys.executable, "-m", "twoscale", "benchmark", "--repeats", "1", "--out", "bench.json"], first_run)
+    report = json.loads((first_run / "bench.json").read_text())
+    strategies = list(yaml.safe_load((first_run / "params.yaml").read_text())["sweep"]["strategies"])
+    assert [row["strategy"] for row in report["step_costs"]] == strategies
+    assert [row["strategy"] for row in report["latency"]] == strategies
+    assert "1 thread(s)" in out and sum(line.startswith("| fixed |") for line in out.splitlines()) == 2
+    (first_run / "bench.json").unlink()
+
+
 def test_dvc_sees_the_snakemake_results_as_current(first_run):
     assert dvc_changed_stages(first_run) == set()
     assert "Data and pipelines are up to date" in run(["dvc", "status"], first_run)

@@ -533,8 +533,9 @@ def _c6_flat(sweep: pl.DataFrame) -> dict[str, Any]:
         return {**info, "passes": None, "reason": f"{len(points)} swept {C6_ACCELERATION} threshold(s) in "
                 f"[{_e(C6_PAPER_RANGE[0])}, {_e(C6_PAPER_RANGE[1])}]"}
     ppl = [p["perplexity"] for p in points]
+    loops = [p["mean_loops"] for p in points if p["mean_loops"] is not None] or [math.nan]
     spread = max(ppl) / min(ppl) - 1
-    return {**info, "min": min(ppl), "max": max(ppl), "spread": spread,
+    return {**info, "min": min(ppl), "max": max(ppl), "spread": spread, "loops": (min(loops), max(loops)),
             "passes": spread <= C6_MAX_FLAT_SPREAD}
 
 
@@ -633,7 +634,9 @@ def c6_acceleration_exit(sweep: pl.DataFrame) -> dict[str, Any]:
         for s in strategies
     ]
     flat = (f"{C6_ACCELERATION} ppl over τ ∈ [{_e(lo)}, {_e(hi)}] ({len(b['points'])} thresholds): "
-            f"{_fmt(b['min'], 3)}–{_fmt(b['max'], 3)} (spread {_pct(b['spread'])})"
+            f"{_fmt(b['min'], 3)}–{_fmt(b['max'], 3)} (spread {_pct(b['spread'])}; mean loops per group "
+            f"{_fmt(b['loops'][0])}–{_fmt(b['loops'][1])}, so a flat stretch that never exits shows as "
+            f"{full['max_loops']})"
             if b["passes"] is not None else f"{C6_ACCELERATION} ppl over τ ∈ [{_e(lo)}, {_e(hi)}]: "
             f"undecided, {b['reason']}")
 
