@@ -459,9 +459,42 @@ def test_claims_table_adds_c6_only_with_a_sweep():
     without = claims_table({"geometry": geometry})
     assert [r["claim"] for r in without] == ["C1", "C2", "C3", "C4", "C5"]
     rows = claims_table({"geometry": geometry, "sweep": sweep_frame(paper_like())})
-    assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
     json.loads(to_json(rows))
     lines = to_markdown(rows).strip().splitlines()
-    assert len(lines) == 2 + 6
+    assert len(lines) == 2 + 7
     assert all(len(re.split(r"(?<!\\)\|", line)) == 7 for line in lines)
-    assert lines[-1].startswith("| C6 |") and lines[-1].endswith("| **reproduced** |")
+    assert lines[-2].startswith("| C6 |") and lines[-2].endswith("| **reproduced** |")
+
+
+# --- C6b: against the best fixed depth -----------------------------------------------------------------------
+
+FULL_DEPTH_WORST = {  # K* = 2 (ppl 10.0, 2 ms); full depth K = 30 is the worst point (ppl 14)
+    "fixed": [(1.0, 12.0, 1.0), (2.0, 10.0, 2.0), (3.0, 10.5, 3.0), (30.0, 14.0, 30.0)],
+}
+
+
+def c6_prime(acceleration, kl_head, kl_rest=((1e-3, 10.5, 1.0),)) -> dict:
+    points = {**FULL_DEPTH_WORST, "acceleration": list(acceleration), "kl_head": list(kl_head),
+              "kl_rest": list(kl_rest)}
+    return claims.c6_against_best_fixed_depth(sweep_frame(points))
+
+
+def test_c6_prime_measures_against_the_best_fixed_depth():
+    # acceleration 1.4 ms at ppl 10.05 (within 1% of 10.0): cut 1 - 1.4/2 = 30%; kl_head 1.6 ms: slower;
+    # kl_rest's only point (ppl 10.5) is not within 1%: it cannot match the quality
+    row = c6_prime(acceleration=[(1e-2, 10.05, 1.4), (1.0, 11.0, 0.5)], kl_head=[(1e-3, 10.08, 1.6)])
+    assert row["claim"] == "C6b" and row["verdict"] == "reproduced"
+    assert row["detail"]["reference"]["loops"] == 2
+    assert row["detail"]["acceleration"]["latency_cut"] == pytest.approx(0.3)
+    assert row["detail"]["kl"]["kl_rest"] is None
+    assert "K* = 2 loops" in row["measured"] and "full depth 30 loops: ppl 14" in row["measured"]
+
+
+def test_c6_prime_fails_on_a_small_cut_and_a_faster_kl():
+    small_cut = c6_prime(acceleration=[(1e-2, 10.05, 1.6)], kl_head=[(1e-3, 10.08, 1.7)])
+    assert small_cut["verdict"] == "mixed"  # cut 20% < 25%; KL slower
+    kl_faster = c6_prime(acceleration=[(1e-2, 10.05, 1.4)], kl_head=[(1e-3, 10.08, 1.2)])
+    assert kl_faster["verdict"] == "mixed"  # cut 30%; KL faster
+    neither = c6_prime(acceleration=[(1e-2, 10.2, 1.0)], kl_head=[(1e-3, 10.08, 1.2)])
+    assert neither["verdict"] == "inconclusive"  # acceleration never within 1% of K*

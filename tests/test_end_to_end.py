@@ -107,7 +107,7 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
     summary = pl.read_csv(first_run / "results/sweep/summary.csv")
     assert summary["strategy"].to_list() == list(sweep_params["strategies"])
     claims = json.loads((first_run / "results/claims.json").read_text())
-    assert [row["claim"] for row in claims] == ["C1", "C2", "C3", "C4", "C5", "C6"]
+    assert [row["claim"] for row in claims] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
     for name in ("fig4_exit_sweep.png", "exit_tradeoff.png"):
         assert (first_run / "results/figures" / name).stat().st_size > 10_000
 

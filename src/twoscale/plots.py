@@ -536,9 +536,9 @@ def _annotate_loop_counts(ax: plt.Axes, fixed: pl.DataFrame, x: str, max_loops: 
     for row in fixed.iter_rows(named=True):
         k = int(row["setting"])
         point = (row[x], row["cross_entropy"])
-        if k == max_loops:  # the frontier's right end: label above-left, with a leader, to stay in the panel
-            ax.annotate(f"K={k} (full depth)", point, xytext=(-8, 20), textcoords="offset points", ha="right",
-                        fontsize=8, arrowprops={"arrowstyle": "-", "color": "0.3", "lw": 0.8})
+        if k == max_loops:  # the frontier's top right end: label to its left, clear of the panel title
+            ax.annotate(f"K={k} (full depth)", point, xytext=(-40, -6), textcoords="offset points", ha="right",
+                        va="center", fontsize=8, arrowprops={"arrowstyle": "-", "color": "0.3", "lw": 0.8})
         elif k & (k - 1) == 0:
             ax.annotate(f"K={k}", point, xytext=(5, 4), textcoords="offset points", fontsize=8)
 
@@ -564,7 +564,9 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
             if fixed.height:
                 ax.plot(fixed[column], fixed["cross_entropy"], lw=2, ms=6, zorder=5, **styles["fixed"])
                 _annotate_loop_counts(ax, fixed, column, max_loops)
-            ax.set_xlabel(label)
+            ax.set_xscale("log")  # the useful exits sit at a few loops, next to a 30-loop full depth
+            _plain_log_ticks(ax, "x")
+            ax.set_xlabel(f"{label}, log scale")
             ax.set_ylabel(CROSS_ENTROPY)
         axes[0].set_title("loss vs compute")
         axes[1].set_title("loss vs latency")
