@@ -106,6 +106,9 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
     assert combined.filter(pl.col("setting") == float("inf"))["mean_loops"].max() < sweep_params["max_loops"]
     summary = pl.read_csv(first_run / "results/sweep/summary.csv")
     assert summary["strategy"].to_list() == list(sweep_params["strategies"])
+    best_fixed = fixed["perplexity"].min()  # K*: the fixed depth with the lowest perplexity
+    within = fixed.filter(pl.col("perplexity") <= 1.01 * best_fixed).sort("ms_per_token")
+    assert summary.filter(pl.col("strategy") == "fixed")["kstar_setting"].item() == within["setting"][0]
     claims = json.loads((first_run / "results/claims.json").read_text())
     assert [row["claim"] for row in claims] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
     for name in ("fig4_exit_sweep.png", "exit_tradeoff.png"):

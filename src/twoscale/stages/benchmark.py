@@ -1,5 +1,6 @@
 """`benchmark`: print the per-step cost of every exit criterion and ms per generated token of every strategy at its
-best setting (the fastest within 1% of full-depth perplexity, from the tradeoff stage's summary), on this machine."""
+best setting (the fastest within 1% of the perplexity of the best fixed depth, or of full depth, from the tradeoff
+stage's summary), on this machine."""
 
 from __future__ import annotations
 
@@ -29,22 +30,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("data/prepared"), help="reads val.npy")
     parser.add_argument("--summary", type=Path, default=Path("results/sweep/summary.csv"),
                         help="the tradeoff stage's per-strategy summary (best settings)")
+    parser.add_argument("--reference", choices=REFERENCES, default="best_fixed",
+                        help="best settings within 1%% of the best fixed depth K* (default) or of full depth")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats; medians are reported")
     parser.add_argument("--out", type=Path, help="also write the tables as JSON here")
 
 
-def best_settings(summary_path: Path, strategies: dict, max_loops: int) -> dict[str, tuple[float, str]]:
-    """Each strategy's best setting from the summary; where none kept perplexity within 1%, the setting that never
-    exits (full depth)."""
+REFERENCES = {"best_fixed": "kstar", "full_depth": "best"}  # --reference: its column prefix in summary.csv
+
+
+def best_settings(summary_path: Path, reference: str, strategies: dict, max_loops: int
+                  ) -> dict[str, tuple[float, str]]:
+    """Each strategy's best setting from the summary; where none kept perplexity within 1% of the reference, the
+    setting that never exits (full depth)."""
     try:
         summary = pl.read_csv(summary_path)
     except FileNotFoundError:
         raise TwoscaleError(f"{summary_path}: not found (run the pipeline's tradeoff stage first)") from None
-    best = {row["strategy"]: row["best_setting"] for row in summary.iter_rows(named=True)}
+    column = f"{REFERENCES[reference]}_setting"
+    if column not in summary.columns:
+        raise TwoscaleError(f"{summary_path}: no {column} column (rerun the tradeoff stage)")
+    best = {row["strategy"]: row[column] for row in summary.iter_rows(named=True)}
     fallback = {name: (never_exit_setting(spec["criterion"], max_loops), "none within 1%: full depth")
                 for name, spec in strategies.items()}
-    return {name: (float(best[name]), "best within 1%") if best.get(name) is not None else fallback[name]
-            for name in strategies}
+    return {name: (float(best[name]), f"best within 1% of {reference}") if best.get(name) is not None
+            else fallback[name] for name in strategies}
 
 
 def markdown(rows: list[dict], columns: list[str]) -> str:
@@ -75,7 +85,7 @@ def run(args: argparse.Namespace) -> None:
     val_ids = load_token_array(args.data_dir / "val.npy")
     prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     specs = {name: strategy.spec for name, strategy in sweep.strategies.items()}
-    chosen = best_settings(args.summary, specs, sweep.max_loops)
+    chosen = best_settings(args.summary, args.reference, specs, sweep.max_loops)
 
     costs = step_costs(model, prompts[0], specs, sweep.max_loops, args.repeats)
     latency = []

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from pathlib import Path
 
 import polars as pl
 
 from twoscale import plots, tracking
-from twoscale.claims import best_within
+from twoscale.claims import best_fixed_depth, best_within, full_depth
 from twoscale.errors import TwoscaleError
 from twoscale.io import atomic_path, write_parquet
 from twoscale.params import params_hash
@@ -44,25 +45,25 @@ def gather(strategies_dir: Path, names: list[str]) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed")
 
 
+BEST_POINT = ("setting", "ms_per_token", "perplexity", "latency_cut")
+
+
 def summarise(sweep: pl.DataFrame, tolerance: float = 0.01) -> pl.DataFrame:
     """Per strategy: the compute span its settings reached, and its fastest setting whose perplexity is within
-    `tolerance` of full depth."""
+    `tolerance` of full depth (best_*, the paper's reference) and of the best fixed depth K* (kstar_*; the same
+    when looping longer never hurts)."""
+    references = {"best": full_depth(sweep), "kstar": best_fixed_depth(sweep)}
     rows = []
     for name in sweep["strategy"].unique(maintain_order=True):
         own = sweep.filter(pl.col("strategy") == name)
-        best = best_within(sweep, name, tolerance) or {}
-        rows.append({
-            "strategy": name,
-            "settings": own.height,
-            "min_compute_fraction": own["compute_fraction"].min(),
-            "max_compute_fraction": own["compute_fraction"].max(),
-            "best_setting": best.get("setting"),
-            "best_ms_per_token": best.get("ms_per_token"),
-            "best_perplexity": best.get("perplexity"),
-            "best_latency_cut": best.get("latency_cut"),
-        })
-    return pl.DataFrame(rows, schema_overrides={k: pl.Float64 for k in ("best_setting", "best_ms_per_token",
-                                                                        "best_perplexity", "best_latency_cut")})
+        row = {"strategy": name, "settings": own.height, "min_compute_fraction": own["compute_fraction"].min(),
+               "max_compute_fraction": own["compute_fraction"].max()}
+        for prefix, reference in references.items():
+            point = best_within(sweep, name, tolerance, reference) or {}
+            row.update({f"{prefix}_{key}": point.get(key) for key in BEST_POINT})
+        rows.append(row)
+    return pl.DataFrame(rows, schema_overrides={f"{prefix}_{key}": pl.Float64 for prefix in references
+                                                for key in BEST_POINT})
 
 
 def run(args: argparse.Namespace) -> None:
@@ -77,8 +78,8 @@ def run(args: argparse.Namespace) -> None:
             summary.write_csv(tmp)
         mlflow.log_artifact(str(args.out_dir / "summary.csv"))
         for row in summary.iter_rows(named=True):
-            mlflow.log_metrics({f"{row['strategy']}_{key}": row[key] for key in ("best_ms_per_token",
-                               "best_perplexity", "best_latency_cut") if row[key] is not None})
+            mlflow.log_metrics({f"{row['strategy']}_{key}": value for key, value in row.items()
+                                if key.startswith(("best_", "kstar_")) and value is not None and math.isfinite(value)})
         for filename, draw in FIGURES.items():
             path = args.figures_dir / filename
             draw(sweep, path)
