@@ -66,6 +66,16 @@ def write_parquet(path: str | Path, frame: pl.DataFrame) -> None:
         frame.write_parquet(tmp)
 
 
+def read_parquet(path: Path, producer: str) -> pl.DataFrame:
+    """A table written by an earlier stage; missing or unreadable is one line naming the stage to run."""
+    try:
+        return pl.read_parquet(path)
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: not found (run {producer} first)") from None
+    except pl.exceptions.PolarsError as exc:
+        raise TwoscaleError(f"{path}: not a readable table ({type(exc).__name__})") from None
+
+
 def load_token_array(path: Path) -> np.ndarray:
     """A token array written by the tokenize stage, memory-mapped."""
     try:

@@ -10,8 +10,7 @@ import polars as pl
 
 from twoscale import tracking
 from twoscale.claims import claims_table, to_json, to_markdown
-from twoscale.errors import TwoscaleError
-from twoscale.io import write_text
+from twoscale.io import read_parquet, write_text
 from twoscale.params import params_hash
 from twoscale.stages.common import add_params_argument, load
 from twoscale.tables import MEASUREMENT_TABLES
@@ -27,11 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_tables(directory: Path, sweep: Path) -> dict[str, pl.DataFrame]:
-    paths = {name: directory / f"{name}.parquet" for name in MEASUREMENT_TABLES} | {"sweep": sweep}
-    try:
-        return {name: pl.read_parquet(path) for name, path in paths.items()}
-    except FileNotFoundError as exc:
-        raise TwoscaleError(f"{exc.filename}: not found (run the geometry and tradeoff stages first)") from None
+    tables = {name: read_parquet(directory / f"{name}.parquet", "the geometry stage")
+              for name in MEASUREMENT_TABLES}
+    return tables | {"sweep": read_parquet(sweep, "the tradeoff stage")}
 
 
 def run(args: argparse.Namespace) -> None:

@@ -10,8 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from twoscale import plots, tracking
-from twoscale.errors import TwoscaleError
-from twoscale.io import atomic_path, read_json, write_parquet
+from twoscale.io import atomic_path, read_json, read_parquet, write_parquet
 from twoscale.params import params_hash
 from twoscale.stages.common import add_params_argument, load
 from twoscale.tables import MEASUREMENT_TABLES
@@ -42,12 +41,7 @@ def gather(measure_dir: Path, steps: list[int]) -> dict[str, pl.DataFrame]:
     for step in steps:
         for name in MEASUREMENT_TABLES:
             path = measure_dir / f"step_{step}" / f"{name}.parquet"
-            try:
-                frames[name].append(pl.read_parquet(path))
-            except FileNotFoundError:
-                raise TwoscaleError(f"{path}: not found (run the measure stage for step {step})") from None
-            except pl.exceptions.PolarsError as exc:
-                raise TwoscaleError(f"{path}: not a readable table ({type(exc).__name__})") from None
+            frames[name].append(read_parquet(path, f"the measure stage for step {step}"))
     return {name: pl.concat(parts, how="vertical_relaxed") for name, parts in frames.items()}
 
 

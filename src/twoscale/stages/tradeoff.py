@@ -12,8 +12,7 @@ import polars as pl
 
 from twoscale import plots, tracking
 from twoscale.claims import best_fixed_depth, best_within, full_depth
-from twoscale.errors import TwoscaleError
-from twoscale.io import atomic_path, write_parquet
+from twoscale.io import atomic_path, read_parquet, write_parquet
 from twoscale.params import params_hash
 from twoscale.stages.common import add_params_argument, load
 
@@ -33,15 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def gather(strategies_dir: Path, names: list[str]) -> pl.DataFrame:
-    parts = []
-    for name in names:
-        path = strategies_dir / f"{name}.parquet"
-        try:
-            parts.append(pl.read_parquet(path))
-        except FileNotFoundError:
-            raise TwoscaleError(f"{path}: not found (run the sweep stage for strategy {name})") from None
-        except pl.exceptions.PolarsError as exc:
-            raise TwoscaleError(f"{path}: not a readable table ({type(exc).__name__})") from None
+    parts = [read_parquet(strategies_dir / f"{name}.parquet", f"the sweep stage for strategy {name}")
+             for name in names]
     return pl.concat(parts, how="diagonal_relaxed")
 
 
