@@ -31,6 +31,7 @@ STAGES: dict[str, dict[str, list[str]]] = {
             "src/twoscale/geometry.py",
             "src/twoscale/phases.py",
             "src/twoscale/model.py",
+            "src/twoscale/training.py",
         ],
     },
     "geometry": {
@@ -46,6 +47,7 @@ STAGES: dict[str, dict[str, list[str]]] = {
             "src/twoscale/early_exit.py",
             "src/twoscale/generation.py",
             "src/twoscale/model.py",
+            "src/twoscale/training.py",
         ],
     },
     "tradeoff": {

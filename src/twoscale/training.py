@@ -22,7 +22,7 @@ import torch
 from twoscale.errors import TwoscaleError
 from twoscale.io import atomic_path
 from twoscale.model import LoopedGPT, ModelConfig
-from twoscale.params import LoopSchedule, TrainParams
+from twoscale.params import LoopSchedule, ModelParams, TrainParams
 
 CHECKPOINT_FORMAT = 1
 
@@ -179,6 +179,18 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[LoopedGP
     except RuntimeError as exc:
         raise TwoscaleError(f"{path}: weights do not match its model config ({str(exc).splitlines()[0]})") from None
     return model.eval(), {k: payload[k] for k in ("step", "fingerprint", "model_config", "history")}
+
+
+def load_model_matching(path: Path, model: ModelParams, vocab_size: int, device: torch.device
+                        ) -> tuple[LoopedGPT, dict]:
+    """`load_model`, refusing a checkpoint trained with other model parameters than `model`."""
+    loaded, meta = load_model(path, device)
+    expected = ModelConfig.from_params(model, vocab_size).to_dict()
+    found = loaded.config.to_dict()
+    if found != expected:
+        different = sorted(k for k in expected if found.get(k) != expected[k])
+        raise TwoscaleError(f"{path}: trained with other model parameters ({', '.join(different)}); rerun train")
+    return loaded, meta
 
 
 def restore_state(state: TrainState, payload: dict) -> None:

@@ -16,10 +16,10 @@ from tqdm import tqdm
 
 from twoscale.benchmark import step_costs, strategy_latency
 from twoscale.errors import TwoscaleError
-from twoscale.io import load_token_array, write_json
+from twoscale.io import load_token_array, read_json, write_json
 from twoscale.stages.common import add_params_argument, load
 from twoscale.sweep import held_out_prompts, never_exit_setting
-from twoscale.training import configure_torch, load_model, resolve_device
+from twoscale.training import configure_torch, load_model_matching, resolve_device
 
 log = logging.getLogger("twoscale.benchmark")
 
@@ -27,7 +27,7 @@ log = logging.getLogger("twoscale.benchmark")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--checkpoint", type=Path, help="default: the final checkpoint under results/train")
-    parser.add_argument("--data-dir", type=Path, default=Path("data/prepared"), help="reads val.npy")
+    parser.add_argument("--data-dir", type=Path, default=Path("data/prepared"), help="reads val.npy and stats.json")
     parser.add_argument("--summary", type=Path, default=Path("results/sweep/summary.csv"),
                         help="the tradeoff stage's per-strategy summary (best settings)")
     parser.add_argument("--reference", choices=REFERENCES, default="best_fixed",
@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> None:
     checkpoint = args.checkpoint or Path(f"results/train/checkpoints/step_{params.train.steps}.pt")
     configure_torch(sweep.threads, params.runtime.seed)
     device = resolve_device(params.runtime.device)
-    model, _ = load_model(checkpoint, device)
-    model.eval()
+    stats = read_json(args.data_dir / "stats.json")
+    model, _ = load_model_matching(checkpoint, params.model, stats["vocab_size"], device)
     val_ids = load_token_array(args.data_dir / "val.npy")
     prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     specs = {name: strategy.spec for name, strategy in sweep.strategies.items()}

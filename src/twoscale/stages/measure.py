@@ -10,13 +10,11 @@ import numpy as np
 import polars as pl
 
 from twoscale import tracking
-from twoscale.errors import TwoscaleError
 from twoscale.io import load_token_array, read_json, write_json, write_parquet
 from twoscale.measurement import CheckpointMeasurement, boundary_offsets, measure_checkpoint
-from twoscale.model import ModelConfig
-from twoscale.params import Params, params_hash
+from twoscale.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
-from twoscale.training import configure_torch, load_model, resolve_device
+from twoscale.training import configure_torch, load_model_matching, resolve_device
 
 log = logging.getLogger("twoscale.measure")
 
@@ -26,13 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by the train stage")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes the per-checkpoint tables here")
-
-
-def check_matches_params(path: Path, config: dict, params: Params, vocab_size: int) -> None:
-    expected = ModelConfig.from_params(params.model, vocab_size).to_dict()
-    if config != expected:
-        different = sorted(k for k in expected if config.get(k) != expected[k])
-        raise TwoscaleError(f"{path}: trained with other model parameters ({', '.join(different)}); rerun train")
 
 
 def summarise(step: int, m: CheckpointMeasurement, max_loops: int) -> dict:
@@ -98,8 +89,7 @@ def run(args: argparse.Namespace) -> None:
     val_ids = load_token_array(args.data_dir / "val.npy")
     configure_torch(params.measure.threads, params.runtime.seed)
     device = resolve_device(params.runtime.device)
-    model, meta = load_model(args.checkpoint, device)
-    check_matches_params(args.checkpoint, meta["model_config"], params, stats["vocab_size"])
+    model, meta = load_model_matching(args.checkpoint, params.model, stats["vocab_size"], device)
     step = meta["step"]
     log.info("measuring step %d: %d windows, every group looped %d times",
              step, params.measure.n_sequences, params.measure.max_loops)

@@ -16,9 +16,8 @@ from twoscale.errors import TwoscaleError
 from twoscale.io import load_token_array, read_json, write_parquet
 from twoscale.params import Params, params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
-from twoscale.stages.measure import check_matches_params
 from twoscale.sweep import held_out_prompts, latency_ms_per_token, sweep_point, swept_key
-from twoscale.training import configure_torch, load_model, resolve_device
+from twoscale.training import configure_torch, load_model_matching, resolve_device
 
 log = logging.getLogger("twoscale.sweep")
 
@@ -47,8 +46,7 @@ def run(args: argparse.Namespace) -> None:
     val_ids = load_token_array(args.data_dir / "val.npy")
     configure_torch(sweep.threads, params.runtime.seed)
     device = resolve_device(params.runtime.device)
-    model, meta = load_model(args.checkpoint, device)
-    check_matches_params(args.checkpoint, meta["model_config"], params, stats["vocab_size"])
+    model, meta = load_model_matching(args.checkpoint, params.model, stats["vocab_size"], device)
     prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     criterion = str(strategy.spec["criterion"])
     log.info("sweeping %s (%s) over %d settings on step %d", args.strategy, strategy.spec, len(strategy.settings),
