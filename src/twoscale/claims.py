@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 
 from twoscale.errors import TwoscaleError
-from twoscale.tables import metric_rows, require, training_steps
+from twoscale.tables import full_depth_rows, metric_rows, require, training_steps
 
 # --- C1: step sizes shrink quickly with k, within about 5-10 steps -----------------------------------------
 C1_K_SETTLED = 10        # "within about 5-10 steps": read at the upper end, k = 10
@@ -480,8 +480,7 @@ def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
     """The full-depth reference: strategy 'fixed' at setting == max_loops (every group looped max_loops
     times)."""
     require(sweep, "sweep", SWEEP_COLUMNS, "C6")
-    rows = sweep.filter((pl.col("strategy") == C6_FULL_DEPTH)
-                        & (pl.col("setting") == pl.col("max_loops").cast(pl.Float64)))
+    rows = full_depth_rows(sweep)
     if rows.height == 0:
         raise TwoscaleError(
             "C6: the sweep table has no full-depth row (strategy 'fixed' at setting = max_loops)")
@@ -525,11 +524,11 @@ def _in_range(x: float, lo: float, hi: float) -> bool:
     return lo * (1 - _ROUND_OFF) <= x <= hi * (1 + _ROUND_OFF)
 
 
-def _c6_latency_cut(sweep: pl.DataFrame) -> dict[str, Any]:
+def _c6_latency_cut(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
     """(a) acceleration's best point within 1% cuts ms/token by >= 25%."""
     if not _sweep_points(sweep, C6_ACCELERATION):
         return {"passes": None, "reason": f"no {C6_ACCELERATION} rows"}
-    best = best_within(sweep, C6_ACCELERATION)
+    best = best_within(sweep, C6_ACCELERATION, reference=full)
     if best is None:
         return {"passes": False, "best": None, "reason": "no threshold keeps perplexity within 1%"}
     return {"passes": best["latency_cut"] >= C6_MIN_LATENCY_CUT, "best": best}
@@ -574,12 +573,13 @@ def _c6_first_order(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]
     return {**info, "passes": info["within_below"] and info["degrades_above"]}
 
 
-def _c6_kl_slower(sweep: pl.DataFrame, acceleration: dict[str, Any] | None) -> dict[str, Any]:
+def _c6_kl_slower(sweep: pl.DataFrame, full: dict[str, Any], acceleration: dict[str, Any] | None
+                  ) -> dict[str, Any]:
     """(d) at each one's best point within 1%, every KL strategy has a higher ms/token than acceleration."""
     names = sorted(sweep.filter(pl.col("criterion") == C6_KL_CRITERION)["strategy"].unique().to_list())
     kl = []
     for name in names:
-        best = best_within(sweep, name)
+        best = best_within(sweep, name, reference=full)
         slower = (None if best is None or acceleration is None
                   else best["ms_per_token"] > acceleration["ms_per_token"])
         kl.append({"strategy": name, "best": best, "slower": slower})
@@ -629,11 +629,11 @@ def c6_acceleration_exit(sweep: pl.DataFrame) -> dict[str, Any]:
     for name in sweep["strategy"].unique(maintain_order=True).to_list():
         rows = sweep.filter(pl.col("strategy") == name)
         strategies.append({"strategy": name, "criterion": rows["criterion"][0], "swept": rows["swept"][0],
-                           "settings": rows.height, "best": best_within(sweep, name)})
-    a = _c6_latency_cut(sweep)
+                           "settings": rows.height, "best": best_within(sweep, name, reference=full)})
+    a = _c6_latency_cut(sweep, full)
     b = _c6_flat(sweep)
     c = _c6_first_order(sweep, full)
-    d = _c6_kl_slower(sweep, a.get("best"))
+    d = _c6_kl_slower(sweep, full, a.get("best"))
 
     lo, hi = C6_PAPER_RANGE
     knee = _e(C6_FIRST_ORDER_KNEE)

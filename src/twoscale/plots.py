@@ -32,7 +32,7 @@ from matplotlib.patches import Patch
 
 from twoscale.claims import C4_MIN_DLR
 from twoscale.errors import TwoscaleError
-from twoscale.tables import metric_rows, require, training_steps
+from twoscale.tables import full_depth_rows, metric_rows, require, training_steps
 from twoscale.io import atomic_path
 
 DPI = 150
@@ -485,11 +485,6 @@ def _strategy_legend(fig: plt.Figure, styles: dict[str, dict], strategies: Seque
     fig.legend(handles=handles + list(extra), title="exit rule", loc="outside right upper", frameon=False)
 
 
-def _full_depth(sweep: pl.DataFrame) -> pl.DataFrame:
-    """The fixed-depth row with every group looped max_loops times; empty if the sweep lacks it."""
-    return sweep.filter((pl.col("strategy") == "fixed") & (pl.col("setting") == pl.col("max_loops")))
-
-
 def _cross_entropy_of(perplexity: np.ndarray) -> np.ndarray:
     """Log, clamped: the perplexity axis's tick locator may try perplexity 0."""
     return np.log(np.maximum(perplexity, 1e-300))
@@ -506,7 +501,7 @@ def fig4_exit_sweep(sweep: pl.DataFrame, path: Path) -> None:
     if lines.height == 0:
         raise TwoscaleError(f"{name}: the sweep table has no threshold-swept rows with a threshold in (0, ∞)")
     styles = _strategy_styles(sweep["strategy"].unique().to_list())
-    full = _full_depth(sweep)
+    full = full_depth_rows(sweep)
     reference = ([Line2D([], [], label=f"full depth (K={int(full['max_loops'][0])})", **FULL_DEPTH_LINE)]
                  if full.height else [])
     panels = {"ms_per_token": LATENCY, "cross_entropy": CROSS_ENTROPY}

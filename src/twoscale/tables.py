@@ -34,5 +34,11 @@ def metric_rows(geometry: pl.DataFrame, metrics: str | Sequence[str], user: str)
     return rows
 
 
+def full_depth_rows(sweep: pl.DataFrame) -> pl.DataFrame:
+    """The sweep's full-depth rows: the fixed-depth baseline with every group looped max_loops times."""
+    full = (pl.col("strategy") == "fixed") & (pl.col("setting") == pl.col("max_loops").cast(pl.Float64))
+    return sweep.filter(full)
+
+
 def training_steps(frame: pl.DataFrame) -> list[int]:
     return sorted(int(s) for s in frame["step"].unique())
