@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> None:
                                   args.repeats)
         latency.append({"strategy": name, "setting": setting, "chosen": note, **timing,
                         "vs_full_depth": timing["ms_per_token"] / full["ms_per_token"]})
-    print(f"machine: {machine(sweep.threads, device)}; medians of {args.repeats} repeats")
+    host = machine(sweep.threads, device)
+    print(f"machine: {host}; medians of {args.repeats} repeats")
     print("\nper-step cost of each exit decision (first looped group, batch 1, KV cache)\n")
     print(markdown(costs, ["strategy", "criterion_ms_per_step", "group_step_ms"]))
     print(f"\nms per generated token ({sweep.n_prompts} prompts x {sweep.new_tokens} tokens; full depth "
@@ -105,5 +106,5 @@ def run(args: argparse.Namespace) -> None:
     print(markdown(latency, ["strategy", "setting", "chosen", "ms_per_token", "spread_ms", "generated_mean_loops",
                              "vs_full_depth"]))
     if args.out:
-        write_json(args.out, {"machine": machine(sweep.threads, device), "repeats": args.repeats,
+        write_json(args.out, {"machine": host, "repeats": args.repeats,
                               "step_costs": costs, "latency": latency, "full_depth": full})
