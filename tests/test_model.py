@@ -244,13 +244,40 @@ def test_truncated_backprop_loss_matches_full_graph_and_group_gradient_matches_m
         ((2, 2), []),  # nothing exceeds the depth: every layer learns
     ],
 )
-def test_layers_before_a_truncated_group_get_no_gradient(loops, cut):
+@pytest.mark.parametrize("straight_through", [False, True])
+def test_layers_before_a_truncated_group_get_no_gradient_unless_passed_straight_through(
+    loops, cut, straight_through
+):
     model = make_model(config(n_layer=4, groups=((1, 1), (2, 2))))
     idx = tokens(length=9)
-    model(idx[:, :-1], loops, targets=idx[:, 1:], backprop_depth=2).loss.backward()
+    model(idx[:, :-1], loops, targets=idx[:, 1:], backprop_depth=2, straight_through=straight_through
+          ).loss.backward()
     for layer in range(4):
         has_grad = any(p.grad is not None and p.grad.any() for p in model.blocks[layer].parameters())
-        assert has_grad == (layer not in cut), f"layer {layer}"
+        assert has_grad == (straight_through or layer not in cut), f"layer {layer}"
+
+
+def test_straight_through_gradient_treats_the_skipped_steps_as_a_constant_offset():
+    # layer 0 -> (layers 1,2) x 5 -> layer 3, gradients through the last 2 applications; the first 3 add an
+    # offset whose derivative is taken as zero, so d x^(3) / d x^(0) = I
+    model = make_model(config(n_layer=4, groups=((1, 2),)))
+    idx = tokens(length=11)
+    x, y = idx[:, :-1], idx[:, 1:]
+    out = model(x, (5,), targets=y, backprop_depth=2, straight_through=True)
+    out.loss.backward()
+    got = grads(model.parameters())
+    model.zero_grad(set_to_none=True)
+
+    h = run_layers(model, manual_embed(model, x), [0], 1)
+    with torch.no_grad():
+        offset = run_layers(model, h, [1, 2], 3) - h
+    h = run_layers(model, h + offset, [1, 2], 2)
+    logits = model.lm_head(model.ln_f(run_layers(model, h, [3], 1)))
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    loss.backward()
+    assert out.loss.item() == pytest.approx(loss.item(), rel=1e-6)  # the model's loss is float32
+    for g, expected in zip(got, grads(model.parameters())):
+        torch.testing.assert_close(g, expected, rtol=1e-5, atol=1e-9)
 
 
 # --- bad input and structure ------------------------------------------------------------------------------

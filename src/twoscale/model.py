@@ -252,17 +252,24 @@ class LoopedGPT(nn.Module):
         return step.leave(self.apply_segment(segment, step.enter(x, group_input)), group_input)
 
     def loop_group(
-        self, segment: Segment, x: torch.Tensor, loops: int, backprop_depth: int | None = None
+        self,
+        segment: Segment,
+        x: torch.Tensor,
+        loops: int,
+        backprop_depth: int | None = None,
+        straight_through: bool = False,
     ) -> torch.Tensor:
         """Apply a group `loops` times. With `backprop_depth`, only the last that-many steps keep gradients
-        (the injected group input keeps its gradient throughout)."""
+        (the injected group input keeps its gradient throughout). The steps before them cut the gradient to the
+        group input, unless `straight_through` passes it across them unchanged, as if they were the identity
+        (the Jacobian-free backprop of deep equilibrium models)."""
         group_input = x
         no_grad_steps = max(0, loops - backprop_depth) if backprop_depth is not None else 0
         if no_grad_steps:
             with torch.no_grad():
                 for _ in range(no_grad_steps):
                     x = self.apply_group(segment, x, group_input)
-            x = x.detach()
+            x = group_input + (x - group_input).detach() if straight_through else x.detach()
         for _ in range(loops - no_grad_steps):
             x = self.apply_group(segment, x, group_input)
         return x
@@ -274,6 +281,7 @@ class LoopedGPT(nn.Module):
         targets: torch.Tensor | None = None,
         record_trajectories: bool = False,
         backprop_depth: int | None = None,
+        straight_through: bool = False,
     ) -> ModelOutput:
         """Logits for `idx` (B, T) with group g applied `loops[g]` times (each >= 1)."""
         if len(loops) != self.n_groups or min(loops) < 1:
@@ -287,7 +295,7 @@ class LoopedGPT(nn.Module):
                 if segment.group is None:
                     x = self.apply_segment(segment, x)
                 else:
-                    x = self.loop_group(segment, x, loops[segment.group], backprop_depth)
+                    x = self.loop_group(segment, x, loops[segment.group], backprop_depth, straight_through)
         out.logits = self.lm_head(self.ln_f(x))
         if targets is not None:
             out.loss = F.cross_entropy(out.logits.flatten(0, 1).float(), targets.flatten())

@@ -107,6 +107,10 @@ class LoopSchedule(Section):
     sigma: PositiveFloat = Field(description="log-normal spread of the Poisson-lognormal distribution")
     max: PositiveInt = Field(description="most loops per group in one training step")
     backprop_depth: PositiveInt = Field(description="gradients flow through the last this-many loop steps only")
+    straight_through: bool = Field(
+        description="pass the gradient across the earlier loop steps as if they were the identity, so the layers "
+        "before a group still learn when it loops more than backprop_depth times (false: the gradient stops there)"
+    )
 
 
 class TrainParams(Section):

@@ -259,7 +259,13 @@ def train(
         x, y = random_batch(train_ids, train.batch_size, config.block_size, state.generator)
         loops = sample_loop_counts(train.loops, model.n_groups, state.generator)
         with amp:
-            out = model(x.to(device), loops, targets=y.to(device), backprop_depth=train.loops.backprop_depth)
+            out = model(
+                x.to(device),
+                loops,
+                targets=y.to(device),
+                backprop_depth=train.loops.backprop_depth,
+                straight_through=train.loops.straight_through,
+            )
         out.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip).item()
         lr = state.optimizer.param_groups[0]["lr"]
