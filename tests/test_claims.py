@@ -454,6 +454,39 @@ def test_c6_bad_input_is_a_clear_error():
         claims.c6_acceleration_exit(sweep_frame({}))
 
 
+# --- S: loop stability ----------------------------------------------------------------------------------------
+
+
+def loss_frame(curves: dict[int, dict[int, float]]) -> pl.DataFrame:
+    return pl.DataFrame([{"step": step, "loops": k, "val_loss": v}
+                         for step, curve in curves.items() for k, v in curve.items()])
+
+
+@pytest.mark.parametrize(
+    ("curve", "rise", "verdict"),
+    [
+        ({1: 5.0, 4: 4.20, 30: 4.24}, 0.04, "holds"),  # flat within 0.05 nats of the best
+        ({1: 5.0, 4: 4.20, 16: 4.30, 30: 4.60}, 0.40, "does not hold"),  # drifts away after 4 loops
+        ({1: 5.0, 4: 4.50, 30: 4.10}, 0.0, "holds"),  # still improving at 30
+        ({1: 5.0, 4: 4.20, 30: 4.26}, 0.06, "does not hold"),  # just past the tolerance
+    ],
+)
+def test_s_compares_the_most_loops_with_the_best_loop_count(curve, rise, verdict):
+    row = claims.s_loop_stability(loss_frame({100: {1: 9.0, 30: 1.0}, 900: curve}))  # last checkpoint only
+    assert row["claim"] == "S" and row["verdict"] == verdict
+    assert row["reproduced"] == (verdict == "holds")
+    assert row["detail"]["rise"] == pytest.approx(rise)
+    assert row["detail"]["loss_at_most_loops_by_step"] == {"100": 1.0, "900": curve[30]}  # JSON keys
+    assert "+ 0.05 nats" in row["test"]
+
+
+def test_claims_table_leads_with_s_given_the_loss_curves():
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
+    rows = claims_table({"geometry": geometry, "loss_vs_loops": loss_frame({900: {1: 5.0, 30: 4.0}})})
+    assert [r["claim"] for r in rows] == ["S", "C1", "C2", "C3", "C4", "C5"]
+    assert to_markdown(rows).splitlines()[2].endswith("| **holds** |")
+
+
 def test_claims_table_adds_c6_only_with_a_sweep():
     geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
     without = claims_table({"geometry": geometry})

@@ -110,7 +110,7 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
     within = fixed.filter(pl.col("perplexity") <= 1.01 * best_fixed).sort("ms_per_token")
     assert summary.filter(pl.col("strategy") == "fixed")["kstar_setting"].item() == within["setting"][0]
     claims = json.loads((first_run / "results/claims.json").read_text())
-    assert [row["claim"] for row in claims] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
+    assert [row["claim"] for row in claims] == ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
     for name in ("fig4_exit_sweep.png", "exit_tradeoff.png"):
         assert (first_run / "results/figures" / name).stat().st_size > 10_000
 

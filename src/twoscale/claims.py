@@ -1,4 +1,5 @@
-"""The paper's findings C1-C6 (SCIENCE §1.5) as pre-registered tests on the geometry and sweep tables.
+"""The paper's findings C1-C6 (SCIENCE §1.5) as pre-registered tests on the geometry and sweep tables, after the
+precondition S that more loops do not break the model.
 
 C1-C5 are pure functions of the concatenated-over-checkpoints frames written by the `geometry` stage; C6
 is a pure function of the early-exit sweep table (one row per strategy and setting) gathered by the `tradeoff`
@@ -11,7 +12,7 @@ Verdicts. A claim is checked once per group (or per hand-off); the row is
   reproduced = False  ("not reproduced")  when none passes,
   reproduced = None   ("mixed")           when some pass and some fail,
   reproduced = None   ("inconclusive")    when the data cannot decide (too few loop steps or checkpoints).
-The string field `verdict` tells "mixed" from "inconclusive".
+The string field `verdict` tells "mixed" from "inconclusive". The precondition S says "holds" or "does not hold".
 
 Statistics used: step sizes, relative step sizes, cosines and turning angles are the per-k *mean over tokens*
 (column `mean`); the drift-to-loop ratio is the *median over tokens* (column `median`), with q10/q90 reported.
@@ -67,6 +68,10 @@ SWEEP_COLUMNS = ("strategy", "criterion", "swept", "setting", "perplexity", "ms_
 _ROUND_OFF = 1e-9  # relative slack comparing thresholds (1e-3 off a log grid may be 1.0000000000000002e-3)
 
 VERDICT_WORDS = {True: "reproduced", False: "not reproduced"}
+
+# --- S: the precondition of every claim, not a claim of the paper: more loops do not break the model -------
+S_TOLERANCE = 0.05       # nats: loss at the most loops measured <= the lowest loss over loop counts + 0.05
+S_WORDS = {True: "holds", False: "does not hold"}
 
 
 # --- small helpers ------------------------------------------------------------------------------------------
@@ -138,8 +143,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def _row(claim: str, statement: str, test: str, measured: str, passes: Sequence[bool | None],
-         detail: dict[str, Any]) -> dict[str, Any]:
+         detail: dict[str, Any], words: Mapping[bool, str] = VERDICT_WORDS) -> dict[str, Any]:
     reproduced, verdict = _verdict(passes)
+    verdict = words.get(reproduced, verdict)
     return _jsonable({
         "claim": claim,
         "statement": statement,
@@ -158,6 +164,33 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 
 # --- the claims ---------------------------------------------------------------------------------------------
+
+
+def s_loop_stability(loss_vs_loops: pl.DataFrame) -> dict[str, Any]:
+    """S on the last checkpoint: validation loss at the most loops measured is within S_TOLERANCE nats of the
+    lowest loss over all measured loop counts (flat or improving, not drifting away)."""
+    require(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), "claims")
+    last = training_steps(loss_vs_loops)[-1]
+    curve = dict(loss_vs_loops.filter(pl.col("step") == last).sort("loops").select("loops", "val_loss").iter_rows())
+    most = max(curve)
+    best = min(curve, key=curve.get)
+    rise = curve[most] - curve[best]
+    at_most = {int(step): loss for step, loss in
+               loss_vs_loops.filter(pl.col("loops") == most).sort("step").select("step", "val_loss").iter_rows()}
+    return _row(
+        "S",
+        "Precondition, not a claim of the paper: more loops do not break the model, so its loop dynamics are "
+        "worth measuring.",
+        f"Last checkpoint, validation loss with every group looped K times: loss at the largest K measured <= "
+        f"the lowest loss over all K + {S_TOLERANCE} nats.",
+        f"step {last}: {_fmt(curve[1] if 1 in curve else math.nan, 3)} at 1 loop, best {_fmt(curve[best], 3)} "
+        f"at {best}, {_fmt(curve[most], 3)} at {most} ({rise:+.3f} nats over the best). At {most} loops over "
+        "steps " + ", ".join(f"{step}: {_fmt(loss, 2)}" for step, loss in at_most.items()),
+        [rise <= S_TOLERANCE],
+        {"step": last, "loss_vs_loops": curve, "best_loops": best, "most_loops": most, "rise": rise,
+         "loss_at_most_loops_by_step": at_most},
+        S_WORDS,
+    )
 
 
 def c1_step_sizes_shrink(geometry: pl.DataFrame) -> dict[str, Any]:
@@ -733,12 +766,13 @@ def c6_against_best_fixed_depth(sweep: pl.DataFrame) -> dict[str, Any]:
 
 
 def claims_table(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
-    """Rows C1-C5 from the geometry stage's frames (needs 'geometry', uses 'depth'/'trajectory' if given), and
-    C6 when the early-exit 'sweep' table is given."""
+    """Rows C1-C5 from the geometry stage's frames (needs 'geometry', uses 'depth'/'trajectory' if given), led
+    by the precondition S when 'loss_vs_loops' is given, and C6 when the early-exit 'sweep' table is given."""
     if "geometry" not in frames:
         raise TwoscaleError("claims: no geometry table given")
     geometry = frames["geometry"]
-    rows = [
+    rows = [s_loop_stability(frames["loss_vs_loops"])] if frames.get("loss_vs_loops") is not None else []
+    rows += [
         c1_step_sizes_shrink(geometry),
         c2_steps_shrink_over_training(geometry),
         c3_step_cosine(geometry),
