@@ -44,7 +44,8 @@ CPU = torch.device("cpu")
 
 
 def schedule(distribution: str, mean: float = 3.0, sigma: float = 0.5, max: int = 8) -> LoopSchedule:
-    return LoopSchedule(distribution=distribution, mean=mean, sigma=sigma, max=max, backprop_depth=2, straight_through=False)
+    return LoopSchedule(distribution=distribution, mean=mean, sigma=sigma, max=max, backprop_depth=2,
+                        straight_through=False)
 
 
 def train_params(**overrides) -> TrainParams:
