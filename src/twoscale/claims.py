@@ -115,13 +115,13 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def _verdict(passes: Sequence[bool | None]) -> tuple[bool | None, str]:
+def _verdict(passes: Sequence[bool | None], words: Mapping[bool, str]) -> tuple[bool | None, str]:
     if not passes or any(p is None for p in passes):
         return None, "inconclusive"
     if all(passes):
-        return True, VERDICT_WORDS[True]
+        return True, words[True]
     if not any(passes):
-        return False, VERDICT_WORDS[False]
+        return False, words[False]
     return None, "mixed"
 
 
@@ -144,8 +144,7 @@ def _jsonable(value: Any) -> Any:
 
 def _row(claim: str, statement: str, test: str, measured: str, passes: Sequence[bool | None],
          detail: dict[str, Any], words: Mapping[bool, str] = VERDICT_WORDS) -> dict[str, Any]:
-    reproduced, verdict = _verdict(passes)
-    verdict = words.get(reproduced, verdict)
+    reproduced, verdict = _verdict(passes, words)
     return _jsonable({
         "claim": claim,
         "statement": statement,
@@ -183,7 +182,7 @@ def s_loop_stability(loss_vs_loops: pl.DataFrame) -> dict[str, Any]:
         "worth measuring.",
         f"Last checkpoint, validation loss with every group looped K times: loss at the largest K measured <= "
         f"the lowest loss over all K + {S_TOLERANCE} nats.",
-        f"step {last}: {_fmt(curve[1] if 1 in curve else math.nan, 3)} at 1 loop, best {_fmt(curve[best], 3)} "
+        f"step {last}: {_fmt(curve.get(1), 3)} at 1 loop, best {_fmt(curve[best], 3)} "
         f"at {best}, {_fmt(curve[most], 3)} at {most} ({rise:+.3f} nats over the best). At {most} loops over "
         "steps " + ", ".join(f"{step}: {_fmt(loss, 2)}" for step, loss in at_most.items()),
         [rise <= S_TOLERANCE],
