@@ -33,9 +33,7 @@ rule all:
     default_target: True
     input:
         rules.tokenize.output,
-        rules.train.output,
-        expand(rules.measure.output, step=config["train"]["checkpoint_steps"]),
+        every_run(rules.train.output),
         rules.geometry.output,
-        expand(rules.sweep.output, strategy=config["sweep"]["strategies"]),
         rules.tradeoff.output,
         rules.claims.output,

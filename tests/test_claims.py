@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import polars as pl
 import pytest
@@ -18,8 +17,6 @@ from twoscale.claims import (
     c4_drift_to_loop,
     c5_spirals_and_jumps,
     claims_table,
-    to_json,
-    to_markdown,
 )
 from twoscale.errors import TwoscaleError
 
@@ -233,22 +230,19 @@ def test_c5_straight_long_paths_and_small_jumps_do_not_reproduce():
 # --- the table ----------------------------------------------------------------------------------------------
 
 
-def test_claims_table_markdown_and_strict_json():
+def test_claims_table_rows_are_strict_json_with_hand_checked_headlines():
     geometry = frame(checkpoint(100, {0: inverse(), 1: inverse()}, cosine=0.9, dlr=5.0),
                      checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
     rows = claims_table({"geometry": geometry, "depth": depth_frame(900, [0, 1], [0, 1])})
     assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5"]
     for r in rows:
-        assert set(r) >= {"claim", "statement", "test", "measured", "reproduced", "detail"}
+        assert set(r) >= {"claim", "statement", "test", "measured", "reproduced", "verdict", "headline", "detail"}
         assert r["reproduced"] in (True, False, None)
-    json.loads(to_json(rows))
     json.dumps(rows, allow_nan=False)  # rows themselves are JSON-able
-    md = to_markdown(rows)
-    lines = md.strip().splitlines()
-    assert lines[0] == "| claim | paper says | our test | measured | verdict |"
-    assert len(lines) == 2 + 5
-    assert all(len(re.split(r"(?<!\\)\|", line)) == 7 for line in lines)  # 5 cells; pipes in text escaped
-    assert "**reproduced**" in lines[2]
+    headline = {r["claim"]: r["headline"] for r in rows}
+    assert headline["C1"] == {"s(10)/s(1) g0": pytest.approx(0.1), "s(10)/s(1) g1": pytest.approx(0.1)}
+    assert headline["C3"] == {"late cosine g0": pytest.approx(0.6), "late cosine g1": pytest.approx(0.6)}
+    assert headline["C4"] == {"median DLR 0->1": 50.0}
 
 
 def test_nan_becomes_null_in_json():
@@ -484,7 +478,8 @@ def test_claims_table_leads_with_s_given_the_loss_curves():
     geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
     rows = claims_table({"geometry": geometry, "loss_vs_loops": loss_frame({900: {1: 5.0, 30: 4.0}})})
     assert [r["claim"] for r in rows] == ["S", "C1", "C2", "C3", "C4", "C5"]
-    assert to_markdown(rows).splitlines()[2].endswith("| **holds** |")
+    assert rows[0]["verdict"] == "holds"
+    assert rows[0]["headline"]["rise to the most loops"] == pytest.approx(0.0)  # 30 loops is the best
 
 
 def test_claims_table_adds_c6_only_with_a_sweep():
@@ -493,11 +488,8 @@ def test_claims_table_adds_c6_only_with_a_sweep():
     assert [r["claim"] for r in without] == ["C1", "C2", "C3", "C4", "C5"]
     rows = claims_table({"geometry": geometry, "sweep": sweep_frame(paper_like())})
     assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
-    json.loads(to_json(rows))
-    lines = to_markdown(rows).strip().splitlines()
-    assert len(lines) == 2 + 7
-    assert all(len(re.split(r"(?<!\\)\|", line)) == 7 for line in lines)
-    assert lines[-2].startswith("| C6 |") and lines[-2].endswith("| **reproduced** |")
+    json.dumps(rows, allow_nan=False)
+    assert rows[-2]["verdict"] == "reproduced"
 
 
 # --- C6b: against the best fixed depth -----------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""The whole workflow on the smoke parameter set, in a temporary copy of the repository, as a user would run it.
+"""The whole workflow on the smoke parameter set (two recipes), in a temporary copy of the repository, as a user
+would run it.
 
-Snakemake runs everything; DVC then finds nothing to do; a train.* change reruns train (and only train) under both
-orchestrators; MLflow holds a parent run per invocation with a nested run per job.
+Snakemake runs everything; DVC then finds nothing to do; a change to one recipe reruns that recipe's jobs and the
+stages that gather every run, and nothing else, under both orchestrators; MLflow holds a parent run per
+invocation with a nested run per job, tagged with its recipe and seed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import polars as pl
 import pytest
 import yaml
 
-from twoscale import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -34,14 +35,15 @@ def run(cmd: list[str], cwd: Path) -> str:
     return result.stdout + result.stderr
 
 
-def planned_rules(repo: Path) -> set[str]:
+def planned_jobs(repo: Path) -> dict[str, int]:
+    """How many jobs of each rule Snakemake would run now."""
     out = run(["snakemake", "--dry-run", "--quiet", "rules", "--cores", "1"], repo)
-    rules = set()
+    jobs = {}
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit() and parts[0] not in {"job", "total", "all"}:
-            rules.add(parts[0])
-    return rules
+            jobs[parts[0]] = int(parts[1])
+    return jobs
 
 
 def dvc_changed_stages(repo: Path) -> set[str]:
@@ -75,26 +77,45 @@ def first_run(repo: Path) -> Path:
     return repo
 
 
-def test_snakemake_writes_every_output_and_benchmark(first_run):
+def smoke_runs(repo: Path) -> list[tuple[str, int]]:
+    smoke = yaml.safe_load((repo / "params.yaml").read_text())
+    return [(recipe, seed) for recipe in smoke["recipes"] for seed in smoke["runtime"]["seeds"]]
+
+
+def test_snakemake_writes_every_output_and_benchmark_of_every_run(first_run):
     smoke = yaml.safe_load((first_run / "params.yaml").read_text())
-    for step in smoke["train"]["checkpoint_steps"]:
-        assert (first_run / f"results/train/checkpoints/step_{step}.pt").is_file()
-    for name in ("corpus", "tokenize", "train"):
+    assert len(smoke_runs(first_run)) == 2
+    for name in ("corpus", "tokenize"):
         assert (first_run / f"results/benchmarks/{name}.tsv").is_file()
         assert (first_run / f"logs/{name}.log").is_file()
-    for step in smoke["train"]["checkpoint_steps"]:
-        summary = json.loads((first_run / f"results/measure/step_{step}/summary.json").read_text())
-        assert summary["step"] == step
-    assert not (first_run / "results/.resume/train").exists()  # removed once training completes
+    for recipe, seed in smoke_runs(first_run):
+        run_dir = f"{recipe}/seed_{seed}"
+        for step in smoke["train"]["checkpoint_steps"]:
+            assert (first_run / f"results/train/{run_dir}/checkpoints/step_{step}.pt").is_file()
+            summary = json.loads((first_run / f"results/measure/{run_dir}/step_{step}/summary.json").read_text())
+            assert summary["step"] == step
+        assert (first_run / f"results/benchmarks/train/{run_dir}.tsv").is_file()
+        assert (first_run / f"logs/train/{run_dir}.log").is_file()
+        metrics = json.loads((first_run / f"results/train/{run_dir}/metrics.json").read_text())
+        assert metrics["step"] == smoke["train"]["steps"]
+        assert not (first_run / f"results/.resume/{run_dir}").exists()  # removed once training completes
+    geometry = pl.read_parquet(first_run / "results/geometry/geometry.parquet")
+    assert geometry.select("recipe", "seed").unique(maintain_order=True).rows() == smoke_runs(first_run)
+    assert {"state_norm", "cross_token_cosine", "radial_step", "tangential_step"} <= set(geometry["metric"])
 
 
 def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth(first_run):
     sweep_params = yaml.safe_load((first_run / "params.yaml").read_text())["sweep"]
-    combined = pl.read_parquet(first_run / "results/sweep/sweep.parquet")
-    for name, strategy in sweep_params["strategies"].items():
-        own = pl.read_parquet(first_run / f"results/sweep/strategies/{name}.parquet")
-        assert own["setting"].to_list() == [float(s) for s in strategy["settings"]], name
-        assert own.equals(combined.filter(pl.col("strategy") == name).select(own.columns)), name
+    stacked = pl.read_parquet(first_run / "results/sweep/sweep.parquet")
+    assert stacked.select("recipe", "seed").unique(maintain_order=True).rows() == smoke_runs(first_run)
+    for recipe, seed in smoke_runs(first_run):
+        combined = stacked.filter((pl.col("recipe") == recipe) & (pl.col("seed") == seed))
+        for name, strategy in sweep_params["strategies"].items():
+            own = pl.read_parquet(first_run / f"results/sweep/strategies/{recipe}/seed_{seed}/{name}.parquet")
+            assert own["setting"].to_list() == [float(s) for s in strategy["settings"]], name
+            assert own.equals(combined.filter(pl.col("strategy") == name).select(own.columns)), name
+    recipe, seed = smoke_runs(first_run)[0]
+    combined = stacked.filter((pl.col("recipe") == recipe) & (pl.col("seed") == seed))
     fixed = combined.filter(pl.col("strategy") == "fixed").sort("setting")
     assert fixed["mean_loops"].to_list() == fixed["setting"].to_list()  # a fixed depth runs exactly that many loops
     full = fixed.filter(pl.col("setting") == sweep_params["max_loops"])
@@ -105,58 +126,82 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
             assert never["compute_fraction"].item() == 1.0, name
     assert combined.filter(pl.col("setting") == float("inf"))["mean_loops"].max() < sweep_params["max_loops"]
     summary = pl.read_csv(first_run / "results/sweep/summary.csv")
-    assert summary["strategy"].to_list() == list(sweep_params["strategies"])
+    assert summary["strategy"].to_list() == list(sweep_params["strategies"]) * len(smoke_runs(first_run))
     best_fixed = fixed["perplexity"].min()  # K*: the fixed depth with the lowest perplexity
     within = fixed.filter(pl.col("perplexity") <= 1.01 * best_fixed).sort("ms_per_token")
-    assert summary.filter(pl.col("strategy") == "fixed")["kstar_setting"].item() == within["setting"][0]
-    claims = json.loads((first_run / "results/claims.json").read_text())
-    assert [row["claim"] for row in claims] == ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
-    for name in ("fig4_exit_sweep.png", "exit_tradeoff.png"):
+    own_summary = summary.filter((pl.col("recipe") == recipe) & (pl.col("strategy") == "fixed"))
+    assert own_summary["kstar_setting"].item() == within["setting"][0]
+    for name in ("fig4_exit_sweep.png", "exit_tradeoff.png", "diagnostics.png"):
         assert (first_run / "results/figures" / name).stat().st_size > 10_000
 
 
+def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run):
+    claims = json.loads((first_run / "results/claims.json").read_text())
+    names = ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
+    assert [row["claim"] for row in claims["summary"]] == names
+    recipes = [recipe for recipe, _ in smoke_runs(first_run)]
+    for row in claims["summary"]:
+        assert list(row["recipes"]) == recipes
+    assert [(r["recipe"], r["seed"]) for r in claims["runs"]] == smoke_runs(first_run)
+    assert all([row["claim"] for row in r["rows"]] == names for r in claims["runs"])
+    table = (first_run / "results/claims.md").read_text()
+    assert "| claim | paper says | " + " | ".join(recipes) + " |" in table
+
+
 def test_benchmark_prints_a_row_per_strategy_in_both_tables(first_run):
-    out = run([sys.executable, "-m", "twoscale", "benchmark", "--repeats", "1", "--out", "bench.json"], first_run)
+    out = run([sys.executable, "-m", "twoscale", "benchmark", "--repeats", "1", "--training-steps", "2",
+               "--out", "bench.json"], first_run)
     report = json.loads((first_run / "bench.json").read_text())
     strategies = list(yaml.safe_load((first_run / "params.yaml").read_text())["sweep"]["strategies"])
-    assert [row["strategy"] for row in report["step_costs"]] == strategies
-    assert [row["strategy"] for row in report["latency"]] == strategies
-    assert "1 thread(s)" in out and sum(line.startswith("| fixed |") for line in out.splitlines()) == 2
+    recipes = [recipe for recipe, _ in smoke_runs(first_run)]
+    assert [(row["recipe"], row["strategy"]) for row in report["step_costs"]] == [
+        (recipe, strategy) for recipe in recipes for strategy in strategies]
+    assert [(row["recipe"], row["strategy"]) for row in report["latency"]] == [
+        (recipe, strategy) for recipe in recipes for strategy in strategies]
+    assert [(row["recipe"], row["precision"]) for row in report["training"]] == [
+        (recipe, precision) for recipe in recipes for precision in ("fp32", "bf16")]
+    assert "1 thread(s)" in out and sum(line.startswith("| paper | fixed |") for line in out.splitlines()) == 2
     (first_run / "bench.json").unlink()
 
 
 def test_dvc_sees_the_snakemake_results_as_current(first_run):
     assert dvc_changed_stages(first_run) == set()
     assert "Data and pipelines are up to date" in run(["dvc", "status"], first_run)
-    assert planned_rules(first_run) == set()
+    assert planned_jobs(first_run) == {}
 
 
 @pytest.fixture(scope="module")
-def after_train_change(first_run) -> dict:
-    """Change a train.* parameter, record what each orchestrator plans, then let DVC rerun and Snakemake catch up."""
+def after_recipe_change(first_run) -> dict:
+    """Change one recipe's learning rate, record what each orchestrator plans, then let DVC rerun and Snakemake
+    catch up."""
     params = first_run / "params.yaml"
-    params.write_text(params.read_text().replace("learning_rate: 0.003", "learning_rate: 0.002"))
-    seen = {"snakemake_plan": planned_rules(first_run), "dvc_plan": dvc_changed_stages(first_run)}
+    raw = yaml.safe_load(params.read_text())
+    raw["recipes"]["huginn"]["train"]["learning_rate"] = 0.002
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    seen = {"snakemake_plan": planned_jobs(first_run), "dvc_plan": dvc_changed_stages(first_run)}
     seen["dvc_repro"] = run(["dvc", "repro"], first_run)
     run(["snakemake", "--touch", "--cores", "1"], first_run)
-    seen["snakemake_after"] = planned_rules(first_run)
+    seen["snakemake_after"] = planned_jobs(first_run)
     seen["dvc_after"] = dvc_changed_stages(first_run)
     return seen
 
 
-def test_train_param_change_reruns_train_and_what_follows_only(after_train_change):
-    downstream = set(pipeline.STAGES) - {"corpus", "tokenize"}
-    assert after_train_change["snakemake_plan"] == downstream
-    assert after_train_change["dvc_plan"] == {"train"}  # DVC lists changed stages; those after follow in repro
-    out = after_train_change["dvc_repro"]
-    for stage in downstream:
-        assert f"Running stage '{stage}" in out, stage
-    assert "Running stage 'corpus'" not in out and "Running stage 'tokenize'" not in out
-    assert after_train_change["snakemake_after"] == set()
-    assert after_train_change["dvc_after"] == set()
+def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_recipe_change):
+    smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
+    assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "sweep": len(strategies),
+                                                     "geometry": 1, "tradeoff": 1, "claims": 1}
+    # DVC lists the stages whose own parameters changed; those after them follow in repro
+    assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "tradeoff"}
+    out = after_recipe_change["dvc_repro"]
+    reran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
+    assert reran == {"train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
+                     *(f"sweep@huginn-1337-{name}" for name in strategies), "geometry", "tradeoff", "claims"}
+    assert after_recipe_change["snakemake_after"] == {}
+    assert after_recipe_change["dvc_after"] == set()
 
 
-def test_mlflow_holds_parent_and_nested_runs(first_run, after_train_change):
+def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     mlflow.set_tracking_uri(f"sqlite:///{first_run / 'mlflow.db'}")
     client = mlflow.MlflowClient()
     experiment = client.get_experiment_by_name("twoscale")
@@ -171,16 +216,20 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_train_change):
     smoke = yaml.safe_load((first_run / "configs/smoke.yaml").read_text())
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
-    after_train = ["train", *["measure"] * n_checkpoints, "geometry", *["sweep"] * n_strategies, "tradeoff", "claims"]
+    per_run = ["train", *["measure"] * n_checkpoints, *["sweep"] * n_strategies]
+    gathering = ["geometry", "tradeoff", "claims"]
     stages = sorted(r.data.tags["stage"] for r in snakemake_children)
-    assert stages == sorted(["corpus", "tokenize", *after_train])
+    assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering])
     dvc_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["dvc"].info.run_id]
-    assert sorted(r.data.tags["stage"] for r in dvc_children) == sorted(after_train)
+    assert sorted(r.data.tags["stage"] for r in dvc_children) == sorted(per_run + gathering)
+    assert {r.data.tags["recipe"] for r in dvc_children if r.data.tags["stage"] in per_run} == {"huginn"}
     for child in children:
         assert {"stage", "git_commit", "params_hash", "orchestrator"} <= set(child.data.tags)
         assert child.data.tags["git_commit"] != "unknown"
+        if child.data.tags["stage"] in per_run:
+            assert {"recipe", "seed"} <= set(child.data.tags)
 
-    train = next(r for r in snakemake_children if r.data.tags["stage"] == "train")
+    train = next(r for r in snakemake_children if r.data.tags["stage"] == "train" and r.data.tags["recipe"] == "paper")
     curve = client.get_metric_history(train.info.run_id, "train_loss")
     assert [m.step for m in curve] == list(range(1, smoke["train"]["steps"] + 1))
     assert train.data.params["train.learning_rate"] == "0.003"
@@ -190,12 +239,13 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_train_change):
     assert client.search_logged_models([experiment.experiment_id], filter_string=f"source_run_id = '{train.info.run_id}'")
 
     geometry = next(r for r in snakemake_children if r.data.tags["stage"] == "geometry")
-    dlr = client.get_metric_history(geometry.info.run_id, "dlr_median_0_to_1")
+    dlr = client.get_metric_history(geometry.info.run_id, "paper/seed_1337/dlr_median_0_to_1")
     assert sorted(m.step for m in dlr) == smoke["train"]["checkpoint_steps"]  # MLflow step = training step
     figures = {a.path for a in client.list_artifacts(geometry.info.run_id, "figures")}
     assert "figures/fig3a_step_size.png" in figures
 
-    sweeps = {r.data.tags["strategy"]: r for r in snakemake_children if r.data.tags["stage"] == "sweep"}
+    sweeps = {r.data.tags["strategy"]: r for r in snakemake_children
+              if r.data.tags["stage"] == "sweep" and r.data.tags["recipe"] == "paper"}
     assert set(sweeps) == set(smoke["sweep"]["strategies"])
     history = client.get_metric_history(sweeps["fixed"].info.run_id, "cross_entropy")
     assert [m.step for m in history] == list(range(len(smoke["sweep"]["strategies"]["fixed"]["settings"])))

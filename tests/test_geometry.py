@@ -15,15 +15,21 @@ from twoscale.geometry import (
     acceleration,
     acceleration_by_state,
     acceleration_by_step,
+    at_fixed_point,
+    cross_token_cosine,
     drift_to_loop_ratio,
     flatten_tokens,
     measure_trajectories,
     pca_2d,
+    radial_fraction,
+    radial_step,
     relative_step_size,
+    state_norm,
     step_cosine,
     step_size,
     step_size_difference,
     steps,
+    tangential_step,
     token_path,
     turning_angle,
 )
@@ -158,6 +164,48 @@ def test_measure_trajectories_on_hand_built_groups():
     close(m["step_cosine"][1], [[-4 / math.sqrt(41), 1 / SQRT2]])  # (-5,-4) then (0,1); (2,-2) then (1,0)
     close(m["drift_to_loop_ratio"][0], [5.0, 2.0])
     assert len(m["drift_to_loop_ratio"]) == 1
+
+
+# --- the diagnostics of SCIENCE §1.6 -------------------------------------------------------------------------
+
+
+def test_identical_token_states_have_cross_token_cosine_one():
+    same = tokens(path((3, 4), (6, 8)), path((3, 4), (6, 8)), path((3, 4), (6, 8)))
+    close(cross_token_cosine(same), [[1.0] * 3] * 2)
+
+
+def test_cross_token_cosine_by_hand_and_against_every_pair():
+    # (1,0), (0,1), (1,1): the cosines between them are 0, 1/√2, 1/√2
+    x = tokens(path((1, 0)), path((0, 1)), path((1, 1)))
+    close(cross_token_cosine(x), [[1 / (2 * SQRT2), 1 / (2 * SQRT2), 1 / SQRT2]])
+    x = torch.randn(3, 7, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    pairs = torch.nn.functional.cosine_similarity(x[:, :, None, :], x[:, None, :, :], dim=-1)  # (K+1, N, N)
+    others = (pairs.sum(-1) - 1.0) / 6
+    close(cross_token_cosine(x), others)
+    assert cross_token_cosine(x).mean(1).tolist() == pytest.approx(
+        [(pairs[k].sum() - 7).item() / (7 * 6) for k in range(3)])  # the mean over tokens: every pair once
+
+
+def test_cross_token_cosine_leaves_out_zero_states():
+    close(cross_token_cosine(tokens(path((0, 0)), path((1, 0)), path((2, 0)))), [[math.nan, 1.0, 1.0]])
+    close(cross_token_cosine(tokens(path((0, 0)), path((1, 0)))), [[math.nan, math.nan]])
+
+
+def test_radial_walk_has_no_tangential_part_and_a_turn_no_radial_part():
+    close(state_norm(LINE), [5.0, 10.0, 15.0, 20.0, 25.0])
+    close(radial_step(LINE), [5.0] * 4)
+    close(tangential_step(LINE), [0.0] * 4)
+    close(radial_fraction(LINE), [1.0] * 4)
+    turn = path((1, 0), (1, 1), (0, 1))  # (0,1) across (1,0); then (-1,0) against (1,1): half back, half across
+    close(radial_step(turn), [0.0, -1 / SQRT2])
+    close(tangential_step(turn), [1.0, 1 / SQRT2])
+    close(radial_fraction(turn), [0.0, -1 / SQRT2])
+    close(radial_step(SQUARE)[:1], [math.nan])  # from the origin there is no radial direction
+    close(tangential_step(SQUARE)[:1], [math.nan])
+
+
+def test_fixed_points_are_exactly_zero_steps():
+    close(at_fixed_point(path((1, 1), (2, 2), (2, 2), (2, 2 + 1e-12))), [0.0, 1.0, 0.0])
 
 
 # --- accumulator --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoscale.model import DepthPosition, LoopedGPT, ModelConfig, Segment, segments
+from twoscale.model import DepthPosition, LoopedGPT, ModelConfig, Segment, matmul_attention, segments
 
 torch.set_num_threads(1)
 
@@ -304,6 +304,38 @@ def test_token_embedding_and_lm_head_share_one_weight():
     # 37*16 shared + 12*16 positions + 6 blocks + final norm, counted once
     block = 2 * 2 * 16 + (16 * 48 + 48) + (16 * 16 + 16) + (16 * 64 + 64) + (64 * 16 + 16)
     assert model.num_parameters() == 37 * 16 + 12 * 16 + 6 * block + 2 * 16
+
+
+def test_scaled_embedding_multiplies_the_token_part_by_the_root_of_the_width():
+    plain = make_model()
+    scaled = LoopedGPT(ModelConfig(**{**plain.config.to_dict(), "groups": DEFAULT_GROUPS,
+                                      "scale_embedding": True})).double().eval()
+    scaled.load_state_dict(plain.state_dict())
+    idx = tokens()
+    expected = 4.0 * plain.wte(idx) + plain.wpe(torch.arange(idx.shape[1]))  # sqrt(16) = 4
+    torch.testing.assert_close(scaled.embed(idx), expected)
+    torch.testing.assert_close(plain.embed(idx[:, 3:5], start=3), manual_embed(plain, idx)[:, 3:5])
+
+
+# --- mixed precision ----------------------------------------------------------------------------------------
+
+
+def test_matmul_attention_is_causal_softmax_attention():
+    q, k, v = torch.randn(3, 2, 2, 7, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(matmul_attention(q, k, v), expected)
+    # position 0 attends to itself alone: its output is its own value
+    torch.testing.assert_close(matmul_attention(q, k, v)[:, :, 0], v[:, :, 0])
+
+
+def test_bf16_autocast_forward_stays_close_to_float32():
+    model = make_model().float()
+    idx = tokens()
+    reference = model(idx, (3, 2, 3)).logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = model(idx, (3, 2, 3)).logits
+    assert mixed.dtype == torch.bfloat16
+    assert (mixed.float() - reference).abs().max() < 0.05 * reference.abs().max()
 
 
 # --- sandwich norm and input injection ---------------------------------------------------------------------

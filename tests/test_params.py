@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ def with_change(path: str, value) -> dict:
 DELETE = object()
 
 
-@pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml"])
+@pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml", "configs/study.yaml"])
 def test_shipped_parameter_sets_are_valid(name):
     params = load_params(ROOT / name)
     assert params.train.checkpoint_steps[-1] == params.train.steps
@@ -58,6 +59,7 @@ def test_shipped_parameter_sets_are_valid(name):
         ("data.val_fraction", 0.7, "data.val_fraction = 0.7: Input should be less than 0.5"),
         ("tokenize.vocab_size", 100, "tokenize.vocab_size = 100: Input should be greater than or equal to 260"),
         ("train.loops.distribution", "zipf", "train.loops.distribution = 'zipf'"),
+        ("runtime.precision", "fp16", "runtime.precision = 'fp16': Input should be 'auto', 'fp32' or 'bf16'"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(path, value, expected):
@@ -88,7 +90,7 @@ def test_impossible_group_layouts(groups, expected):
     ("changes", "expected"),
     [
         ({"train.checkpoint_steps": [100, 50, 1200]}, "not strictly increasing"),
-        ({"train.checkpoint_steps": [100, 600]}, "last checkpoint step (600) must equal steps (1200)"),
+        ({"train.checkpoint_steps": [100, 300]}, "last checkpoint step (300) must equal steps (600)"),
         ({"train.warmup_steps": 5000}, "warmup_steps (5000) must be below steps"),
         ({"model.n_head": 5}, "n_embd (128) is not divisible by n_head (5)"),
     ],
@@ -178,3 +180,71 @@ def test_bad_sweep_strategies_name_the_problem(strategies, fragment):
     with pytest.raises(ParamsError, match="sweep") as error:
         parse_params(raw)
     assert fragment in str(error.value) and "\n" not in str(error.value)
+
+
+# --- recipes and seeds --------------------------------------------------------------------------------------
+
+
+def with_recipes(**recipes) -> dict:
+    raw = default_raw()
+    raw["recipes"] = recipes
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("recipes", "expected"),
+    [
+        ({"huginn": {"model": {"norm": "layer"}}},
+         "recipes.huginn.model.norm = 'layer': Input should be 'pre', 'sandwich', 'group' or 'rescale'"),
+        ({"huginn": {"model": {"widht": 3}}}, "recipes.huginn.model.widht: unknown key"),
+        ({"huginn": {"train": {"loops": {"mean": -1}}}},
+         "recipes.huginn.train.loops.mean = -1: Input should be greater than 0"),
+        ({"huginn": {"model": {"n_head": 5}}}, "recipes.huginn.model: n_embd (128) is not divisible by n_head (5)"),
+        ({"huginn": {"train": {"steps": 600}}}, "recipes.huginn.train.steps: shared by every recipe"),
+        ({"huginn": {"train": {"checkpoint_steps": [600]}}}, "recipes.huginn.train.checkpoint_steps: shared"),
+        ({"huginn": {"measure": {"max_loops": 3}}}, "recipes.huginn.measure: unknown key"),
+        ({"Huginn-2": {}}, "recipes.Huginn-2: a recipe name is lower case letters"),
+        ({"small": {"model": {"block_size": 32}}},
+         "recipes.small: measure.trajectory_token (64) must be below model.block_size (32)"),
+        ({}, "recipes = {}: Dictionary should have at least 1 item"),
+    ],
+)
+def test_bad_recipes_name_the_key(recipes, expected):
+    with pytest.raises(ParamsError) as info:
+        parse_params(with_recipes(**recipes), "params.yaml")
+    assert str(info.value).startswith(f"params.yaml: {expected}")
+    assert "\n" not in str(info.value)
+
+
+def test_a_recipe_changes_only_its_keys_and_nested_keys_merge():
+    params = parse_params(with_recipes(paper={}, short={"model": {"norm": "sandwich"},
+                                                         "train": {"loops": {"mean": 4.0}}}))
+    shared, short = params.run("paper", 1337), params.run("short", 1337)
+    assert shared.model == params.model and shared.train == params.train
+    assert short.model.norm == "sandwich" and short.model.n_embd == params.model.n_embd
+    assert short.train.loops.mean == 4.0
+    assert short.train.loops.model_dump(exclude={"mean"}) == params.train.loops.model_dump(exclude={"mean"})
+    assert (short.recipe, short.seed, short.tags) == ("short", 1337, {"recipe": "short", "seed": "1337"})
+
+
+def test_runs_are_every_recipe_and_seed_in_file_order():
+    raw = with_recipes(b={}, a={})
+    raw["runtime"]["seeds"] = [3, 1]
+    assert parse_params(raw).runs() == [("b", 3), ("b", 1), ("a", 3), ("a", 1)]
+
+
+@pytest.mark.parametrize(("seeds", "expected"), [
+    ([], "runtime.seeds = []: List should have at least 1 item"),
+    ([1, 2, 1], "runtime: seeds [1, 2, 1] repeat a seed"),
+])
+def test_bad_seed_lists(seeds, expected):
+    with pytest.raises(ParamsError, match=re.escape(expected)):
+        parse_params(with_change("runtime.seeds", seeds))
+
+
+def test_a_run_outside_the_file_is_one_line():
+    params = load_params(ROOT / "params.yaml")
+    with pytest.raises(ParamsError, match=r"recipe 'loopy' is not under recipes \(known: paper, huginn\)"):
+        params.run("loopy", 1337)
+    with pytest.raises(ParamsError, match=r"seed 5 is not in runtime.seeds \[1337\]"):
+        params.run("paper", 5)

@@ -11,6 +11,7 @@ import pytest
 from dvc.repo import Repo
 
 from twoscale import pipeline
+from twoscale.params import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -39,7 +40,7 @@ def snakemake_jobs() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def dvc_stages() -> dict[str, dict]:
-    """Every DVC stage (foreach expanded), keyed by its command."""
+    """Every DVC stage (matrix expanded), keyed by its command."""
     stages = {}
     with Repo(str(ROOT)) as repo:
         for stage in repo.index.stages:
@@ -83,10 +84,22 @@ def test_same_outputs(snakemake_jobs, dvc_stages):
         assert same_files(snakemake_jobs[cmd]["outputs"], stage["outputs"]), stage["name"]
 
 
+def test_every_run_of_every_per_run_stage(dvc_stages):
+    params = load_params(ROOT / "params.yaml")
+    runs = {(recipe, str(seed)) for recipe, seed in params.runs()}
+    per_stage = {"train": 1, "measure": len(params.train.checkpoint_steps), "sweep": len(params.sweep.strategies)}
+    for name, jobs_per_run in per_stage.items():
+        commands = [cmd for cmd, stage in dvc_stages.items() if stage["name"] == name]
+        found = [tuple(re.search(r"--recipe (\S+) --seed (\S+)", cmd).groups()) for cmd in commands]
+        assert set(found) == runs and len(found) == len(runs) * jobs_per_run, name
+
+
 def test_same_parameter_keys(dvc_stages):
     rules = "\n".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk"))
-    for stage in dvc_stages.values():
+    for cmd, stage in dvc_stages.items():
         name = stage["name"]
-        assert stage["params"] == pipeline.STAGES[name]["params"], name
+        recipe = re.search(r"--recipe (\S+)", cmd)
+        expected = [key.format(recipe=recipe and recipe.group(1)) for key in pipeline.STAGES[name]["params"]]
+        assert stage["params"] == expected, name
         rule = re.search(rf"^rule {name}:\n(.*?)(?=^rule |\Z)", rules, re.S | re.M).group(1)
         assert f'param_values("{name}")' in rule, f"rule {name} does not pass its parameter keys"

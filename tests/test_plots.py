@@ -1,5 +1,5 @@
-"""Figures: each writes a readable PNG of sensible size from small synthetic multi-checkpoint frames, writes
-it atomically, and fails with a clear error on empty or incomplete input."""
+"""Figures: each writes a readable PNG of sensible size from small synthetic frames of two recipes (one with two
+seeds) and two checkpoints, writes it atomically, and fails with a clear error on empty or incomplete input."""
 
 from __future__ import annotations
 
@@ -17,6 +17,20 @@ K = 8
 METRICS_K1 = ["step_size", "relative_step_size"]
 METRICS_K2 = ["step_cosine", "turning_angle", "acceleration", "acceleration_by_step", "acceleration_by_state",
               "step_size_difference"]
+METRICS_K0 = ["state_norm", "cross_token_cosine"]
+METRICS_SIGNED = ["radial_fraction", "at_fixed_point"]
+RUNS = [("paper", 1), ("paper", 2), ("huginn", 1)]
+
+
+def with_runs(rows: list[dict]) -> pl.DataFrame:
+    """The same rows for every run, a run's values scaled so that the runs differ."""
+    out = []
+    for i, (recipe, seed) in enumerate(RUNS):
+        for row in rows:
+            scaled = {k: v * (1 + 0.1 * i) if k in ("mean", "median", "q10", "q90", "val_loss") else v
+                      for k, v in row.items()}
+            out.append({"recipe": recipe, "seed": seed, **scaled})
+    return pl.DataFrame(out).with_columns(pl.col("step").cast(pl.Int32))
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +45,12 @@ def frames() -> dict[str, pl.DataFrame]:
     for i, step in enumerate(STEPS):
         scale = 1.0 + i
         for g in GROUPS:
-            for metric in METRICS_K1 + METRICS_K2:
-                ks = range(1, K + 1) if metric in METRICS_K1 else range(2, K + 1)
-                for k in ks:
-                    v = 0.6 + 0.1 * rng.standard_normal() if metric == "step_cosine" else 3.0 / (k ** scale)
+            for metric in METRICS_K0 + METRICS_K1 + METRICS_SIGNED + METRICS_K2:
+                first = 0 if metric in METRICS_K0 else 2 if metric in METRICS_K2 else 1
+                for k in range(first, K + 1):
+                    v = (0.6 + 0.1 * rng.standard_normal() if metric in ("step_cosine", "radial_fraction",
+                                                                         "cross_token_cosine", "at_fixed_point")
+                         else 3.0 / ((k + 1) ** scale))
                     geometry.append({"step": step, "metric": metric, "group": g, "k": k, "n": 64, "mean": v,
                                      "median": v, "q10": 0.7 * v, "q90": 1.3 * v})
             if g < GROUPS[-1]:
@@ -56,13 +72,8 @@ def frames() -> dict[str, pl.DataFrame]:
             for b in range(D):
                 similarity.append({"step": step, "i": a, "j": b,
                                    "similarity": 1.0 if layout[a] == layout[b] else 0.3 + 0.01 * abs(a - b)})
-    return {
-        "geometry": pl.DataFrame(geometry).with_columns(pl.col("step").cast(pl.Int32)),
-        "loss_vs_loops": pl.DataFrame(loss).with_columns(pl.col("step").cast(pl.Int32)),
-        "depth": pl.DataFrame(depth).with_columns(pl.col("step").cast(pl.Int32)),
-        "similarity": pl.DataFrame(similarity).with_columns(pl.col("step").cast(pl.Int32)),
-        "trajectory": pl.DataFrame(trajectory).with_columns(pl.col("step").cast(pl.Int32)),
-    }
+    return {"geometry": with_runs(geometry), "loss_vs_loops": with_runs(loss), "depth": with_runs(depth),
+            "similarity": with_runs(similarity), "trajectory": with_runs(trajectory)}
 
 
 FIGURES = {
@@ -73,6 +84,7 @@ FIGURES = {
     "fig_similarity": ("similarity", "depth"),
     "fig_loss_vs_loops": ("loss_vs_loops",),
     "fig_acceleration": ("geometry",),
+    "fig_diagnostics": ("geometry",),
 }
 
 
@@ -128,20 +140,21 @@ def sweep() -> pl.DataFrame:
     the argmax rule swept by hits."""
     rows = []
 
-    def add(strategy, criterion, swept, setting, loops):
-        ce = 3.0 + 2.0 / loops
-        rows.append({"strategy": strategy, "criterion": criterion, "swept": swept, "setting": float(setting),
-                     "cross_entropy": ce, "perplexity": float(np.exp(ce)),
+    def add(run, strategy, criterion, swept, setting, loops):
+        ce = 3.0 + 2.0 / loops + 0.05 * run
+        rows.append({"recipe": RUNS[run][0], "seed": RUNS[run][1], "strategy": strategy, "criterion": criterion,
+                     "swept": swept, "setting": float(setting), "cross_entropy": ce, "perplexity": float(np.exp(ce)),
                      "compute_fraction": loops / MAX_LOOPS, "mean_loops": loops, "ms_per_token": 2.0 + loops,
                      "generated_mean_loops": loops, "max_loops": MAX_LOOPS})
 
-    for k in range(1, MAX_LOOPS + 1):
-        add("fixed", "fixed", "loops", k, float(k))
-    for strategy, scale in [("acceleration", 1.0), ("kl_head", 0.01)]:
-        for tau, loops in [(0.0, 6.0), (0.1, 5.0), (1.0, 3.5), (10.0, 1.5), (np.inf, 1.0)]:
-            add(strategy, strategy, "threshold", scale * tau, loops)
-    for hits, loops in [(1, 2.0), (2, 3.0), (3, 4.5)]:
-        add("argmax", "argmax", "hits", hits, loops)
+    for run in range(len(RUNS)):
+        for k in range(1, MAX_LOOPS + 1):
+            add(run, "fixed", "fixed", "loops", k, float(k))
+        for strategy, scale in [("acceleration", 1.0), ("kl_head", 0.01)]:
+            for tau, loops in [(0.0, 6.0), (0.1, 5.0), (1.0, 3.5), (10.0, 1.5), (np.inf, 1.0)]:
+                add(run, strategy, strategy, "threshold", scale * tau, loops)
+        for hits, loops in [(1, 2.0), (2, 3.0), (3, 4.5)]:
+            add(run, "argmax", "argmax", "hits", hits, loops)
     return pl.DataFrame(rows)
 
 

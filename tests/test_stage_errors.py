@@ -25,6 +25,9 @@ def smoke_params(tmp_path: Path, **sections) -> Path:
     return path
 
 
+RUN = ("--recipe", "paper", "--seed", "1337")  # a training run of the smoke parameters
+
+
 def stage(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     return subprocess.run(
@@ -93,7 +96,7 @@ def tiny_data(tmp_path) -> Path:
 
 def test_train_context_longer_than_corpus(tmp_path, tiny_data):
     params = smoke_params(tmp_path, model={"block_size": 512})
-    result = stage(tmp_path, "train", "--params", str(params), "--data-dir", "prepared", "--out-dir", "out")
+    result = stage(tmp_path, "train", "--params", str(params), *RUN, "--data-dir", "prepared", "--out-dir", "out")
     assert_one_line_error(result, "train", "model.block_size = 512", "validation 100 tokens")
     assert not (tmp_path / "out").exists()
 
@@ -101,15 +104,26 @@ def test_train_context_longer_than_corpus(tmp_path, tiny_data):
 def test_train_with_corrupt_token_array(tmp_path, tiny_data):
     (tiny_data / "val.npy").write_bytes(b"not an array")
     params = smoke_params(tmp_path)
-    result = stage(tmp_path, "train", "--params", str(params), "--data-dir", "prepared", "--out-dir", "out")
+    result = stage(tmp_path, "train", "--params", str(params), *RUN, "--data-dir", "prepared", "--out-dir", "out")
     assert_one_line_error(result, "train", "val.npy", "not a token array")
     assert not (tmp_path / "out").exists()
 
 
 def test_train_without_data(tmp_path):
     params = smoke_params(tmp_path)
-    result = stage(tmp_path, "train", "--params", str(params), "--data-dir", "prepared", "--out-dir", "out")
+    result = stage(tmp_path, "train", "--params", str(params), *RUN, "--data-dir", "prepared", "--out-dir", "out")
     assert_one_line_error(result, "train", "stats.json", "not found")
+
+
+@pytest.mark.parametrize("run, message", [
+    (("--recipe", "loopy", "--seed", "1337"), "recipe 'loopy' is not under recipes (known: huginn, paper)"),
+    (("--recipe", "paper", "--seed", "7"), "seed 7 is not in runtime.seeds [1337]"),
+])
+def test_train_of_a_run_not_in_the_parameters(tmp_path, tiny_data, run, message):
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "train", "--params", str(params), *run, "--data-dir", "prepared", "--out-dir", "out")
+    assert_one_line_error(result, "train", message)
+    assert not (tmp_path / "out").exists()
 
 
 def test_unknown_stage_is_rejected(tmp_path):
@@ -119,7 +133,7 @@ def test_unknown_stage_is_rejected(tmp_path):
 
 
 def measure(tmp_path: Path, checkpoint: Path, params: Path) -> subprocess.CompletedProcess:
-    return stage(tmp_path, "measure", "--params", str(params), "--checkpoint", str(checkpoint),
+    return stage(tmp_path, "measure", "--params", str(params), *RUN, "--checkpoint", str(checkpoint),
                  "--data-dir", "prepared", "--out-dir", "measured")
 
 
@@ -145,7 +159,7 @@ def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
 
 
 def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):
-    result = stage(tmp_path, "sweep", "--params", str(smoke_params(tmp_path)), "--strategy", "telepathy",
+    result = stage(tmp_path, "sweep", "--params", str(smoke_params(tmp_path)), *RUN, "--strategy", "telepathy",
                    "--checkpoint", "step_5.pt", "--data-dir", "prepared", "--out", "sweep/telepathy.parquet")
     assert_one_line_error(result, "sweep", "'telepathy'", "known: acceleration, fixed")
     assert not (tmp_path / "sweep").exists()
@@ -154,5 +168,5 @@ def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):
 def test_tradeoff_without_the_sweep_tables(tmp_path):
     result = stage(tmp_path, "tradeoff", "--params", str(smoke_params(tmp_path)), "--strategies-dir", "sweep",
                    "--out-dir", "out", "--figures-dir", "figures")
-    assert_one_line_error(result, "tradeoff", "sweep/acceleration.parquet", "not found")
+    assert_one_line_error(result, "tradeoff", "sweep/huginn/seed_1337/acceleration.parquet", "not found")
     assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()

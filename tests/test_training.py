@@ -34,6 +34,7 @@ from twoscale.training import (
     sample_loop_counts,
     save_checkpoint,
     train,
+    training_dtype,
     windows,
 )
 
@@ -139,6 +140,39 @@ def test_training_uses_the_schedule_step_by_step(tmp_path):
     train(state, ids, ids[:100], train_params(), CPU, tmp_path / "out", tmp_path / "resume", "fp")
     assert [row["step"] for row in state.history] == list(range(1, 11))
     assert [row["lr"] for row in state.history] == pytest.approx(HAND_LR, abs=1e-8)
+
+
+# --- precision --------------------------------------------------------------------------------------------
+
+BF16_TOLERANCE = 0.05  # nats: bf16 autocast may move a short run's held-out loss this much against float32
+
+
+def test_bf16_training_ends_within_tolerance_of_float32(tmp_path):
+    params = train_params(steps=60, batch_size=8, learning_rate=1e-2, warmup_steps=5, eval_every=60,
+                          checkpoint_steps=[60])
+    chain = markov_tokens(4800, 50, seed=0)
+    ids, val = chain[:4000], chain[4000:]
+    untrained, losses = {}, {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        state = build_state(tiny_config(), params, seed=0, device=CPU)
+        untrained[name] = evaluate_loss(state.model, val, [2], 16, 8, CPU)
+        train(state, ids, val, params, CPU, tmp_path / name, tmp_path / f"{name}-resume", "fp", dtype=dtype)
+        losses[name] = evaluate_loss(state.model, val, [2], 16, 8, CPU)  # both read in float32
+    assert untrained["fp32"] - losses["fp32"] > 0.5  # it learned, so the comparison means something
+    assert losses["bf16"] != losses["fp32"]  # and bf16 really ran
+    assert abs(losses["bf16"] - losses["fp32"]) < BF16_TOLERANCE
+
+
+@pytest.mark.parametrize(("precision", "capabilities", "expected"), [
+    ("auto", {"avx512_bf16": True}, torch.bfloat16),
+    ("auto", {"amx_bf16": True}, torch.bfloat16),
+    ("auto", {"avx512_bf16": False, "avx2": True}, torch.float32),
+    ("fp32", {"avx512_bf16": True}, torch.float32),
+    ("bf16", {}, torch.bfloat16),
+])
+def test_training_precision_on_the_cpu(monkeypatch, precision, capabilities, expected):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
+    assert training_dtype(precision, CPU) == expected
 
 
 # --- batches and evaluation windows -----------------------------------------------------------------------
@@ -355,8 +389,9 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
                OMP_NUM_THREADS="1")
 
     def command(run: str) -> list[str]:
-        return [sys.executable, "-m", "twoscale", "train", "--params", "params.yaml", "--data-dir", "data",
-                "--out-dir", f"out-{run}", "--resume-dir", f"resume-{run}", "--log", f"{run}.log"]
+        return [sys.executable, "-m", "twoscale", "train", "--params", "params.yaml", "--recipe", "paper",
+                "--seed", "1337", "--data-dir", "data", "--out-dir", f"out-{run}", "--resume-dir", f"resume-{run}",
+                "--log", f"{run}.log"]
 
     def complete(run: str) -> None:
         done = subprocess.run(command(run), cwd=tmp_path, env=env,

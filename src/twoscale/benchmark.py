@@ -1,7 +1,9 @@
-"""Timings for the benchmark command: the per-step cost of each exit criterion (its decode included) beside the cost
-of one loop step of a group, and ms per generated token of each strategy at a given setting.
+"""Timings for the benchmark command: training throughput against the machine's matmul peak, the per-step cost of
+each exit criterion (its decode included) beside the cost of one loop step of a group, and ms per generated token
+of each strategy at a given setting.
 
-Everything runs as in cached generation: batch size 1, one new token attending to a real KV cache of a prompt.
+The exit timings run as in cached generation: batch size 1, one new token attending to a real KV cache of a
+prompt. Training runs real optimizer steps (`training.train_step`) on a fresh model.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from twoscale.exits import head_decode
 from twoscale.generation import LayerCache, block_step, decode_rest, new_cache, step_token
-from twoscale.model import LoopedGPT
+from twoscale.model import LoopedGPT, ModelConfig, segments
+from twoscale.params import TrainParams
 from twoscale.sweep import latency_ms_per_token, never_exit_setting, rules_at
+from twoscale.training import build_state, random_batch, sample_loop_counts, train_step
 
 Tensor = torch.Tensor
 
@@ -95,3 +100,53 @@ def strategy_latency(
         loops.append(mean_loops)
     return {"ms_per_token": statistics.median(medians), "spread_ms": max(medians) - min(medians),
             "generated_mean_loops": statistics.fmean(loops)}
+
+
+# --- training throughput ------------------------------------------------------------------------------------
+
+
+def matmul_gflops(dtype: torch.dtype, repeats: int, size: int = 1024) -> float:
+    """This machine's matmul throughput in dtype: a size x size product, median of `repeats` timings."""
+    a, b = (torch.randn(size, size, generator=torch.Generator().manual_seed(i)).to(dtype) for i in (0, 1))
+    return 2 * size**3 / median_ms(lambda: a @ b, max(repeats, 5)) / 1e6
+
+
+def training_step_flops(config: ModelConfig, loops: Sequence[int], backprop_depth: int, batch_size: int) -> float:
+    """Matmul FLOPs of one training step, the usual model-FLOPs count: 2 per multiply-add of every linear layer
+    (the input injection and the tied LM head included) and of attention's scores and mixing (the causal mask
+    not subtracted), for every layer application; the applications that keep gradients cost twice that again
+    backward. Normalisations, activations and the optimizer are left out."""
+    C, T = config.n_embd, config.block_size
+    tokens = batch_size * T
+    block = 2 * tokens * 12 * C * C + 4 * batch_size * T * T * C  # qkv 3C², proj C², MLP 8C²; QKᵀ and AV
+    inject = {"none": 0, "add": 2 * tokens * C * C, "adapter": 2 * tokens * 2 * C * C}[config.injection]
+    head = 2 * tokens * C * config.vocab_size
+    forward = with_grad = head
+    for segment in segments(config):
+        application = len(segment.layers) * block + (inject if segment.group is not None else 0)
+        runs = 1 if segment.group is None else loops[segment.group]
+        forward += runs * application
+        with_grad += min(runs, backprop_depth) * application
+    return forward + 2 * with_grad
+
+
+def training_throughput(config: ModelConfig, train: TrainParams, ids: np.ndarray, seed: int,
+                        device: torch.device, dtype: torch.dtype, steps: int) -> dict[str, float]:
+    """Real training steps of a fresh model in `dtype`: the batches and loop counts that `seed` draws (the same
+    for every dtype), one untimed step first; seconds per step (median), tokens/s and achieved GFLOP/s (total
+    over the timed steps)."""
+    state = build_state(config, train, seed, device)
+    state.model.train()
+    generator = torch.Generator().manual_seed(seed)
+    times, flops = [], 0.0
+    for i in range(steps + 1):
+        x, y = random_batch(ids, train.batch_size, config.block_size, generator)
+        loops = sample_loop_counts(train.loops, len(config.groups), generator)
+        started = time.perf_counter()
+        train_step(state, x.to(device), y.to(device), loops, train, device, dtype)
+        if i:
+            times.append(time.perf_counter() - started)
+            flops += training_step_flops(config, loops, train.loops.backprop_depth, train.batch_size)
+    return {"s_per_step": statistics.median(times),
+            "tokens_per_s": steps * train.batch_size * config.block_size / sum(times),
+            "gflops": flops / sum(times) / 1e9}

@@ -21,7 +21,6 @@ Statistics used: step sizes, relative step sizes, cosines and turning angles are
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -143,7 +142,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def _row(claim: str, statement: str, test: str, measured: str, passes: Sequence[bool | None],
-         detail: dict[str, Any], words: Mapping[bool, str] = VERDICT_WORDS) -> dict[str, Any]:
+         detail: dict[str, Any], headline: Mapping[str, float | None],
+         words: Mapping[bool, str] = VERDICT_WORDS) -> dict[str, Any]:
+    """One claim's row. `headline`: the few numbers behind the verdict, by label, that a table across seeds and
+    recipes shows with their spread."""
     reproduced, verdict = _verdict(passes, words)
     return _jsonable({
         "claim": claim,
@@ -152,6 +154,7 @@ def _row(claim: str, statement: str, test: str, measured: str, passes: Sequence[
         "measured": measured,
         "reproduced": reproduced,
         "verdict": verdict,
+        "headline": dict(headline),
         "detail": detail,
     })
 
@@ -188,6 +191,8 @@ def s_loop_stability(loss_vs_loops: pl.DataFrame) -> dict[str, Any]:
         [rise <= S_TOLERANCE],
         {"step": last, "loss_vs_loops": curve, "best_loops": best, "most_loops": most, "rise": rise,
          "loss_at_most_loops_by_step": at_most},
+        {"loss at 1 loop": curve.get(1), "best loss": curve[best], "best loop count": best,
+         f"loss at {most} loops": curve[most], "rise to the most loops": rise},
         S_WORDS,
     )
 
@@ -227,6 +232,7 @@ def c1_step_sizes_shrink(geometry: pl.DataFrame) -> dict[str, Any]:
         f"step {last}: " + "; ".join(parts),
         passes,
         {"step": last, "groups": groups},
+        {f"s(10)/s(1) g{d['group']}": d.get("ratio_10_to_1") for d in groups},
     )
 
 
@@ -285,6 +291,9 @@ def c2_steps_shrink_over_training(geometry: pl.DataFrame) -> dict[str, Any]:
         measured,
         passes,
         {"first_step": first, "last_step": last, "groups": groups, "per_checkpoint": per_checkpoint},
+        {label: d.get(key) for d in groups for label, key in (
+            (f"s(k*)/s(1) g{d['group']} first", "decay_ratio_first"),
+            (f"s(k*)/s(1) g{d['group']} last", "decay_ratio_last"))},
     )
 
 
@@ -353,6 +362,7 @@ def c3_step_cosine(geometry: pl.DataFrame) -> dict[str, Any]:
         passes,
         {"first_step": first, "last_step": last, "groups": groups, "trend": trend, "supports": supports,
          "late_cosine_first": c_first, "late_cosine_last": c_last, "per_checkpoint": per_checkpoint},
+        {f"late cosine g{g['group']}": g["late_cosine"] for g in groups},
     )
 
 
@@ -389,6 +399,7 @@ def c4_drift_to_loop(geometry: pl.DataFrame) -> dict[str, Any]:
         passes,
         {"step": last, "threshold": C4_MIN_DLR, "handoffs": handoffs, "all_above_one": above_one,
          "per_checkpoint": per_checkpoint},
+        {f"median DLR {h['handoff']}": h["median"] for h in handoffs},
     )
 
 
@@ -488,6 +499,8 @@ def c5_spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = No
         measured,
         passes,
         detail,
+        {**{f"turning g{g['group']} (deg)": g["mean_turning_deg"] for g in groups},
+         **{f"path/jump g{g['group']}": g["path_to_jump"] for g in groups}},
     )
 
 
@@ -718,6 +731,9 @@ def c6_acceleration_exit(sweep: pl.DataFrame) -> dict[str, Any]:
         [a["passes"], b["passes"], c["passes"], d["passes"]],
         {"tolerance": C6_TOLERANCE, "full_depth": full, "strategies": strategies,
          "tests": {"latency_cut": a, "flat": b, "first_order": c, "kl_slower": d}},
+        {"full-depth ppl": full["perplexity"], "full-depth ms/token": full["ms_per_token"],
+         f"{C6_ACCELERATION} latency cut": (a.get("best") or {}).get("latency_cut"),
+         f"{C6_ACCELERATION} ppl spread over the paper's τ": b.get("spread")},
     )
 
 
@@ -758,6 +774,8 @@ def c6_against_best_fixed_depth(sweep: pl.DataFrame) -> dict[str, Any]:
         measured,
         [cut, kl_slower],
         {"reference": reference, "acceleration": acceleration, "kl": kl},
+        {"K*": reference["loops"], "K* ppl": reference["perplexity"],
+         f"{C6_ACCELERATION} latency cut vs K*": (acceleration or {}).get("latency_cut")},
     )
 
 
@@ -781,22 +799,3 @@ def claims_table(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     if frames.get("sweep") is not None:
         rows += [c6_acceleration_exit(frames["sweep"]), c6_against_best_fixed_depth(frames["sweep"])]
     return rows
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def to_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """A Markdown table: claim | paper says | our test | measured | verdict."""
-    lines = ["| claim | paper says | our test | measured | verdict |", "|---|---|---|---|---|"]
-    for r in rows:
-        verdict = r.get("verdict") or VERDICT_WORDS.get(r["reproduced"], "mixed / inconclusive")
-        cells = (r["claim"], r["statement"], r["test"], r["measured"], f"**{verdict}**")
-        lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def to_json(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as strict JSON (NaN already turned into null)."""
-    return json.dumps(_jsonable(list(rows)), indent=2, allow_nan=False) + "\n"

@@ -92,7 +92,7 @@ def step_token(
 ) -> tuple[Tensor, list[int]]:
     """Run one new token through the network with the cache: its logits (V,) and its loop count per group."""
     device = model.lm_head.weight.device
-    x = model.wte(torch.tensor([token], device=device)) + model.wpe(torch.tensor([position], device=device))
+    x = model.embed(torch.tensor([[token]], device=device), start=position)[0]
     loops = []
     for segment_index, segment in enumerate(model.segments):
         if segment.group is None:

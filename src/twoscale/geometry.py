@@ -3,8 +3,13 @@
 A trajectory is x^(0..K) of one group: x^(0) is the group's input and x^(k) the residual stream after k
 applications. Every function here takes the states flattened to tokens, x shaped (K+1, N, C) (see
 `flatten_tokens`), and returns one scalar per (loop step, token). Row i of a result is loop step
-k = first_k + i, where first_k is 1 for first-order metrics (they need x^(k-1)) and 2 for second-order ones
-(they need x^(k-2)); `FIRST_K` records it per metric.
+k = first_k + i, where first_k is 0 for metrics of the state itself, 1 for first-order metrics (they need
+x^(k-1)) and 2 for second-order ones (they need x^(k-2)); `FIRST_K` records it per metric.
+
+The diagnostics of SCIENCE §1.6 name the mechanism: the state norm ‖x^(k)‖ (a pre-LN loop's grows without
+bound), the mean cosine between different tokens' states (1 = every token has the same state: collapse to the
+unigram distribution), and the split of each step into its part along the previous state (radial: the state
+only grows or shrinks) and the part orthogonal to it (tangential: the state turns).
 
 Undefined values are NaN, never 0: a cosine with a zero step, and any ratio whose denominator is exactly zero.
 Aggregators must ignore NaN (`MetricAccumulator` does). Functions compute in the input's dtype;
@@ -36,6 +41,28 @@ def _norm(x: Tensor) -> Tensor:
     return torch.linalg.vector_norm(x, dim=-1)
 
 
+# --- the state: k = 0..K, shape (K+1, N) ------------------------------------------------------------------
+
+
+def state_norm(x: Tensor) -> Tensor:
+    """‖x^(k)‖₂; (K+1, N), row i is k = i."""
+    return _norm(x)
+
+
+def cross_token_cosine(x: Tensor) -> Tensor:
+    """Each token's mean cosine with the other tokens' states at the same step; (K+1, N), row i is k = i.
+
+    Over the N tokens given (one batch), the mean of this over tokens is the mean pairwise cosine
+    Σ_{i≠j} cos(x_i, x_j) / (N(N−1)) = (‖Σ_i x̂_i‖² − N) / (N(N−1)). A zero state has no direction: NaN for
+    that token, and it is left out of the others' means. NaN for all with fewer than two nonzero states."""
+    size = _norm(x)
+    valid = size > 0
+    unit = torch.where(valid[..., None], x / torch.where(valid, size, 1.0)[..., None], 0.0)
+    others = valid.sum(-1, keepdim=True) - 1
+    total = (unit * unit.sum(-2, keepdim=True)).sum(-1) - 1.0
+    return torch.where(valid & (others > 0), total / others.clamp_min(1), math.nan)
+
+
 # --- first order: k = 1..K, shape (K, N) -------------------------------------------------------------------
 
 
@@ -52,6 +79,35 @@ def step_size(x: Tensor) -> Tensor:
 def relative_step_size(x: Tensor) -> Tensor:
     """‖Δ^(k)‖ / ‖x^(k−1)‖; (K, N), row i is k = i+1. NaN where x^(k−1) = 0."""
     return _ratio(step_size(x), _norm(x[:-1]))
+
+
+def radial_step(x: Tensor) -> Tensor:
+    """The step's signed component along the previous state, Δ^(k) · x^(k−1) / ‖x^(k−1)‖ (> 0: the state grows
+    along itself); (K, N), row i is k = i+1. NaN where x^(k−1) = 0."""
+    previous = x[:-1]
+    return _ratio((steps(x) * previous).sum(-1), _norm(previous))
+
+
+def tangential_step(x: Tensor) -> Tensor:
+    """The size of the step's part orthogonal to the previous state, ‖Δ^(k) − (Δ^(k)·x̂^(k−1)) x̂^(k−1)‖;
+    (K, N), row i is k = i+1. NaN where x^(k−1) = 0."""
+    previous = x[:-1]
+    size = _norm(previous)[..., None]
+    unit = torch.where(size > 0, previous / torch.where(size > 0, size, 1.0), math.nan)
+    d = steps(x)
+    return _norm(d - (d * unit).sum(-1, keepdim=True) * unit)
+
+
+def radial_fraction(x: Tensor) -> Tensor:
+    """cos(Δ^(k), x^(k−1)) = radial_step / ‖Δ^(k)‖: +1 a pure outward walk, 0 a pure turn, −1 a pull back toward
+    the origin; (K, N), row i is k = i+1. NaN where either is zero."""
+    return _ratio(radial_step(x), step_size(x)).clamp(-1.0, 1.0)
+
+
+def at_fixed_point(x: Tensor) -> Tensor:
+    """1 where the step is exactly zero in the state's precision (x^(k) = x^(k−1): a fixed point reached), else
+    0; (K, N), row i is k = i+1. Its mean over tokens is the fraction of tokens at a fixed point."""
+    return (steps(x) == 0).all(-1).to(x.dtype)
 
 
 # --- second order: k = 2..K, shape (K-1, N) ----------------------------------------------------------------
@@ -108,6 +164,8 @@ def drift_to_loop_ratio(last_of_g: Tensor, first_of_h: Tensor, g_steps: Tensor) 
 # --- one batch, every metric -------------------------------------------------------------------------------
 
 METRICS: dict[str, Callable[[Tensor], Tensor]] = {
+    "state_norm": state_norm,
+    "cross_token_cosine": cross_token_cosine,
     "step_size": step_size,
     "relative_step_size": relative_step_size,
     "step_cosine": step_cosine,
@@ -116,9 +174,15 @@ METRICS: dict[str, Callable[[Tensor], Tensor]] = {
     "acceleration_by_step": acceleration_by_step,
     "acceleration_by_state": acceleration_by_state,
     "step_size_difference": step_size_difference,
+    "radial_step": radial_step,
+    "tangential_step": tangential_step,
+    "radial_fraction": radial_fraction,
+    "at_fixed_point": at_fixed_point,
 }
 FIRST_K: dict[str, int | None] = {
-    "step_size": 1, "relative_step_size": 1,
+    "state_norm": 0, "cross_token_cosine": 0,
+    "step_size": 1, "relative_step_size": 1, "radial_step": 1, "tangential_step": 1, "radial_fraction": 1,
+    "at_fixed_point": 1,
     "step_cosine": 2, "turning_angle": 2, "acceleration": 2, "acceleration_by_step": 2,
     "acceleration_by_state": 2, "step_size_difference": 2,
     "drift_to_loop_ratio": None,  # one value per token at the hand-off, no loop step

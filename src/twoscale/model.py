@@ -37,6 +37,7 @@ class ModelConfig:
     norm: str = "pre"  # "pre" (GPT-2) | "sandwich" (a norm after each residual sum) | "group" (LayerNorm after each
     # group step) | "rescale" (each group step's output rescaled per token to the norm of the group input)
     injection: str = "none"  # "none" | "add" (state + W x^(0)) | "adapter" (Huginn: W concat(state, x^(0)))
+    scale_embedding: bool = False  # token embeddings times sqrt(n_embd), as in Huginn
 
     @classmethod
     def from_params(cls, model: ModelParams, vocab_size: int) -> ModelConfig:
@@ -86,10 +87,23 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        dropout = self.dropout if self.training else 0.0
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            # PyTorch's CPU flash-attention backward is about 3x slower in bf16 than these batched matmuls
+            y = matmul_attention(q, k, v, dropout)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+
+
+def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+    """Causal softmax attention of q, k, v (B, H, T, D) as explicit matmuls: what scaled_dot_product_attention
+    computes with is_causal=True."""
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    weights = F.dropout(scores.masked_fill(~causal, float("-inf")).softmax(-1), dropout)
+    return weights @ v
 
 
 class MLP(nn.Module):
@@ -233,12 +247,16 @@ class LoopedGPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token plus position embeddings of idx (B, T), the first token at position `start`."""
         T = idx.shape[1]
-        if T > self.config.block_size:
-            raise ValueError(f"sequence of {T} tokens is longer than block_size {self.config.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        return self.drop(self.wte(idx) + self.wpe(pos))
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens is longer than block_size {self.config.block_size}")
+        pos = torch.arange(start, start + T, device=idx.device)
+        tokens = self.wte(idx)
+        if self.config.scale_embedding:  # tied to the LM head, whose scale stays small
+            tokens = tokens * math.sqrt(self.config.n_embd)
+        return self.drop(tokens + self.wpe(pos))
 
     def apply_segment(self, segment: Segment, x: torch.Tensor) -> torch.Tensor:
         """Run the segment's layers in order once (one application of a looped group)."""

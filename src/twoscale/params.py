@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,7 +34,19 @@ class Section(BaseModel):
 class RuntimeParams(Section):
     device: Literal["auto", "cpu", "cuda"] = Field(description="auto picks CUDA when present, else CPU")
     threads: PositiveInt = Field(description="torch intra-op threads (set the same under Snakemake and DVC)")
-    seed: int = Field(description="seed of every random choice in the pipeline")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        description="training arithmetic: bf16 autocast or fp32 (auto: bf16 where the device multiplies bf16 "
+        "natively, else fp32); measure and sweep always run in fp32"
+    )
+    seeds: list[int] = Field(
+        min_length=1, description="one training run per recipe and seed; a seed sets every random choice of its run"
+    )
+
+    @model_validator(mode="after")
+    def _distinct_seeds(self) -> RuntimeParams:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds {self.seeds} repeat a seed")
+        return self
 
 
 class HuggingfaceSource(Section):
@@ -82,6 +96,9 @@ class ModelParams(Section):
     injection: Literal["none", "add", "adapter"] = Field(
         description="how each application of a looped group reads the group input x0: none; add: state + W x0 "
         "(W starts at 0); adapter: W concat(state, x0) (Geiping et al.; W starts at [I 0])"
+    )
+    scale_embedding: bool = Field(
+        description="multiply token embeddings by sqrt(n_embd) (Geiping et al.; the LM head shares their weight)"
     )
 
     @model_validator(mode="after")
@@ -143,6 +160,44 @@ class TrainParams(Section):
         return self
 
 
+RECIPE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+SHARED_TRAIN_KEYS = ("steps", "checkpoint_steps")  # recipes are compared at the same checkpoints
+
+
+class Recipe(Section):
+    """Named model and training choices: keys of the shared `model` and `train` sections that this recipe
+    changes (nested keys such as train.loops merge key by key); a key it leaves out keeps the shared value."""
+
+    model: dict[str, Any] = Field(default_factory=dict, description="model keys this recipe changes")
+    train: dict[str, Any] = Field(
+        default_factory=dict,
+        description="train keys this recipe changes (not steps or checkpoint_steps: recipes share checkpoints)",
+    )
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """base with changes applied key by key; nested mappings merge, everything else is replaced."""
+    out = dict(base)
+    for key, value in changes.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """One training run of the workflow: a recipe's model and train sections, and a seed."""
+
+    recipe: str
+    seed: int
+    model: ModelParams
+    train: TrainParams
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """How MLflow and the tables name the run."""
+        return {"recipe": self.recipe, "seed": str(self.seed)}
+
+
 class MeasureParams(Section):
     threads: PositiveInt = Field(description="torch threads per measure job (jobs run in parallel, one per checkpoint)")
     n_sequences: PositiveInt = Field(description="held-out windows of model.block_size tokens measured per checkpoint")
@@ -201,32 +256,75 @@ class Params(Section):
     tokenize: TokenizeParams
     model: ModelParams
     train: TrainParams
+    recipes: dict[str, Recipe] = Field(
+        min_length=1, description="named model and training choices over the model and train sections; "
+        "every stage after tokenize runs once per recipe and seed"
+    )
     measure: MeasureParams
     sweep: SweepParams
 
     @model_validator(mode="after")
-    def _stages_fit_model(self) -> Params:
-        if self.measure.trajectory_token >= self.model.block_size:
-            raise ValueError(
-                f"measure.trajectory_token ({self.measure.trajectory_token}) must be below model.block_size "
-                f"({self.model.block_size})"
-            )
-        sweep = self.sweep
-        if sweep.prompt_tokens + sweep.new_tokens > self.model.block_size:
-            raise ValueError(
-                f"sweep.prompt_tokens + sweep.new_tokens ({sweep.prompt_tokens + sweep.new_tokens}) exceeds "
-                f"model.block_size ({self.model.block_size})"
-            )
+    def _recipes_build(self) -> Params:
+        for name, recipe in self.recipes.items():
+            if not RECIPE_NAME.fullmatch(name):
+                raise ValueError(f"recipes.{name}: a recipe name is lower case letters, digits and _, "
+                                 "starting with a letter")
+            shared = [key for key in SHARED_TRAIN_KEYS if key in recipe.train]
+            if shared:
+                raise ValueError(f"recipes.{name}.train.{shared[0]}: shared by every recipe, set it in train")
+            model, _ = self._resolve(name)
+            self._check_stages_fit(model, f"recipes.{name}: " if recipe.model else "")
         return self
 
+    def _resolve(self, name: str) -> tuple[ModelParams, TrainParams]:
+        recipe = self.recipes[name]
+        sections = []
+        for section, shared, changes in (("model", self.model, recipe.model), ("train", self.train, recipe.train)):
+            try:
+                sections.append(type(shared).model_validate(merge(shared.model_dump(), changes)))
+            except ValidationError as exc:
+                raise ValueError(_describe_error(exc.errors()[0], f"recipes.{name}.{section}")) from None
+        model, train = sections
+        return model, train
 
-def _describe_error(error: dict[str, Any]) -> str:
-    location = ".".join(str(part) for part in error["loc"])
+    def _check_stages_fit(self, model: ModelParams, where: str) -> None:
+        if self.measure.trajectory_token >= model.block_size:
+            raise ValueError(
+                f"{where}measure.trajectory_token ({self.measure.trajectory_token}) must be below "
+                f"model.block_size ({model.block_size})"
+            )
+        sweep = self.sweep
+        if sweep.prompt_tokens + sweep.new_tokens > model.block_size:
+            raise ValueError(
+                f"{where}sweep.prompt_tokens + sweep.new_tokens ({sweep.prompt_tokens + sweep.new_tokens}) "
+                f"exceeds model.block_size ({model.block_size})"
+            )
+
+    def runs(self) -> list[tuple[str, int]]:
+        """Every (recipe, seed) pair, recipes in file order, then seeds."""
+        return [(recipe, seed) for recipe in self.recipes for seed in self.runtime.seeds]
+
+    def run(self, recipe: str, seed: int) -> RunParams:
+        """The parameters of one run; one line naming what is wrong if the recipe or seed is not in the file."""
+        if recipe not in self.recipes:
+            raise ParamsError(f"recipe {recipe!r} is not under recipes (known: {', '.join(self.recipes)})")
+        if seed not in self.runtime.seeds:
+            raise ParamsError(f"seed {seed} is not in runtime.seeds {self.runtime.seeds}")
+        model, train = self._resolve(recipe)
+        return RunParams(recipe, seed, model, train)
+
+
+def _describe_error(error: dict[str, Any], prefix: str = "") -> str:
+    """One line for a pydantic error; `prefix` is the key of the section that was validated, if nested."""
+    parts = [str(part) for part in error["loc"]]
+    location = ".".join([prefix, *parts] if prefix else parts)
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "missing":
         return f"{location}: missing (required key)"
     if error["type"] == "extra_forbidden":
         return f"{location}: unknown key"
+    if isinstance(error["input"], dict) and error["type"] == "value_error":  # a check across a section's keys
+        return f"{location}: {message}" if location else message
     return f"{location} = {error['input']!r}: {message}" if location else message
 
 

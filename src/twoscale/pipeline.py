@@ -1,7 +1,7 @@
-"""What each pipeline stage depends on: its parameter keys and its source files.
+"""What each pipeline stage depends on: its parameter keys and its source files; and where a run's outputs go.
 
 Snakemake's rules read this (params trigger reruns, sources are inputs); dvc.yaml lists the same, and a test checks
-that the two orchestrators agree.
+that the two orchestrators agree. A key with {recipe} is the recipe of the job (DVC: ${item.recipe}).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ STAGES: dict[str, dict[str, list[str]]] = {
         "sources": ["src/twoscale/stages/tokenize.py", "src/twoscale/tokenization.py"],
     },
     "train": {
-        "params": ["runtime", "model", "train"],
+        "params": ["runtime.device", "runtime.threads", "runtime.precision", "model", "train", "recipes.{recipe}"],
         "sources": ["src/twoscale/stages/train.py", "src/twoscale/training.py", "src/twoscale/model.py"],
     },
     "measure": {
-        "params": ["runtime.device", "runtime.seed", "measure"],
+        "params": ["runtime.device", "measure"],
         "sources": [
             "src/twoscale/stages/measure.py",
             "src/twoscale/measurement.py",
@@ -35,11 +35,16 @@ STAGES: dict[str, dict[str, list[str]]] = {
         ],
     },
     "geometry": {
-        "params": ["train.checkpoint_steps"],
-        "sources": ["src/twoscale/stages/geometry.py", "src/twoscale/plots.py", "src/twoscale/tables.py"],
+        "params": ["runtime.seeds", "recipes", "train.checkpoint_steps"],
+        "sources": [
+            "src/twoscale/stages/geometry.py",
+            "src/twoscale/plots.py",
+            "src/twoscale/tables.py",
+            "src/twoscale/pipeline.py",
+        ],
     },
     "sweep": {
-        "params": ["runtime.device", "runtime.seed", "sweep"],
+        "params": ["runtime.device", "sweep"],
         "sources": [
             "src/twoscale/stages/sweep.py",
             "src/twoscale/sweep.py",
@@ -51,17 +56,23 @@ STAGES: dict[str, dict[str, list[str]]] = {
         ],
     },
     "tradeoff": {
-        "params": ["sweep.strategies"],
+        "params": ["runtime.seeds", "recipes", "sweep.strategies"],
         "sources": [
             "src/twoscale/stages/tradeoff.py",
             "src/twoscale/plots.py",
             "src/twoscale/claims.py",
             "src/twoscale/tables.py",
+            "src/twoscale/pipeline.py",
         ],
     },
     "claims": {
         "params": [],
-        "sources": ["src/twoscale/stages/claims.py", "src/twoscale/claims.py", "src/twoscale/tables.py"],
+        "sources": [
+            "src/twoscale/stages/claims.py",
+            "src/twoscale/claims.py",
+            "src/twoscale/claims_by_recipe.py",
+            "src/twoscale/tables.py",
+        ],
     },
 }
 
@@ -70,10 +81,17 @@ def sources(stage: str) -> list[str]:
     return STAGES[stage]["sources"] + SHARED_SOURCES
 
 
-def param_values(stage: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The values of the stage's parameter keys ('data.val_fraction' -> config['data']['val_fraction'])."""
+def run_subdir(recipe: str, seed: int | str) -> str:
+    """Where a per-run stage's outputs go under the stage's folder: results/train/<recipe>/seed_<seed>/..."""
+    return f"{recipe}/seed_{seed}"
+
+
+def param_values(stage: str, config: dict[str, Any], recipe: str | None = None) -> dict[str, Any]:
+    """The values of the stage's parameter keys ('data.val_fraction' -> config['data']['val_fraction']); keys
+    with {recipe} name the job's recipe."""
     values = {}
     for key in STAGES[stage]["params"]:
+        key = key.format(recipe=recipe)
         value: Any = config
         for part in key.split("."):
             value = value[part]

@@ -8,6 +8,7 @@ import polars as pl
 
 from twoscale.errors import TwoscaleError
 
+RUN_KEYS = ("recipe", "seed")  # every table after train says which training run its rows come from
 GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
 # the tables the measure stage writes per checkpoint and the geometry stage stacks across training
 MEASUREMENT_TABLES = ("geometry", "loss_vs_loops", "depth", "similarity", "trajectory")
@@ -42,3 +43,19 @@ def full_depth_rows(sweep: pl.DataFrame) -> pl.DataFrame:
 
 def training_steps(frame: pl.DataFrame) -> list[int]:
     return sorted(int(s) for s in frame["step"].unique())
+
+
+def runs_in(frame: pl.DataFrame) -> list[tuple[str, int]]:
+    """The (recipe, seed) pairs of a stacked table, in the order they first appear."""
+    require(frame, "stacked", RUN_KEYS, "runs_in")
+    return [(str(r), int(s)) for r, s in frame.select(RUN_KEYS).unique(maintain_order=True).iter_rows()]
+
+
+def recipes_in(frame: pl.DataFrame) -> list[str]:
+    """The recipes of a stacked table, in the order they first appear."""
+    return list(dict.fromkeys(recipe for recipe, _ in runs_in(frame)))
+
+
+def of_run(frame: pl.DataFrame, recipe: str, seed: int) -> pl.DataFrame:
+    """The rows of one training run."""
+    return frame.filter((pl.col("recipe") == recipe) & (pl.col("seed") == seed))

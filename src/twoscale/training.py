@@ -104,6 +104,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether the device multiplies bf16 in hardware (CUDA with bf16, a CPU with AVX512-BF16 or AMX)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    capabilities = torch.cpu.get_capabilities()
+    return bool(capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"))
+
+
+def training_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """The autocast dtype of training for runtime.precision: auto is bf16 where the device has it natively."""
+    if precision == "auto":
+        return torch.bfloat16 if native_bf16(device) else torch.float32
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Mixed precision in `dtype` (weights, optimizer and loss stay float32); a no-op for float32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
 def configure_torch(threads: int, seed: int) -> None:
     torch.set_num_threads(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -228,6 +250,22 @@ def publish(src: Path, dst: Path) -> None:
             shutil.copyfile(src, tmp)
 
 
+def train_step(state: TrainState, x: torch.Tensor, y: torch.Tensor, loops: Sequence[int], train: TrainParams,
+               device: torch.device, dtype: torch.dtype) -> tuple[float, float]:
+    """One optimizer update on the batch (x, y) with the given loop counts: the loss before it and the gradient
+    norm before clipping."""
+    with autocast(device, dtype):
+        out = state.model(x, loops, targets=y, backprop_depth=train.loops.backprop_depth,
+                          straight_through=train.loops.straight_through)
+    out.loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), train.grad_clip).item()
+    state.optimizer.step()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.scheduler.step()
+    state.step += 1
+    return out.loss.item(), grad_norm
+
+
 def train(
     state: TrainState,
     train_ids: np.ndarray,
@@ -238,11 +276,13 @@ def train(
     resume_dir: Path,
     fingerprint: str,
     progress: Callable[[int, dict], None] | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> TrainState:
     """Train from state.step to train.steps, saving a checkpoint at every step in train.checkpoint_steps.
 
     Checkpoints are written to resume_dir (kept until training completes, so a killed run resumes even when the
-    orchestrator deletes its outputs) and linked into checkpoint_dir.
+    orchestrator deletes its outputs) and linked into checkpoint_dir. Forward passes (training and evaluation)
+    run under autocast in `dtype`.
     """
     model, config = state.model, state.model.config
     if len(train_ids) < config.block_size + 1:
@@ -251,32 +291,18 @@ def train(
         )
     evaluation_starts(len(val_ids), config.block_size, 1)  # fails early if validation is too short
     eval_loops = [train.eval_loops] * model.n_groups
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     model.train()
     tokens_per_step = train.batch_size * config.block_size
     while state.step < train.steps:
         started = time.perf_counter()
         x, y = random_batch(train_ids, train.batch_size, config.block_size, state.generator)
         loops = sample_loop_counts(train.loops, model.n_groups, state.generator)
-        with amp:
-            out = model(
-                x.to(device),
-                loops,
-                targets=y.to(device),
-                backprop_depth=train.loops.backprop_depth,
-                straight_through=train.loops.straight_through,
-            )
-        out.loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip).item()
         lr = state.optimizer.param_groups[0]["lr"]
-        state.optimizer.step()
-        state.optimizer.zero_grad(set_to_none=True)
-        state.scheduler.step()
-        state.step += 1
+        loss, grad_norm = train_step(state, x.to(device), y.to(device), loops, train, device, dtype)
         elapsed = time.perf_counter() - started
         row = {
             "step": state.step,
-            "train_loss": out.loss.item(),
+            "train_loss": loss,
             "val_loss": math.nan,
             "lr": lr,
             "grad_norm": grad_norm,
@@ -284,7 +310,7 @@ def train(
             "tokens_per_s": tokens_per_step / elapsed,
         }
         if state.step % train.eval_every == 0 or state.step in train.checkpoint_steps:
-            with amp:
+            with autocast(device, dtype):
                 row["val_loss"] = evaluate_loss(
                     model, val_ids, eval_loops, train.batch_size * train.eval_batches, train.batch_size, device
                 )

@@ -29,7 +29,26 @@ def sources(stage):
 
 
 def param_values(stage):
-    return pipeline.param_values(stage, config)
+    """The stage's parameter values; for a per-run stage, with its job's recipe."""
+    return lambda wildcards: pipeline.param_values(stage, config, wildcards.get("recipe"))
+
+
+RECIPES = list(config["recipes"])
+SEEDS = config["runtime"]["seeds"]
+STEPS = config["train"]["checkpoint_steps"]
+STRATEGIES = list(config["sweep"]["strategies"])
+
+
+def every_run(pattern, **more):
+    """pattern expanded over every recipe and seed (and the other given wildcards)."""
+    return expand(pattern, recipe=RECIPES, seed=SEEDS, **more)
+
+
+wildcard_constraints:
+    recipe="|".join(RECIPES),
+    seed=r"\d+",
+    step=r"\d+",
+    strategy="|".join(STRATEGIES),
 
 
 def pipeline_started():

@@ -1,37 +1,36 @@
-# Geometry of the loop iterates: one measure job per checkpoint.
-
-wildcard_constraints:
-    step=r"\d+",
+# Geometry of the loop iterates: one measure job per recipe, seed and checkpoint, gathered across runs.
 
 
 rule measure:
     input:
         sources("measure"),
-        "results/train/checkpoints/step_{step}.pt",
+        "results/train/{recipe}/seed_{seed}/checkpoints/step_{step}.pt",
         "data/prepared/val.npy",
         "data/prepared/stats.json",
     output:
-        multiext("results/measure/step_{step}/", "geometry.parquet", "loss_vs_loops.parquet", "depth.parquet",
-                 "similarity.parquet", "trajectory.parquet", "summary.json"),
+        multiext("results/measure/{recipe}/seed_{seed}/step_{step}/", "geometry.parquet", "loss_vs_loops.parquet",
+                 "depth.parquet", "similarity.parquet", "trajectory.parquet", "summary.json"),
     params:
         values=param_values("measure"),
         file=PARAMS_FILE,
     log:
-        "logs/measure/step_{step}.log",
+        "logs/measure/{recipe}/seed_{seed}/step_{step}.log",
     benchmark:
-        "results/benchmarks/measure/step_{step}.tsv"
+        "results/benchmarks/measure/{recipe}/seed_{seed}/step_{step}.tsv"
     threads: config["measure"]["threads"]
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale measure --params {params.file} --checkpoint results/train/checkpoints/step_{wildcards.step}.pt"
-        " --data-dir data/prepared --out-dir results/measure/step_{wildcards.step} --log {log}"
+        "python -m twoscale measure --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
+        " --checkpoint results/train/{wildcards.recipe}/seed_{wildcards.seed}/checkpoints/step_{wildcards.step}.pt"
+        " --data-dir data/prepared --out-dir results/measure/{wildcards.recipe}/seed_{wildcards.seed}/step_{wildcards.step}"
+        " --log {log}"
 
 
 rule geometry:
     input:
         sources("geometry"),
-        expand(rules.measure.output, step=config["train"]["checkpoint_steps"]),
+        every_run(rules.measure.output, step=STEPS),
     output:
         multiext("results/geometry/", "geometry.parquet", "loss_vs_loops.parquet", "depth.parquet",
                  "similarity.parquet", "trajectory.parquet"),
@@ -39,7 +38,7 @@ rule geometry:
         report(
             multiext("results/figures/", "fig1_trajectory_pca.png", "fig2_drift_to_loop_ratio.png",
                      "fig3a_step_size.png", "fig3b_step_cosine.png", "depth_similarity_phases.png",
-                     "loss_vs_loops.png", "acceleration.png"),
+                     "loss_vs_loops.png", "acceleration.png", "diagnostics.png"),
             caption="../report/figures.rst",
             category="Geometry",
         ),
@@ -56,4 +55,3 @@ rule geometry:
     shell:
         "python -m twoscale geometry --params {params.file} --measure-dir results/measure"
         " --out-dir results/geometry --figures-dir results/figures --log {log}"
-

@@ -1,38 +1,39 @@
-# Early exit on the final checkpoint: one sweep job per strategy, then the trade-off across strategies.
-
-wildcard_constraints:
-    strategy="|".join(config["sweep"]["strategies"]),
+# Early exit on the final checkpoint of every run: one sweep job per recipe, seed and strategy, then the
+# trade-off across strategies and runs.
 
 
 rule sweep:
     input:
         sources("sweep"),
-        f"results/train/checkpoints/step_{config['train']['steps']}.pt",
+        f"results/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{STEPS[-1]}.pt",
         "data/prepared/val.npy",
         "data/prepared/stats.json",
     output:
-        "results/sweep/strategies/{strategy}.parquet",
+        "results/sweep/strategies/{recipe}/seed_{seed}/{strategy}.parquet",
     params:
         values=param_values("sweep"),
         file=PARAMS_FILE,
-        steps=config["train"]["steps"],
+        step=STEPS[-1],
     log:
-        "logs/sweep/{strategy}.log",
+        "logs/sweep/{recipe}/seed_{seed}/{strategy}.log",
     benchmark:
-        "results/benchmarks/sweep/{strategy}.tsv"
+        "results/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
     threads: config["sweep"]["threads"]
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale sweep --params {params.file} --strategy {wildcards.strategy}"
-        " --checkpoint results/train/checkpoints/step_{params.steps}.pt --data-dir data/prepared"
-        " --out results/sweep/strategies/{wildcards.strategy}.parquet --log {log}"
+        "python -m twoscale sweep --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
+        " --strategy {wildcards.strategy}"
+        " --checkpoint results/train/{wildcards.recipe}/seed_{wildcards.seed}/checkpoints/step_{params.step}.pt"
+        " --data-dir data/prepared"
+        " --out results/sweep/strategies/{wildcards.recipe}/seed_{wildcards.seed}/{wildcards.strategy}.parquet"
+        " --log {log}"
 
 
 rule tradeoff:
     input:
         sources("tradeoff"),
-        expand(rules.sweep.output, strategy=config["sweep"]["strategies"]),
+        every_run(rules.sweep.output, strategy=STRATEGIES),
     output:
         "results/sweep/sweep.parquet",
         "results/sweep/summary.csv",

@@ -1,4 +1,4 @@
-# Training of the looped GPT, with checkpoints across training.
+# Training of the looped GPT, one job per recipe and seed, with checkpoints across training.
 
 
 rule train:
@@ -9,20 +9,21 @@ rule train:
         "data/prepared/stats.json",
         "data/prepared/tokenizer.json",
     output:
-        expand("results/train/checkpoints/step_{step}.pt", step=config["train"]["checkpoint_steps"]),
-        "results/train/history.parquet",
-        report("results/train/history.csv", caption="../report/history.rst", category="Training"),
-        "results/train/metrics.json",
+        expand("results/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{step}.pt", step=STEPS),
+        "results/train/{recipe}/seed_{seed}/history.parquet",
+        report("results/train/{recipe}/seed_{seed}/history.csv", caption="../report/history.rst",
+               category="Training", subcategory="{recipe}", labels={"recipe": "{recipe}", "seed": "{seed}"}),
+        "results/train/{recipe}/seed_{seed}/metrics.json",
     params:
         values=param_values("train"),
         file=PARAMS_FILE,
     log:
-        "logs/train.log",
+        "logs/train/{recipe}/seed_{seed}.log",
     benchmark:
-        "results/benchmarks/train.tsv"
+        "results/benchmarks/train/{recipe}/seed_{seed}.tsv"
     threads: config["runtime"]["threads"]
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale train --params {params.file} --data-dir data/prepared --out-dir results/train --log {log}"
-
+        "python -m twoscale train --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
+        " --data-dir data/prepared --out-dir results/train/{wildcards.recipe}/seed_{wildcards.seed} --log {log}"

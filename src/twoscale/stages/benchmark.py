@@ -1,6 +1,7 @@
-"""`benchmark`: print the per-step cost of every exit criterion and ms per generated token of every strategy at its
-best setting (the fastest within 1% of the perplexity of the best fixed depth, or of full depth, from the tradeoff
-stage's summary), on this machine."""
+"""`benchmark`: print, on this machine, the matmul peak in fp32 and bf16, the training throughput of every recipe in
+both precisions against that peak, and for each recipe the per-step cost of every exit criterion and ms per
+generated token of every strategy at its best setting (the fastest within 1% of the perplexity of the best fixed
+depth, or of full depth, from the tradeoff stage's summary)."""
 
 from __future__ import annotations
 
@@ -14,47 +15,60 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.benchmark import step_costs, strategy_latency
+from twoscale.benchmark import matmul_gflops, step_costs, strategy_latency, training_throughput
 from twoscale.errors import TwoscaleError
 from twoscale.io import load_token_array, read_json, write_json
+from twoscale.model import ModelConfig
+from twoscale.params import Params, RunParams
+from twoscale.pipeline import run_subdir
 from twoscale.stages.common import add_params_argument, load
 from twoscale.sweep import held_out_prompts, never_exit_setting
-from twoscale.training import configure_torch, load_model_matching, resolve_device
+from twoscale.training import checkpoint_name, configure_torch, load_model_matching, resolve_device
 
 log = logging.getLogger("twoscale.benchmark")
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+REFERENCES = {"best_fixed": "kstar", "full_depth": "best"}  # --reference: its column prefix in summary.csv
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
-    parser.add_argument("--checkpoint", type=Path, help="default: the final checkpoint under results/train")
-    parser.add_argument("--data-dir", type=Path, default=Path("data/prepared"), help="reads val.npy and stats.json")
+    parser.add_argument("--recipes", nargs="+", help="the recipes to time (default: every recipe)")
+    parser.add_argument("--seed", type=int, help="the run of each recipe to time (default: the first seed)")
+    parser.add_argument("--train-dir", type=Path, default=Path("results/train"),
+                        help="reads <recipe>/seed_<seed>/checkpoints/ (the final checkpoint of each run)")
+    parser.add_argument("--data-dir", type=Path, default=Path("data/prepared"),
+                        help="reads train.npy, val.npy and stats.json")
     parser.add_argument("--summary", type=Path, default=Path("results/sweep/summary.csv"),
-                        help="the tradeoff stage's per-strategy summary (best settings)")
+                        help="the tradeoff stage's per-run, per-strategy summary (best settings)")
     parser.add_argument("--reference", choices=REFERENCES, default="best_fixed",
                         help="best settings within 1%% of the best fixed depth K* (default) or of full depth")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats; medians are reported")
+    parser.add_argument("--training-steps", type=int, default=8,
+                        help="timed training steps per recipe and precision, after one untimed step")
     parser.add_argument("--out", type=Path, help="also write the tables as JSON here")
 
 
-REFERENCES = {"best_fixed": "kstar", "full_depth": "best"}  # --reference: its column prefix in summary.csv
-
-
-def best_settings(summary_path: Path, reference: str, strategies: dict, max_loops: int
+def best_settings(summary: pl.DataFrame, reference: str, run: RunParams, strategies: dict, max_loops: int
                   ) -> dict[str, tuple[float, str]]:
-    """Each strategy's best setting from the summary; where none kept perplexity within 1% of the reference, the
-    setting that never exits (full depth)."""
-    try:
-        summary = pl.read_csv(summary_path)
-    except FileNotFoundError:
-        raise TwoscaleError(f"{summary_path}: not found (run the pipeline's tradeoff stage first)") from None
+    """Each strategy's best setting in the run's summary rows; where none kept perplexity within 1% of the
+    reference, the setting that never exits (full depth)."""
     column = f"{REFERENCES[reference]}_setting"
     if column not in summary.columns:
-        raise TwoscaleError(f"{summary_path}: no {column} column (rerun the tradeoff stage)")
-    best = {row["strategy"]: row[column] for row in summary.iter_rows(named=True)}
+        raise TwoscaleError(f"the tradeoff summary has no {column} column (rerun the tradeoff stage)")
+    own = summary.filter((pl.col("recipe") == run.recipe) & (pl.col("seed") == run.seed))
+    best = {row["strategy"]: row[column] for row in own.iter_rows(named=True)}
     fallback = {name: (never_exit_setting(spec["criterion"], max_loops), "none within 1%: full depth")
                 for name, spec in strategies.items()}
     return {name: (float(best[name]), f"best within 1% of {reference}") if best.get(name) is not None
             else fallback[name] for name in strategies}
+
+
+def read_summary(path: Path) -> pl.DataFrame:
+    try:
+        return pl.read_csv(path)
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: not found (run the pipeline's tradeoff stage first)") from None
 
 
 def markdown(rows: list[dict], columns: list[str]) -> str:
@@ -66,45 +80,86 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def machine(threads: int, device: torch.device) -> str:
+def machine(device: torch.device) -> str:
     cpu = platform.processor() or platform.machine()
-    return (f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-            f"{threads} thread(s), device {device}")
+    return f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}, device {device}"
+
+
+def training_rows(runs: list[RunParams], data_dir: Path, device: torch.device, steps: int,
+                  peaks: dict[str, float]) -> list[dict]:
+    """Per recipe and precision: training throughput at runtime.threads, against the matmul peak."""
+    stats = read_json(data_dir / "stats.json")
+    ids = load_token_array(data_dir / "train.npy")
+    rows = []
+    for run in tqdm(runs, desc="benchmark training", unit="recipe"):
+        config = ModelConfig.from_params(run.model, stats["vocab_size"])
+        fp32 = None
+        for precision, dtype in PRECISIONS.items():
+            timing = training_throughput(config, run.train, ids, run.seed, device, dtype, steps)
+            fp32 = fp32 or timing
+            rows.append({"recipe": run.recipe, "precision": precision, **timing,
+                         "peak_fraction": timing["gflops"] / peaks[precision],
+                         "speedup_vs_fp32": timing["tokens_per_s"] / fp32["tokens_per_s"]})
+    return rows
+
+
+def exit_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, device: torch.device
+              ) -> tuple[list[dict], list[dict]]:
+    """Per recipe: the cost of each exit decision, and ms per generated token of each strategy at its best
+    setting, on the run's final checkpoint."""
+    sweep = params.sweep
+    stats = read_json(args.data_dir / "stats.json")
+    prompts = held_out_prompts(load_token_array(args.data_dir / "val.npy"), sweep.n_prompts, sweep.prompt_tokens)
+    specs = {name: strategy.spec for name, strategy in sweep.strategies.items()}
+    summary = read_summary(args.summary)
+    costs, latency = [], []
+    for run in runs:
+        checkpoint = (args.train_dir / run_subdir(run.recipe, run.seed) / "checkpoints"
+                      / checkpoint_name(run.train.steps))
+        model, _ = load_model_matching(checkpoint, run.model, stats["vocab_size"], device)
+        chosen = best_settings(summary, args.reference, run, specs, sweep.max_loops)
+        costs += [{"recipe": run.recipe, **row}
+                  for row in step_costs(model, prompts[0], specs, sweep.max_loops, args.repeats)]
+        full = strategy_latency(model, prompts, sweep.new_tokens, specs["fixed"], sweep.max_loops,
+                                sweep.max_loops, args.repeats)
+        for name in tqdm(specs, desc=f"benchmark {run.recipe}", unit="strategy"):
+            setting, note = chosen[name]
+            timing = strategy_latency(model, prompts, sweep.new_tokens, specs[name], setting, sweep.max_loops,
+                                      args.repeats)
+            latency.append({"recipe": run.recipe, "strategy": name, "setting": setting, "chosen": note, **timing,
+                            "vs_full_depth": timing["ms_per_token"] / full["ms_per_token"]})
+    return costs, latency
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.repeats < 1:
-        raise TwoscaleError(f"--repeats must be at least 1, got {args.repeats}")
+    for flag, value in (("--repeats", args.repeats), ("--training-steps", args.training_steps)):
+        if value < 1:
+            raise TwoscaleError(f"{flag} must be at least 1, got {value}")
     params = load(args)
-    sweep = params.sweep
-    checkpoint = args.checkpoint or Path(f"results/train/checkpoints/step_{params.train.steps}.pt")
-    configure_torch(sweep.threads, params.runtime.seed)
+    seed = params.runtime.seeds[0] if args.seed is None else args.seed
+    runs = [params.run(recipe, seed) for recipe in (args.recipes or params.recipes)]
     device = resolve_device(params.runtime.device)
-    stats = read_json(args.data_dir / "stats.json")
-    model, _ = load_model_matching(checkpoint, params.model, stats["vocab_size"], device)
-    val_ids = load_token_array(args.data_dir / "val.npy")
-    prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
-    specs = {name: strategy.spec for name, strategy in sweep.strategies.items()}
-    chosen = best_settings(args.summary, args.reference, specs, sweep.max_loops)
 
-    costs = step_costs(model, prompts[0], specs, sweep.max_loops, args.repeats)
-    latency = []
-    full = strategy_latency(model, prompts, sweep.new_tokens, specs["fixed"], sweep.max_loops, sweep.max_loops,
-                            args.repeats)
-    for name in tqdm(specs, desc="benchmark", unit="strategy"):
-        setting, note = chosen[name]
-        timing = strategy_latency(model, prompts, sweep.new_tokens, specs[name], setting, sweep.max_loops,
-                                  args.repeats)
-        latency.append({"strategy": name, "setting": setting, "chosen": note, **timing,
-                        "vs_full_depth": timing["ms_per_token"] / full["ms_per_token"]})
-    host = machine(sweep.threads, device)
-    print(f"machine: {host}; medians of {args.repeats} repeats")
-    print("\nper-step cost of each exit decision (first looped group, batch 1, KV cache)\n")
-    print(markdown(costs, ["strategy", "criterion_ms_per_step", "group_step_ms"]))
-    print(f"\nms per generated token ({sweep.n_prompts} prompts x {sweep.new_tokens} tokens; full depth "
-          f"{full['ms_per_token']:.3g} ms)\n")
-    print(markdown(latency, ["strategy", "setting", "chosen", "ms_per_token", "spread_ms", "generated_mean_loops",
-                             "vs_full_depth"]))
+    configure_torch(params.runtime.threads, seed)
+    peaks = {precision: matmul_gflops(dtype, args.repeats) for precision, dtype in PRECISIONS.items()}
+    training = training_rows(runs, args.data_dir, device, args.training_steps, peaks)
+    configure_torch(params.sweep.threads, seed)
+    costs, latency = exit_rows(params, runs, args, device)
+
+    print(f"machine: {machine(device)}; medians of {args.repeats} repeats")
+    print(f"\nmatmul peak ({params.runtime.threads} thread(s), 1024 x 1024): "
+          + ", ".join(f"{precision} {gflops:.0f} GFLOP/s" for precision, gflops in peaks.items()))
+    print(f"\ntraining throughput ({params.runtime.threads} thread(s), {args.training_steps} steps of batch "
+          f"{runs[0].train.batch_size}, model FLOPs of the matmuls)\n")
+    print(markdown(training, ["recipe", "precision", "s_per_step", "tokens_per_s", "gflops", "peak_fraction",
+                              "speedup_vs_fp32"]))
+    print(f"\nper-step cost of each exit decision ({params.sweep.threads} thread(s); first looped group, batch 1, "
+          "KV cache)\n")
+    print(markdown(costs, ["recipe", "strategy", "criterion_ms_per_step", "group_step_ms"]))
+    print(f"\nms per generated token ({params.sweep.threads} thread(s); {params.sweep.n_prompts} prompts x "
+          f"{params.sweep.new_tokens} tokens)\n")
+    print(markdown(latency, ["recipe", "strategy", "setting", "chosen", "ms_per_token", "spread_ms",
+                             "generated_mean_loops", "vs_full_depth"]))
     if args.out:
-        write_json(args.out, {"machine": host, "repeats": args.repeats,
-                              "step_costs": costs, "latency": latency, "full_depth": full})
+        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_gflops": peaks,
+                              "training": training, "step_costs": costs, "latency": latency})

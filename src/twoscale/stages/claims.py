@@ -1,4 +1,5 @@
-"""Stage `claims`: the paper's findings beside our numbers, with a verdict for each (Markdown and JSON)."""
+"""Stage `claims`: the paper's findings beside our numbers for every training run, read per recipe with the spread
+over seeds, with a verdict for each (Markdown and JSON)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 import polars as pl
 
 from twoscale import tracking
-from twoscale.claims import claims_table, to_json, to_markdown
+from twoscale.claims import claims_table
+from twoscale.claims_by_recipe import summarise, to_json, to_markdown
 from twoscale.io import read_parquet, write_text
 from twoscale.params import params_hash
 from twoscale.stages.common import add_params_argument, load
-from twoscale.tables import MEASUREMENT_TABLES
+from twoscale.tables import MEASUREMENT_TABLES, of_run
 
 log = logging.getLogger("twoscale.claims")
 
@@ -21,7 +23,7 @@ log = logging.getLogger("twoscale.claims")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--geometry-dir", type=Path, required=True, help="reads the tables across training")
-    parser.add_argument("--sweep", type=Path, required=True, help="the early-exit sweep table of every strategy")
+    parser.add_argument("--sweep", type=Path, required=True, help="the early-exit sweep table of every run")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
 
 
@@ -33,14 +35,19 @@ def read_tables(directory: Path, sweep: Path) -> dict[str, pl.DataFrame]:
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    rows = claims_table(read_tables(args.geometry_dir, args.sweep))
+    tables = read_tables(args.geometry_dir, args.sweep)
+    runs = {(recipe, seed): claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()})
+            for recipe, seed in params.runs()}
+    summary = summarise(runs)
     with tracking.stage_run("claims", params_hash(params.measure, params.sweep)):
         import mlflow
 
-        write_text(args.out_dir / "claims.md", to_markdown(rows))
-        write_text(args.out_dir / "claims.json", to_json(rows))
+        write_text(args.out_dir / "claims.md", to_markdown(summary, runs))
+        write_text(args.out_dir / "claims.json", to_json(summary, runs))
         mlflow.log_artifact(str(args.out_dir / "claims.md"))
         mlflow.log_artifact(str(args.out_dir / "claims.json"))
-        mlflow.set_tags({f"verdict_{r['claim']}": r["verdict"] for r in rows})
-    for row in rows:
-        log.info("%s: %s (%s)", row["claim"], row["verdict"], row["measured"])
+        mlflow.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]
+                         for row in summary for recipe, entry in row["recipes"].items()})
+    for row in summary:
+        log.info("%s: %s", row["claim"], "; ".join(f"{recipe} {entry['verdict']}"
+                                                   for recipe, entry in row["recipes"].items()))

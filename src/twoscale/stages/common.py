@@ -1,4 +1,5 @@
-"""What every stage module shares: the --params argument and MLflow logging of its parameters."""
+"""What every stage module shares: the --params argument (and --recipe/--seed for the stages that run once per
+training run) and MLflow logging of parameters."""
 
 from __future__ import annotations
 
@@ -8,15 +9,28 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from twoscale.params import Params, load_params
+from twoscale.params import Params, RunParams, load_params
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameter file (params.yaml)")
 
 
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """--params, and the training run a per-run stage works on."""
+    add_params_argument(parser)
+    parser.add_argument("--recipe", required=True, help="a recipe name under recipes")
+    parser.add_argument("--seed", type=int, required=True, help="one of runtime.seeds")
+
+
 def load(args: argparse.Namespace) -> Params:
     return load_params(args.params)
+
+
+def load_run(args: argparse.Namespace) -> tuple[Params, RunParams]:
+    """The parameter file and the run named by --recipe and --seed."""
+    params = load(args)
+    return params, params.run(args.recipe, args.seed)
 
 
 def flatten(section: BaseModel | dict, prefix: str) -> dict[str, Any]:
@@ -30,7 +44,12 @@ def flatten(section: BaseModel | dict, prefix: str) -> dict[str, Any]:
 
 
 def log_sections(params: Params, *names: str) -> None:
+    log_params({name: getattr(params, name) for name in names})
+
+
+def log_params(sections: dict[str, BaseModel]) -> None:
+    """Parameter sections as flat MLflow params, each under its name."""
     import mlflow
 
-    for name in names:
-        mlflow.log_params(flatten(getattr(params, name), name))
+    for name, section in sections.items():
+        mlflow.log_params(flatten(section, name))

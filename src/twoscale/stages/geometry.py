@@ -1,5 +1,6 @@
-"""Stage `geometry`: gather every checkpoint's measurements into tables across training, draw Figures 1-3 and
-the depth-similarity and loss-vs-loops figures, and log the per-checkpoint summaries to MLflow by training step."""
+"""Stage `geometry`: gather every run's checkpoint measurements into tables across training (a recipe and a seed
+column tell the runs apart), draw Figures 1-3 and the diagnostic figures, one row of panels per recipe, and log
+the per-checkpoint summaries to MLflow by training step."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import polars as pl
 from twoscale import plots, tracking
 from twoscale.io import atomic_path, read_json, read_parquet, write_parquet
 from twoscale.params import params_hash
+from twoscale.pipeline import run_subdir
 from twoscale.stages.common import add_params_argument, load
 from twoscale.tables import MEASUREMENT_TABLES
 
@@ -25,37 +27,49 @@ FIGURES = {
     "depth_similarity_phases.png": (plots.fig_similarity, ("similarity", "depth")),
     "loss_vs_loops.png": (plots.fig_loss_vs_loops, ("loss_vs_loops",)),
     "acceleration.png": (plots.fig_acceleration, ("geometry",)),
+    "diagnostics.png": (plots.fig_diagnostics, ("geometry",)),
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
-    parser.add_argument("--measure-dir", type=Path, required=True, help="reads step_N/ for every checkpoint step")
+    parser.add_argument("--measure-dir", type=Path, required=True,
+                        help="reads <recipe>/seed_<seed>/step_N/ for every run and checkpoint step")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes the tables across training here")
     parser.add_argument("--figures-dir", type=Path, required=True, help="writes the figures here")
 
 
-def gather(measure_dir: Path, steps: list[int]) -> dict[str, pl.DataFrame]:
-    """Each table of every checkpoint, stacked in training order."""
+def checkpoint_dirs(measure_dir: Path, runs: list[tuple[str, int]], steps: list[int]
+                    ) -> list[tuple[str, int, int, Path]]:
+    """(recipe, seed, step, folder) of every measured checkpoint: runs in file order, then training steps."""
+    return [(recipe, seed, step, measure_dir / run_subdir(recipe, seed) / f"step_{step}")
+            for recipe, seed in runs for step in steps]
+
+
+def gather(checkpoints: list[tuple[str, int, int, Path]]) -> dict[str, pl.DataFrame]:
+    """Each table of every checkpoint, stacked by run and training step."""
     frames: dict[str, list[pl.DataFrame]] = {name: [] for name in MEASUREMENT_TABLES}
-    for step in steps:
+    for recipe, seed, step, folder in checkpoints:
         for name in MEASUREMENT_TABLES:
-            path = measure_dir / f"step_{step}" / f"{name}.parquet"
-            frames[name].append(read_parquet(path, f"the measure stage for step {step}"))
+            producer = f"the measure stage for {recipe}, seed {seed}, step {step}"
+            frames[name].append(read_parquet(folder / f"{name}.parquet", producer))
     return {name: pl.concat(parts, how="vertical_relaxed") for name, parts in frames.items()}
 
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    steps = params.train.checkpoint_steps
-    tables = gather(args.measure_dir, steps)
-    summaries = [read_json(args.measure_dir / f"step_{step}" / "summary.json") for step in steps]
-    summary = pl.DataFrame(summaries).select("step", pl.all().exclude("step"))
+    checkpoints = checkpoint_dirs(args.measure_dir, params.runs(), params.train.checkpoint_steps)
+    tables = gather(checkpoints)
+    summaries = [{"recipe": recipe, "seed": seed, **read_json(folder / "summary.json")}
+                 for recipe, seed, _, folder in checkpoints]
+    summary = pl.DataFrame(summaries).select("recipe", "seed", "step", pl.all().exclude("recipe", "seed", "step"))
     with tracking.stage_run("geometry", params_hash(params.train)):
         import mlflow
 
         for row in summaries:
-            mlflow.log_metrics({k: v for k, v in row.items() if k != "step" and v == v}, step=int(row["step"]))
+            prefix = f"{row['recipe']}/seed_{row['seed']}/"
+            mlflow.log_metrics({prefix + k: v for k, v in row.items() if k not in ("recipe", "seed", "step")
+                                and v == v}, step=int(row["step"]))
         for name, frame in tables.items():
             write_parquet(args.out_dir / f"{name}.parquet", frame)
         with atomic_path(args.out_dir / "summary.csv") as tmp:
@@ -65,4 +79,5 @@ def run(args: argparse.Namespace) -> None:
             draw(*(tables[name] for name in inputs), path)
             mlflow.log_artifact(str(path), artifact_path="figures")
         mlflow.log_artifact(str(args.out_dir / "summary.csv"))
-    log.info("geometry of %d checkpoints: %s", len(steps), ", ".join(sorted(FIGURES)))
+    log.info("geometry of %d checkpoints of %d runs: %s", len(checkpoints), len(params.runs()),
+             ", ".join(sorted(FIGURES)))

@@ -12,28 +12,34 @@ import polars as pl
 from twoscale import tracking
 from twoscale.io import load_token_array, read_json, write_json, write_parquet
 from twoscale.measurement import CheckpointMeasurement, boundary_offsets, measure_checkpoint
-from twoscale.params import params_hash
-from twoscale.stages.common import add_params_argument, load, log_sections
+from twoscale.params import RunParams, params_hash
+from twoscale.stages.common import add_run_arguments, load_run, log_sections
 from twoscale.training import configure_torch, load_model_matching, resolve_device
 
 log = logging.getLogger("twoscale.measure")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
+    add_run_arguments(parser)
     parser.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by the train stage")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes the per-checkpoint tables here")
 
 
+AT_THE_LAST_LOOP = ("step_size", "step_cosine", "state_norm", "cross_token_cosine", "radial_fraction",
+                    "at_fixed_point")
+
+
 def summarise(step: int, m: CheckpointMeasurement, max_loops: int) -> dict:
-    """A few scalars per checkpoint for MLflow and `dvc metrics`: the headline numbers behind C1-C5."""
+    """A few scalars per checkpoint for MLflow and `dvc metrics`: the headline numbers behind C1-C5 and the
+    diagnostics of the loop dynamics at the last loop step."""
     geometry = pl.DataFrame(m.geometry)
     out: dict[str, float] = {"step": step}
     for row in geometry.filter(pl.col("metric") == "drift_to_loop_ratio").iter_rows(named=True):
         out[f"dlr_median_{row['group']}_to_{row['group'] + 1}"] = row["median"]
+    headline = {("step_size", 1), ("step_size", 10)} | {(metric, max_loops) for metric in AT_THE_LAST_LOOP}
     for (metric, group, k), value in _means(geometry).items():
-        if (metric, k) in {("step_size", 1), ("step_size", 10), ("step_size", max_loops), ("step_cosine", max_loops)}:
+        if (metric, k) in headline:
             out[f"{metric}_k{k}_group{group}"] = value
     for row in m.loss_vs_loops:
         out[f"val_loss_loops{row['loops']}"] = row["val_loss"]
@@ -48,8 +54,9 @@ def _means(geometry: pl.DataFrame) -> dict[tuple[str, int, int], float]:
     return {(r["metric"], r["group"], r["k"]): r["mean"] for r in rows}
 
 
-def tables(step: int, m: CheckpointMeasurement) -> dict[str, pl.DataFrame]:
-    step_column = pl.lit(step).alias("step")
+def tables(run: RunParams, step: int, m: CheckpointMeasurement) -> dict[str, pl.DataFrame]:
+    """The measurement tables of one checkpoint, each led by the run (recipe, seed) and training step."""
+    keys = [pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.lit(step).alias("step")]
     phase_of = np.empty(len(m.positions), dtype=np.int64)
     layout_of = np.empty(len(m.positions), dtype=np.int64)
     for labels, ranges in ((phase_of, m.phases), (layout_of, m.layout_phases)):
@@ -80,27 +87,27 @@ def tables(step: int, m: CheckpointMeasurement) -> dict[str, pl.DataFrame]:
         "similarity": similarity,
         "trajectory": trajectory,
     }
-    return {name: frame.select(step_column, pl.all()) for name, frame in frames.items()}
+    return {name: frame.select(*keys, pl.all()) for name, frame in frames.items()}
 
 
 def run(args: argparse.Namespace) -> None:
-    params = load(args)
+    params, run = load_run(args)
     stats = read_json(args.data_dir / "stats.json")
     val_ids = load_token_array(args.data_dir / "val.npy")
-    configure_torch(params.measure.threads, params.runtime.seed)
+    configure_torch(params.measure.threads, run.seed)
     device = resolve_device(params.runtime.device)
-    model, meta = load_model_matching(args.checkpoint, params.model, stats["vocab_size"], device)
+    model, meta = load_model_matching(args.checkpoint, run.model, stats["vocab_size"], device)
     step = meta["step"]
-    log.info("measuring step %d: %d windows, every group looped %d times",
-             step, params.measure.n_sequences, params.measure.max_loops)
-    with tracking.stage_run("measure", params_hash(params.measure), {"checkpoint": f"step_{step}"}):
+    log.info("measuring %s, seed %d, step %d: %d windows, every group looped %d times",
+             run.recipe, run.seed, step, params.measure.n_sequences, params.measure.max_loops)
+    with tracking.stage_run("measure", params_hash(params.measure), {**run.tags, "checkpoint": f"step_{step}"}):
         import mlflow
 
         m = measure_checkpoint(model, val_ids, params.measure, device)
         summary = summarise(step, m, params.measure.max_loops)
         log_sections(params, "measure")
         mlflow.log_metrics({k: v for k, v in summary.items() if np.isfinite(v)}, step=step)
-        for name, frame in tables(step, m).items():
+        for name, frame in tables(run, step, m).items():
             write_parquet(args.out_dir / f"{name}.parquet", frame)
         write_json(args.out_dir / "summary.json", summary)
         log.info("phases %s (layout %s); DLR medians %s", m.phases, m.layout_phases,

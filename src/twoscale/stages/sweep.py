@@ -15,7 +15,7 @@ from twoscale import tracking
 from twoscale.errors import TwoscaleError
 from twoscale.io import load_token_array, read_json, write_parquet
 from twoscale.params import Params, params_hash
-from twoscale.stages.common import add_params_argument, load, log_sections
+from twoscale.stages.common import add_run_arguments, load_run, log_sections
 from twoscale.sweep import held_out_prompts, latency_ms_per_token, sweep_point, swept_key
 from twoscale.training import configure_torch, load_model_matching, resolve_device
 
@@ -23,7 +23,7 @@ log = logging.getLogger("twoscale.sweep")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
+    add_run_arguments(parser)
     parser.add_argument("--strategy", required=True, help="a name under sweep.strategies")
     parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
@@ -39,25 +39,26 @@ def strategy_of(params: Params, name: str):
 
 
 def run(args: argparse.Namespace) -> None:
-    params = load(args)
+    params, run = load_run(args)
     sweep = params.sweep
     strategy = strategy_of(params, args.strategy)
     stats = read_json(args.data_dir / "stats.json")
     val_ids = load_token_array(args.data_dir / "val.npy")
-    configure_torch(sweep.threads, params.runtime.seed)
+    configure_torch(sweep.threads, run.seed)
     device = resolve_device(params.runtime.device)
-    model, meta = load_model_matching(args.checkpoint, params.model, stats["vocab_size"], device)
+    model, meta = load_model_matching(args.checkpoint, run.model, stats["vocab_size"], device)
     prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     criterion = str(strategy.spec["criterion"])
-    log.info("sweeping %s (%s) over %d settings on step %d", args.strategy, strategy.spec, len(strategy.settings),
-             meta["step"])
-    with tracking.stage_run("sweep", params_hash(params.sweep), {"strategy": args.strategy}):
+    log.info("sweeping %s (%s) over %d settings on %s, seed %d, step %d", args.strategy, strategy.spec,
+             len(strategy.settings), run.recipe, run.seed, meta["step"])
+    with tracking.stage_run("sweep", params_hash(params.sweep), {**run.tags, "strategy": args.strategy}):
         import mlflow
 
         log_sections(params, "sweep")
         latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
         rows = []
-        for index, setting in enumerate(tqdm(strategy.settings, desc=f"sweep {args.strategy}", unit="setting")):
+        settings = tqdm(strategy.settings, desc=f"sweep {run.recipe} {args.strategy}", unit="setting")
+        for index, setting in enumerate(settings):
             row = sweep_point(model, val_ids, strategy.spec, setting, sweep.max_loops, sweep.n_windows,
                               sweep.batch_size, prompts, sweep.new_tokens, device)
             rows.append(row)
@@ -65,6 +66,8 @@ def run(args: argparse.Namespace) -> None:
             log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.2f ms/token", swept_key(criterion), setting,
                      row["cross_entropy"], row["mean_loops"], row["ms_per_token"])
         table = pl.DataFrame(rows).select(
+            pl.lit(run.recipe).alias("recipe"),
+            pl.lit(run.seed).alias("seed"),
             pl.lit(args.strategy).alias("strategy"),
             pl.lit(criterion).alias("criterion"),
             pl.lit(swept_key(criterion)).alias("swept"),

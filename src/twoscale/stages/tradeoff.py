@@ -1,5 +1,5 @@
-"""Stage `tradeoff`: gather every strategy's sweep into one table, summarise each strategy's trade-off and draw
-Figure 4 and the trade-off figure."""
+"""Stage `tradeoff`: gather every run's sweep of every strategy into one table, summarise each strategy's
+trade-off per run and draw Figure 4 and the trade-off figure, one row of panels per recipe."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from twoscale import plots, tracking
 from twoscale.claims import best_fixed_depth, best_within, full_depth
 from twoscale.io import atomic_path, read_parquet, write_parquet
 from twoscale.params import params_hash
+from twoscale.pipeline import run_subdir
 from twoscale.stages.common import add_params_argument, load
+from twoscale.tables import of_run, runs_in
 
 log = logging.getLogger("twoscale.tradeoff")
 
@@ -26,14 +28,16 @@ FIGURES = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
-    parser.add_argument("--strategies-dir", type=Path, required=True, help="reads <strategy>.parquet for each")
+    parser.add_argument("--strategies-dir", type=Path, required=True,
+                        help="reads <recipe>/seed_<seed>/<strategy>.parquet for every run and strategy")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes sweep.parquet and summary.csv")
     parser.add_argument("--figures-dir", type=Path, required=True, help="writes the figures here")
 
 
-def gather(strategies_dir: Path, names: list[str]) -> pl.DataFrame:
-    parts = [read_parquet(strategies_dir / f"{name}.parquet", f"the sweep stage for strategy {name}")
-             for name in names]
+def gather(strategies_dir: Path, runs: list[tuple[str, int]], names: list[str]) -> pl.DataFrame:
+    parts = [read_parquet(strategies_dir / run_subdir(recipe, seed) / f"{name}.parquet",
+                          f"the sweep stage for {recipe}, seed {seed}, strategy {name}")
+             for recipe, seed in runs for name in names]
     return pl.concat(parts, how="diagonal_relaxed")
 
 
@@ -41,26 +45,29 @@ BEST_POINT = ("setting", "ms_per_token", "perplexity", "latency_cut")
 
 
 def summarise(sweep: pl.DataFrame, tolerance: float = 0.01) -> pl.DataFrame:
-    """Per strategy: the compute span its settings reached, and its fastest setting whose perplexity is within
-    `tolerance` of full depth (best_*, the paper's reference) and of the best fixed depth K* (kstar_*; the same
-    when looping longer never hurts)."""
-    references = {"best": full_depth(sweep), "kstar": best_fixed_depth(sweep)}
+    """Per run and strategy: the compute span its settings reached, and its fastest setting whose perplexity is
+    within `tolerance` of the run's full depth (best_*, the paper's reference) and of its best fixed depth K*
+    (kstar_*; the same when looping longer never hurts)."""
     rows = []
-    for name in sweep["strategy"].unique(maintain_order=True):
-        own = sweep.filter(pl.col("strategy") == name)
-        row = {"strategy": name, "settings": own.height, "min_compute_fraction": own["compute_fraction"].min(),
-               "max_compute_fraction": own["compute_fraction"].max()}
-        for prefix, reference in references.items():
-            point = best_within(sweep, name, tolerance, reference) or {}
-            row.update({f"{prefix}_{key}": point.get(key) for key in BEST_POINT})
-        rows.append(row)
+    for recipe, seed in runs_in(sweep):
+        own_run = of_run(sweep, recipe, seed)
+        references = {"best": full_depth(own_run), "kstar": best_fixed_depth(own_run)}
+        for name in own_run["strategy"].unique(maintain_order=True):
+            own = own_run.filter(pl.col("strategy") == name)
+            row = {"recipe": recipe, "seed": seed, "strategy": name, "settings": own.height,
+                   "min_compute_fraction": own["compute_fraction"].min(),
+                   "max_compute_fraction": own["compute_fraction"].max()}
+            for prefix, reference in references.items():
+                point = best_within(own_run, name, tolerance, reference) or {}
+                row.update({f"{prefix}_{key}": point.get(key) for key in BEST_POINT})
+            rows.append(row)
     return pl.DataFrame(rows, schema_overrides={f"{prefix}_{key}": pl.Float64 for prefix in references
                                                 for key in BEST_POINT})
 
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    sweep = gather(args.strategies_dir, list(params.sweep.strategies))
+    sweep = gather(args.strategies_dir, params.runs(), list(params.sweep.strategies))
     summary = summarise(sweep)
     with tracking.stage_run("tradeoff", params_hash(params.sweep)):
         import mlflow
@@ -70,10 +77,12 @@ def run(args: argparse.Namespace) -> None:
             summary.write_csv(tmp)
         mlflow.log_artifact(str(args.out_dir / "summary.csv"))
         for row in summary.iter_rows(named=True):
-            mlflow.log_metrics({f"{row['strategy']}_{key}": value for key, value in row.items()
+            prefix = f"{row['recipe']}/seed_{row['seed']}/{row['strategy']}_"
+            mlflow.log_metrics({prefix + key: value for key, value in row.items()
                                 if key.startswith(("best_", "kstar_")) and value is not None and math.isfinite(value)})
         for filename, draw in FIGURES.items():
             path = args.figures_dir / filename
             draw(sweep, path)
             mlflow.log_artifact(str(path), artifact_path="figures")
-    log.info("trade-off of %d strategies:\n%s", summary.height, summary)
+    log.info("trade-off of %d strategies in %d runs:\n%s", len(params.sweep.strategies), len(params.runs()),
+             summary)

@@ -20,8 +20,9 @@ from twoscale import tracking
 from twoscale.errors import TwoscaleError
 from twoscale.io import atomic_path, load_token_array, read_json, write_json, write_parquet
 from twoscale.model import ModelConfig
-from twoscale.params import Params, params_hash
-from twoscale.stages.common import add_params_argument, load, log_sections
+from twoscale.params import Params, RunParams, params_hash
+from twoscale.pipeline import run_subdir
+from twoscale.stages.common import add_run_arguments, load_run, log_params
 from twoscale.training import (
     build_state,
     checkpoint_name,
@@ -31,16 +32,18 @@ from twoscale.training import (
     resolve_device,
     restore_state,
     train,
+    training_dtype,
 )
 
 log = logging.getLogger("twoscale.train")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
+    add_run_arguments(parser)
     parser.add_argument("--data-dir", type=Path, required=True, help="reads train.npy, val.npy, stats.json")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes checkpoints/, history.*, metrics.json")
-    parser.add_argument("--resume-dir", type=Path, default=Path("results/.resume/train"))
+    parser.add_argument("--resume-dir", type=Path,
+                        help="keeps an unfinished run's checkpoints (default: results/.resume/<recipe>/seed_<seed>)")
 
 
 def data_fingerprint(data_dir: Path) -> str:
@@ -53,11 +56,11 @@ def data_fingerprint(data_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def check_context_fits(params: Params, train_tokens: int, val_tokens: int) -> None:
+def check_context_fits(run: RunParams, train_tokens: int, val_tokens: int) -> None:
     shortest = min(train_tokens, val_tokens)
-    if params.model.block_size + 1 > shortest:
+    if run.model.block_size + 1 > shortest:
         raise TwoscaleError(
-            f"model.block_size = {params.model.block_size} is longer than the corpus allows "
+            f"model.block_size = {run.model.block_size} is longer than the corpus allows "
             f"(train {train_tokens} / validation {val_tokens} tokens)"
         )
 
@@ -70,11 +73,12 @@ def write_history(out_dir: Path, history: list[dict]) -> pl.DataFrame:
     return frame
 
 
-def log_to_mlflow(params: Params, frame: pl.DataFrame, metrics: dict, model, out_dir: Path) -> None:
+def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: dict, model, out_dir: Path
+                  ) -> None:
     import mlflow
     from mlflow.entities import Metric
 
-    log_sections(params, "runtime", "model", "train")
+    log_params({"runtime": params.runtime, "model": run.model, "train": run.train})
     now = int(time.time() * 1000)
     curve = [
         Metric(key, float(value), now, int(row["step"]))
@@ -94,54 +98,60 @@ def log_to_mlflow(params: Params, frame: pl.DataFrame, metrics: dict, model, out
 
 
 def run(args: argparse.Namespace) -> None:
-    params = load(args)
+    params, run = load_run(args)
+    resume_dir = args.resume_dir or Path("results/.resume") / run_subdir(run.recipe, run.seed)
     stats = read_json(args.data_dir / "stats.json")
     train_ids, val_ids = load_token_array(args.data_dir / "train.npy"), load_token_array(args.data_dir / "val.npy")
-    check_context_fits(params, len(train_ids), len(val_ids))
-    configure_torch(params.runtime.threads, params.runtime.seed)
+    check_context_fits(run, len(train_ids), len(val_ids))
+    configure_torch(params.runtime.threads, run.seed)
     device = resolve_device(params.runtime.device)
-    config = ModelConfig.from_params(params.model, vocab_size=stats["vocab_size"])
-    fingerprint = params_hash(params.model, params.train, params.runtime) + data_fingerprint(args.data_dir)
+    dtype = training_dtype(params.runtime.precision, device)
+    config = ModelConfig.from_params(run.model, vocab_size=stats["vocab_size"])
+    run_hash = params_hash(run.model, run.train, params.runtime.model_copy(update={"seeds": [run.seed]}))
+    fingerprint = run_hash + data_fingerprint(args.data_dir)
 
-    state = build_state(config, params.train, params.runtime.seed, device)
+    state = build_state(config, run.train, run.seed, device)
     checkpoint_dir = args.out_dir / "checkpoints"
-    resumable = latest_resumable(args.resume_dir, fingerprint)
+    resumable = latest_resumable(resume_dir, fingerprint)
     if resumable is not None:
         restore_state(state, resumable)
-        for step in params.train.checkpoint_steps:  # outputs the orchestrator may have removed
+        for step in run.train.checkpoint_steps:  # outputs the orchestrator may have removed
             if step <= state.step:
-                publish(args.resume_dir / checkpoint_name(step), checkpoint_dir / checkpoint_name(step))
+                publish(resume_dir / checkpoint_name(step), checkpoint_dir / checkpoint_name(step))
         log.info("resuming from step %d of an interrupted run", state.step)
     else:
-        shutil.rmtree(args.resume_dir, ignore_errors=True)
-    log.info("model: %d parameters, groups %s, device %s, %d threads",
-             state.model.num_parameters(), list(config.groups), device, params.runtime.threads)
+        shutil.rmtree(resume_dir, ignore_errors=True)
+    log.info("%s, seed %d: %d parameters, groups %s, device %s, %d threads, %s", run.recipe, run.seed,
+             state.model.num_parameters(), list(config.groups), device, params.runtime.threads, dtype)
 
-    with tracking.stage_run("train", params_hash(params.model, params.train, params.runtime)):
+    with tracking.stage_run("train", run_hash, run.tags):
         started = time.perf_counter()
         start_step = state.step
-        with tqdm(total=params.train.steps, initial=state.step, desc="train", unit="step") as bar:
+        with tqdm(total=run.train.steps, initial=state.step, desc=f"train {run.recipe}", unit="step") as bar:
             def progress(step: int, row: dict) -> None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{row['train_loss']:.3f}", refresh=False)
                 if row["val_loss"] == row["val_loss"]:  # not NaN
                     bar.write(f"step {step}: train {row['train_loss']:.3f}, val {row['val_loss']:.3f}")
 
-            train(state, train_ids, val_ids, params.train, device, checkpoint_dir, args.resume_dir, fingerprint, progress)
+            train(state, train_ids, val_ids, run.train, device, checkpoint_dir, resume_dir, fingerprint,
+                  progress, dtype)
         elapsed = time.perf_counter() - started
         frame = write_history(args.out_dir, state.history)
         final = state.history[-1]
         metrics = {
             "step": state.step,
             "val_loss": final["val_loss"],
-            "train_loss": float(frame["train_loss"].tail(params.train.eval_every).mean()),
+            "train_loss": float(frame["train_loss"].tail(run.train.eval_every).mean()),
             "unigram_val_loss": stats["unigram_val_loss"],
-            "tokens_per_s": (state.step - start_step) * params.train.batch_size * config.block_size / max(elapsed, 1e-9),
+            "tokens_per_s": (state.step - start_step) * run.train.batch_size * config.block_size
+            / max(elapsed, 1e-9),
             "parameters": state.model.num_parameters(),
-            "eval_loops": params.train.eval_loops,
+            "eval_loops": run.train.eval_loops,
+            "precision": str(dtype).removeprefix("torch."),
         }
         log.info("final: val loss %.3f (unigram baseline %.3f), %.0f tokens/s",
                  metrics["val_loss"], metrics["unigram_val_loss"], metrics["tokens_per_s"])
         write_json(args.out_dir / "metrics.json", metrics)
-        log_to_mlflow(params, frame, metrics, state.model, args.out_dir)
-    shutil.rmtree(args.resume_dir, ignore_errors=True)
+        log_to_mlflow(params, run, frame, metrics, state.model, args.out_dir)
+    shutil.rmtree(resume_dir, ignore_errors=True)

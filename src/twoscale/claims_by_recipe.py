@@ -1,0 +1,125 @@
+"""The claims of every training run read per recipe across seeds (DESIGN §11): one verdict per recipe and claim,
+and each headline number of a claim as its mean and min–max over the recipe's seeds.
+
+Input: the rows of `claims.claims_table` for every run, {(recipe, seed): rows}, in run order. A recipe's verdict
+on a claim is the verdict of its seeds when they agree, else "split" with the count of each verdict. A headline
+number that a seed could not compute (None) is left out of that number's spread and counted in `n`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Runs = Mapping[tuple[str, int], Sequence[Mapping[str, Any]]]
+
+
+def spread(values: Sequence[float | None]) -> dict[str, Any]:
+    """Mean, min and max of the finite values; `n` counts them, `seeds` counts all."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return {"mean": None, "min": None, "max": None, "n": 0, "seeds": len(values)}
+    return {"mean": sum(finite) / len(finite), "min": min(finite), "max": max(finite), "n": len(finite),
+            "seeds": len(values)}
+
+
+def recipe_verdict(verdicts: Sequence[str]) -> str:
+    """The seeds' common verdict, or 'split: reproduced 2/3, mixed 1/3' (most frequent first)."""
+    if len(set(verdicts)) == 1:
+        return verdicts[0]
+    counts = Counter(verdicts).most_common()
+    return "split: " + ", ".join(f"{verdict} {n}/{len(verdicts)}" for verdict, n in counts)
+
+
+def recipes_of(runs: Runs) -> dict[str, list[int]]:
+    """Each recipe's seeds, in run order."""
+    seeds: dict[str, list[int]] = {}
+    for recipe, seed in runs:
+        seeds.setdefault(recipe, []).append(seed)
+    return seeds
+
+
+def summarise(runs: Runs) -> list[dict[str, Any]]:
+    """One row per claim: {claim, statement, test, recipes: {recipe: {seeds, verdict, verdicts, headline}}}, where
+    headline maps each label to its `spread` over the recipe's seeds (labels in the order the runs give them)."""
+    by_run = {run: {row["claim"]: row for row in rows} for run, rows in runs.items()}
+    claims = list(dict.fromkeys(claim for rows in by_run.values() for claim in rows))
+    summary = []
+    for claim in claims:
+        present = [rows[claim] for rows in by_run.values() if claim in rows]
+        out: dict[str, Any] = {"claim": claim, "statement": present[0]["statement"], "test": present[0]["test"],
+                               "recipes": {}}
+        for recipe, seeds in recipes_of(runs).items():
+            rows = [by_run[(recipe, seed)][claim] for seed in seeds if claim in by_run[(recipe, seed)]]
+            if not rows:
+                continue
+            labels = list(dict.fromkeys(label for row in rows for label in row["headline"]))
+            out["recipes"][recipe] = {
+                "seeds": [seed for seed in seeds if claim in by_run[(recipe, seed)]],
+                "verdict": recipe_verdict([row["verdict"] for row in rows]),
+                "verdicts": [row["verdict"] for row in rows],
+                "headline": {label: spread([row["headline"].get(label) for row in rows]) for label in labels},
+            }
+        summary.append(out)
+    return summary
+
+
+def number(x: float | None) -> str:
+    """Four significant digits (0.001234, 4.765, 145.2), whole numbers from 1000 on; n/a for none."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def spread_text(s: Mapping[str, Any]) -> str:
+    """'4.765' for one seed, '4.77 (4.70–4.80)' = mean (min–max) for several, with 'n of m seeds' if some lack it."""
+    if s["n"] == 0:
+        return "n/a"
+    text = number(s["mean"]) if s["seeds"] == 1 else f"{number(s['mean'])} ({number(s['min'])}–{number(s['max'])})"
+    return text if s["n"] == s["seeds"] else f"{text} [{s['n']} of {s['seeds']} seeds]"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs) -> str:
+    """The claims per recipe (verdict and headline numbers with their spread over seeds), the tests, and every
+    run's own measurements."""
+    recipes = recipes_of(runs)
+    lines = [
+        "# Claims per recipe",
+        "",
+        "Each cell: the recipe's verdict (the seeds' common verdict, or how they split) and the numbers behind it, "
+        "as mean (min–max) over seeds when more than one seed ran. Seeds: "
+        + "; ".join(f"{recipe} {', '.join(map(str, seeds))}" for recipe, seeds in recipes.items()) + ".",
+        "",
+        "| claim | paper says | " + " | ".join(recipes) + " |",
+        "|---|---|" + "---|" * len(recipes),
+    ]
+    for row in summary:
+        cells = [row["claim"], row["statement"]]
+        for recipe in recipes:
+            entry = row["recipes"].get(recipe)
+            if entry is None:
+                cells.append("not measured")
+                continue
+            numbers = "; ".join(f"{label} {spread_text(s)}" for label, s in entry["headline"].items())
+            cells.append(f"**{entry['verdict']}**<br>{numbers}")
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += ["", "## The tests (fixed before the numbers)", "", "| claim | test |", "|---|---|"]
+    lines += [f"| {row['claim']} | {_cell(row['test'])} |" for row in summary]
+    for (recipe, seed), rows in runs.items():
+        lines += ["", f"## {recipe}, seed {seed}", "", "| claim | measured | verdict |", "|---|---|---|"]
+        lines += [f"| {row['claim']} | {_cell(row['measured'])} | **{row['verdict']}** |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs) -> str:
+    """{summary: per claim and recipe, runs: [{recipe, seed, rows}]} as strict JSON."""
+    payload = {"summary": list(summary),
+               "runs": [{"recipe": recipe, "seed": seed, "rows": list(rows)} for (recipe, seed), rows in runs.items()]}
+    return json.dumps(payload, indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,41 @@
+"""The benchmark's model-FLOPs count of a training step against PyTorch's own FLOP counter on real steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from twoscale.benchmark import training_step_flops
+from twoscale.model import ModelConfig
+from twoscale.params import load_params
+from twoscale.training import build_state, train_step
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("injection", ["none", "add", "adapter"])
+@pytest.mark.parametrize("loops", [[6, 2], [1, 9]])
+def test_training_step_flops_match_torch_flop_counter(injection, loops):
+    torch.manual_seed(0)
+    train = load_params(ROOT / "configs/smoke.yaml").train  # backprop depth 4: some steps run without gradients
+    config = ModelConfig(vocab_size=50, n_layer=4, n_head=2, n_embd=16, block_size=8, dropout=0.0, bias=False,
+                         groups=((1, 1), (2, 2)), injection=injection)
+    state = build_state(config, train, 0, torch.device("cpu"))
+    x, y = torch.randint(0, 50, (3, 8)), torch.randint(0, 50, (3, 8))
+    with FlopCounterMode(display=False) as counter:  # bf16 on the CPU: attention as plain matmuls, all counted
+        train_step(state, x, y, loops, train, torch.device("cpu"), torch.bfloat16)
+    assert training_step_flops(config, loops, train.loops.backprop_depth, 3) == counter.get_total_flops()
+
+
+def test_training_step_flops_by_hand():
+    # 3 layers, the middle one looped 3 times, gradients through 2; C = 4, T = 2, V = 10, batch 1
+    config = ModelConfig(vocab_size=10, n_layer=3, n_head=1, n_embd=4, block_size=2, dropout=0.0, bias=False,
+                         groups=((1, 1),))
+    block = 2 * 2 * 12 * 16 + 4 * 1 * 2 * 2 * 4  # linear layers on 2 tokens; attention scores and mixing
+    head = 2 * 2 * 4 * 10
+    forward = head + block + 3 * block + block
+    with_grad = head + block + 2 * block + block
+    assert training_step_flops(config, [3], 2, 1) == forward + 2 * with_grad
