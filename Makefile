@@ -40,5 +40,5 @@ schema: setup
 	$(RUN) python -m twoscale schema
 
 clean:
-	rm -rf data/raw data/prepared results/train/checkpoints results/train/history.parquet results/.resume \
-	       results/benchmarks logs .snakemake mlflow.db mlartifacts report.html
+	rm -rf data/raw data/prepared results/train/*/seed_*/checkpoints results/train/*/seed_*/history.parquet \
+	       results/.resume results/benchmarks logs .snakemake mlflow.db mlartifacts report.html

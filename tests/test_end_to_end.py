@@ -229,7 +229,8 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
         if child.data.tags["stage"] in per_run:
             assert {"recipe", "seed"} <= set(child.data.tags)
 
-    train = next(r for r in snakemake_children if r.data.tags["stage"] == "train" and r.data.tags["recipe"] == "paper")
+    train = next(r for r in snakemake_children
+                 if r.data.tags["stage"] == "train" and r.data.tags["recipe"] == "paper")
     curve = client.get_metric_history(train.info.run_id, "train_loss")
     assert [m.step for m in curve] == list(range(1, smoke["train"]["steps"] + 1))
     assert train.data.params["train.learning_rate"] == "0.003"

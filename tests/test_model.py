@@ -328,14 +328,18 @@ def test_matmul_attention_is_causal_softmax_attention():
     torch.testing.assert_close(matmul_attention(q, k, v)[:, :, 0], v[:, :, 0])
 
 
-def test_bf16_autocast_forward_stays_close_to_float32():
-    model = make_model().float()
+@pytest.mark.parametrize(("norm", "injection"), [("pre", "none"), ("sandwich", "adapter")])
+def test_bf16_autocast_keeps_the_state_and_logits_in_float32_and_close(norm, injection):
+    torch.manual_seed(0)
+    model = LoopedGPT(ModelConfig(**{**config().to_dict(), "groups": DEFAULT_GROUPS, "norm": norm,
+                                     "injection": injection}))
     idx = tokens()
     reference = model(idx, (3, 2, 3)).logits
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = model(idx, (3, 2, 3)).logits
-    assert mixed.dtype == torch.bfloat16
-    assert (mixed.float() - reference).abs().max() < 0.05 * reference.abs().max()
+        mixed = model(idx, (3, 2, 3), record_trajectories=True)
+    assert mixed.logits.dtype == torch.float32
+    assert {state.dtype for state in mixed.depth_states} == {torch.float32}  # only matmuls run in bf16
+    assert (mixed.logits - reference).abs().max() < 0.05 * reference.abs().max()
 
 
 # --- sandwich norm and input injection ---------------------------------------------------------------------

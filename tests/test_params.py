@@ -39,7 +39,8 @@ def with_change(path: str, value) -> dict:
 DELETE = object()
 
 
-@pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml", "configs/study.yaml"])
+@pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml",
+                                  "configs/study.yaml"])
 def test_shipped_parameter_sets_are_valid(name):
     params = load_params(ROOT / name)
     assert params.train.checkpoint_steps[-1] == params.train.steps

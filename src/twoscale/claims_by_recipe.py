@@ -75,10 +75,11 @@ def number(x: float | None) -> str:
 
 
 def spread_text(s: Mapping[str, Any]) -> str:
-    """'4.765' for one seed, '4.77 (4.70–4.80)' = mean (min–max) for several, with 'n of m seeds' if some lack it."""
+    """'4.765' for one seed, '4.77 (4.70–4.80)' = mean (min–max) for several; '[n of m seeds]' if some lack it."""
     if s["n"] == 0:
         return "n/a"
-    text = number(s["mean"]) if s["seeds"] == 1 else f"{number(s['mean'])} ({number(s['min'])}–{number(s['max'])})"
+    mean, low, high = (number(s[key]) for key in ("mean", "min", "max"))
+    text = mean if s["seeds"] == 1 else f"{mean} ({low}–{high})"
     return text if s["n"] == s["seeds"] else f"{text} [{s['n']} of {s['seeds']} seeds]"
 
 
@@ -121,5 +122,6 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs) -> str:
 def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs) -> str:
     """{summary: per claim and recipe, runs: [{recipe, seed, rows}]} as strict JSON."""
     payload = {"summary": list(summary),
-               "runs": [{"recipe": recipe, "seed": seed, "rows": list(rows)} for (recipe, seed), rows in runs.items()]}
+               "runs": [{"recipe": recipe, "seed": seed, "rows": list(rows)}
+                        for (recipe, seed), rows in runs.items()]}
     return json.dumps(payload, indent=2, allow_nan=False) + "\n"

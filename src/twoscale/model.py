@@ -102,8 +102,9 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout:
     T = q.shape[-2]
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    weights = F.dropout(scores.masked_fill(~causal, float("-inf")).softmax(-1), dropout)
-    return weights @ v
+    # the softmax in float32: CPU autocast would run it in bf16
+    weights = F.dropout(scores.masked_fill(~causal, float("-inf")).float().softmax(-1), dropout)
+    return weights.to(v.dtype) @ v
 
 
 class MLP(nn.Module):
@@ -182,8 +183,8 @@ class GroupStep(nn.Module):
     def enter(self, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
         if self.injection == "add":
             return x + self.inject(group_input)
-        if self.injection == "adapter":
-            return self.inject(torch.cat([x, group_input], dim=-1))
+        if self.injection == "adapter":  # the state keeps its dtype (float32 under bf16 autocast)
+            return self.inject(torch.cat([x, group_input], dim=-1)).to(x.dtype)
         return x
 
     def leave(self, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
@@ -314,7 +315,8 @@ class LoopedGPT(nn.Module):
                     x = self.apply_segment(segment, x)
                 else:
                     x = self.loop_group(segment, x, loops[segment.group], backprop_depth, straight_through)
-        out.logits = self.lm_head(self.ln_f(x))
+        with torch.autocast(x.device.type, enabled=False):  # logits in float32 (bf16 rounds them to ~0.05)
+            out.logits = self.lm_head(self.ln_f(x.to(self.lm_head.weight.dtype)))
         if targets is not None:
             out.loss = F.cross_entropy(out.logits.flatten(0, 1).float(), targets.flatten())
         return out

@@ -39,7 +39,8 @@ class RuntimeParams(Section):
         "natively, else fp32); measure and sweep always run in fp32"
     )
     seeds: list[int] = Field(
-        min_length=1, description="one training run per recipe and seed; a seed sets every random choice of its run"
+        min_length=1,
+        description="one training run per recipe and seed; a seed sets every random choice of its run",
     )
 
     @model_validator(mode="after")
@@ -279,7 +280,8 @@ class Params(Section):
     def _resolve(self, name: str) -> tuple[ModelParams, TrainParams]:
         recipe = self.recipes[name]
         sections = []
-        for section, shared, changes in (("model", self.model, recipe.model), ("train", self.train, recipe.train)):
+        pairs = (("model", self.model, recipe.model), ("train", self.train, recipe.train))
+        for section, shared, changes in pairs:
             try:
                 sections.append(type(shared).model_validate(merge(shared.model_dump(), changes)))
             except ValidationError as exc:

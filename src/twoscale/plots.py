@@ -5,8 +5,8 @@ and checkpoints, with a string `recipe`, an int `seed` and an int `step` column 
 checkpoint); Polars becomes pandas only where seaborn is called. Each figure has one row of panels (or one panel)
 per recipe, in the order the frame gives them. Where a figure draws curves, every seed of a recipe is a line of
 its own in the same colour, so the spread over seeds shows; a figure of one run's details (Fig. 1, the depth
-similarity, the percentile bands) shows each recipe's first seed. A figure is written atomically (temporary name, then rename), so a failed plot leaves no
-file.
+similarity, the percentile bands) shows each recipe's first seed. A figure is written atomically (temporary name,
+then rename), so a failed plot leaves no file.
 Empty or incomplete input raises `TwoscaleError` naming the figure and what is missing.
 
 Units: states, steps and accelerations are L2 norms in the residual stream's own units (the model's hidden
@@ -35,7 +35,8 @@ from matplotlib.patches import Patch
 
 from twoscale.claims import C4_MIN_DLR
 from twoscale.errors import TwoscaleError
-from twoscale.tables import RUN_KEYS, full_depth_rows, metric_rows, of_run, recipes_in, require, runs_in, training_steps
+from twoscale.tables import (RUN_KEYS, full_depth_rows, metric_rows, of_run, recipes_in, require, runs_in,
+                             training_steps)
 from twoscale.io import atomic_path
 
 DPI = 150
@@ -514,7 +515,8 @@ def fig_acceleration(geometry: pl.DataFrame, path: Path) -> None:
                 ax.set_title(f"{recipe} — group {g}, step {step:,}")
                 ax.set_xlabel(LOOP_AXIS)
             row[0].set_ylabel(f"median over tokens\n({RESIDUAL_UNITS}, log scale)")
-        handles = [Line2D([], [], color=colour, ls=ls, lw=1.6, label=label) for label, colour, ls in series.values()]
+        handles = [Line2D([], [], color=colour, ls=ls, lw=1.6, label=label)
+                   for label, colour, ls in series.values()]
         handles.append(Patch(color="0.5", alpha=0.3, label="10th–90th percentile over tokens (first seed)"))
         fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
         fig.suptitle("Second differences of the loop trajectory vs loop step at the last checkpoint, per recipe "

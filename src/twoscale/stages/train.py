@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, required=True, help="reads train.npy, val.npy, stats.json")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes checkpoints/, history.*, metrics.json")
     parser.add_argument("--resume-dir", type=Path,
-                        help="keeps an unfinished run's checkpoints (default: results/.resume/<recipe>/seed_<seed>)")
+                        help="keeps an unfinished run's checkpoints "
+                        "(default: results/.resume/<recipe>/seed_<seed>)")
 
 
 def data_fingerprint(data_dir: Path) -> str:
