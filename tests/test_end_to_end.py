@@ -35,9 +35,9 @@ def run(cmd: list[str], cwd: Path) -> str:
     return result.stdout + result.stderr
 
 
-def planned_jobs(repo: Path) -> dict[str, int]:
+def planned_jobs(repo: Path, *options: str) -> dict[str, int]:
     """How many jobs of each rule Snakemake would run now."""
-    out = run(["snakemake", "--dry-run", "--quiet", "rules", "--cores", "1"], repo)
+    out = run(["snakemake", "--dry-run", "--quiet", "rules", "--cores", "1", *options], repo)
     jobs = {}
     for line in out.splitlines():
         parts = line.split()
@@ -168,6 +168,26 @@ def test_dvc_sees_the_snakemake_results_as_current(first_run):
     assert dvc_changed_stages(first_run) == set()
     assert "Data and pipelines are up to date" in run(["dvc", "status"], first_run)
     assert planned_jobs(first_run) == {}
+
+
+def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
+    """How a study extends the default run: another parameter file with the same values, one more seed and one
+    strategy's grid changed plans the new seed's jobs, that strategy's jobs for the runs already done, and the
+    stages that gather every run; nothing else of the runs already done."""
+    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    done = len(raw["runtime"]["seeds"])
+    raw["runtime"]["seeds"] = [*raw["runtime"]["seeds"], 99]
+    raw["sweep"]["strategies"]["step_norm"]["settings"].insert(1, 1.0e-4)
+    extended = first_run / "extended.yaml"
+    extended.write_text(yaml.safe_dump(raw, sort_keys=False))
+    try:
+        plan = planned_jobs(first_run, "--configfile", extended.name)
+    finally:
+        extended.unlink()
+    recipes, steps, strategies = (len(raw["recipes"]), len(raw["train"]["checkpoint_steps"]),
+                                  len(raw["sweep"]["strategies"]))
+    assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * (strategies + done),
+                    "geometry": 1, "tradeoff": 1, "claims": 1}
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from dvc.repo import Repo
 
 from twoscale import pipeline
-from twoscale.params import load_params
+from twoscale.params import SweepParams, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -98,8 +98,16 @@ def test_same_parameter_keys(dvc_stages):
     rules = "\n".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk"))
     for cmd, stage in dvc_stages.items():
         name = stage["name"]
-        recipe = re.search(r"--recipe (\S+)", cmd)
-        expected = [key.format(recipe=recipe and recipe.group(1)) for key in pipeline.STAGES[name]["params"]]
+        recipe, strategy = (re.search(rf"--{flag} (\S+)", cmd) for flag in ("recipe", "strategy"))
+        expected = [key.format(recipe=recipe and recipe.group(1), strategy=strategy and strategy.group(1))
+                    for key in pipeline.STAGES[name]["params"]]
         assert stage["params"] == expected, name
         rule = re.search(rf"^rule {name}:\n(.*?)(?=^rule |\Z)", rules, re.S | re.M).group(1)
         assert f'param_values("{name}")' in rule, f"rule {name} does not pass its parameter keys"
+
+
+def test_a_sweep_job_depends_on_every_sweep_setting_and_its_own_strategy():
+    keys = pipeline.STAGES["sweep"]["params"]
+    settings = {key for key in keys if key.startswith("sweep.") and "{" not in key}
+    assert settings == {f"sweep.{name}" for name in SweepParams.model_fields} - {"sweep.strategies"}
+    assert "sweep.strategies.{strategy}" in keys

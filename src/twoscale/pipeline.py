@@ -1,7 +1,7 @@
 """What each pipeline stage depends on: its parameter keys and its source files; and where a run's outputs go.
 
 Snakemake's rules read this (params trigger reruns, sources are inputs); dvc.yaml lists the same, and a test checks
-that the two orchestrators agree. A key with {recipe} is the recipe of the job (DVC: ${item.recipe}).
+that the two orchestrators agree. A key with {recipe} or {strategy} is the recipe or strategy of the job (DVC: ${item.recipe}, ${item.strategy}).
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ STAGES: dict[str, dict[str, list[str]]] = {
             "src/twoscale/pipeline.py",
         ],
     },
-    "sweep": {
-        "params": ["runtime.device", "sweep"],
+    "sweep": {  # its own strategy only: changing one strategy's grid reruns that strategy's jobs alone
+        "params": ["runtime.device", "sweep.threads", "sweep.max_loops", "sweep.n_windows", "sweep.batch_size",
+                   "sweep.n_prompts", "sweep.prompt_tokens", "sweep.new_tokens", "sweep.strategies.{strategy}"],
         "sources": [
             "src/twoscale/stages/sweep.py",
             "src/twoscale/sweep.py",
@@ -86,12 +87,13 @@ def run_subdir(recipe: str, seed: int | str) -> str:
     return f"{recipe}/seed_{seed}"
 
 
-def param_values(stage: str, config: dict[str, Any], recipe: str | None = None) -> dict[str, Any]:
+def param_values(stage: str, config: dict[str, Any], recipe: str | None = None, strategy: str | None = None
+                 ) -> dict[str, Any]:
     """The values of the stage's parameter keys ('data.val_fraction' -> config['data']['val_fraction']); keys
-    with {recipe} name the job's recipe."""
+    with {recipe} or {strategy} name the job's recipe or strategy."""
     values = {}
     for key in STAGES[stage]["params"]:
-        key = key.format(recipe=recipe)
+        key = key.format(recipe=recipe, strategy=strategy)
         value: Any = config
         for part in key.split("."):
             value = value[part]

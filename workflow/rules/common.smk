@@ -29,8 +29,10 @@ def sources(stage):
 
 
 def param_values(stage):
-    """The stage's parameter values; for a per-run stage, with its job's recipe."""
-    return lambda wildcards: pipeline.param_values(stage, config, wildcards.get("recipe"))
+    """The stage's parameter values; for a per-run stage, with its job's recipe (and strategy)."""
+    return lambda wildcards: pipeline.param_values(
+        stage, config, wildcards.get("recipe"), wildcards.get("strategy")
+    )
 
 
 RECIPES = list(config["recipes"])

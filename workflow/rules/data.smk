@@ -10,7 +10,6 @@ rule corpus:
         "data/raw/manifest.json",
     params:
         values=param_values("corpus"),
-        file=PARAMS_FILE,
     log:
         "logs/corpus.log",
     benchmark:
@@ -19,7 +18,7 @@ rule corpus:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale corpus --params {params.file} --out-dir data/raw --log {log}"
+        "python -m twoscale corpus --params {PARAMS_FILE} --out-dir data/raw --log {log}"
 
 
 rule tokenize:
@@ -33,7 +32,6 @@ rule tokenize:
         "data/prepared/stats.json",
     params:
         values=param_values("tokenize"),
-        file=PARAMS_FILE,
     log:
         "logs/tokenize.log",
     benchmark:
@@ -42,4 +40,4 @@ rule tokenize:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale tokenize --params {params.file} --corpus-dir data/raw --out-dir data/prepared --log {log}"
+        "python -m twoscale tokenize --params {PARAMS_FILE} --corpus-dir data/raw --out-dir data/prepared --log {log}"

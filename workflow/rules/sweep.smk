@@ -12,7 +12,6 @@ rule sweep:
         "results/sweep/strategies/{recipe}/seed_{seed}/{strategy}.parquet",
     params:
         values=param_values("sweep"),
-        file=PARAMS_FILE,
         step=STEPS[-1],
     log:
         "logs/sweep/{recipe}/seed_{seed}/{strategy}.log",
@@ -22,7 +21,7 @@ rule sweep:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale sweep --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
+        "python -m twoscale sweep --params {PARAMS_FILE} --recipe {wildcards.recipe} --seed {wildcards.seed}"
         " --strategy {wildcards.strategy}"
         " --checkpoint results/train/{wildcards.recipe}/seed_{wildcards.seed}/checkpoints/step_{params.step}.pt"
         " --data-dir data/prepared"
@@ -44,7 +43,6 @@ rule tradeoff:
         ),
     params:
         values=param_values("tradeoff"),
-        file=PARAMS_FILE,
     log:
         "logs/tradeoff.log",
     benchmark:
@@ -53,5 +51,5 @@ rule tradeoff:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale tradeoff --params {params.file} --strategies-dir results/sweep/strategies"
+        "python -m twoscale tradeoff --params {PARAMS_FILE} --strategies-dir results/sweep/strategies"
         " --out-dir results/sweep --figures-dir results/figures --log {log}"
