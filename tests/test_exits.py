@@ -269,6 +269,20 @@ def test_kl_exit_steps():
     assert got[1] == 5
 
 
+def test_kl_is_never_negative_so_threshold_zero_never_exits_a_converged_token():
+    # Distributions that barely move (logits change by 1e-6 in float32): the plain sum over the vocabulary goes
+    # negative by rounding for some tokens (checked here), KL itself is >= 0, so a threshold of 0 never hits.
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 2048, generator=g).expand(7, 64, 2048).clone()
+    logits += 1e-6 * torch.randn(logits.shape, generator=g)
+    logp = logits.log_softmax(-1)
+    plain = (logp[1:-1].exp() * (logp[1:-1] - logp[2:])).sum(-1)
+    assert (plain < 0).any()
+    values = criterion_values(KL(), torch.zeros(7, 64, 1), lambda k, idx: logits[k, idx])
+    assert (values >= 0).all()
+    assert steps_of(ExitRule(KL(), 0.0), torch.zeros(7, 64, 1), lambda k, idx: logits[k, idx]) == [6] * 64
+
+
 def test_entropy_difference_by_hand_and_kl_with_zero_probabilities():
     # V = 4, logits = log p. H(p_0) = log 4.
     # p_1 = (1/2, 1/2, 0, 0): H = log 2, |ΔH| = log 2.

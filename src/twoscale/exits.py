@@ -251,7 +251,10 @@ class KL(_LogitCriterion):
             prev = torch.full_like(logp, -math.log(logp.shape[-1]))
         self.memory["logp"] = logp
         p_prev = prev.exp()
-        return torch.where(p_prev > 0, p_prev * (prev - logp), torch.zeros_like(p_prev)).sum(-1)
+        kl = torch.where(p_prev > 0, p_prev * (prev - logp), torch.zeros_like(p_prev)).sum(-1)
+        # KL >= 0; float32 rounding makes the sum slightly negative once the distribution stops moving, which
+        # would count as a hit at threshold 0 (the never-exit end of a sweep)
+        return kl.clamp_min(0.0)
 
 
 class EntropyDifference(_LogitCriterion):
