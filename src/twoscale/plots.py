@@ -526,14 +526,14 @@ def fig_acceleration(geometry: pl.DataFrame, path: Path) -> None:
 
 # --- diagnostics of the loop dynamics (SCIENCE §1.6) --------------------------------------------------------
 
-DIAGNOSTICS = {  # metric: (panel title, y label, log scale)
-    "state_norm": ("state norm", r"mean $\|x^{(k)}\|_2$" + f"\n({RESIDUAL_UNITS}, log scale)", True),
+DIAGNOSTICS = {  # metric: (panel title, y label, axis: "log" where the values span a decade, "signed", "fraction")
+    "state_norm": ("state norm", r"mean $\|x^{(k)}\|_2$" + f"\n({RESIDUAL_UNITS})", "log"),
     "cross_token_cosine": ("collapse detector", "mean cosine between different\ntokens' states "
-                           "(1 = all alike)", False),
+                           "(1 = all alike)", "signed"),
     "radial_fraction": ("direction of each step", r"mean $\cos(\Delta^{(k)}, x^{(k-1)})$" + "\n(+1 outward, "
-                        "0 turning, −1 inward)", False),
+                        "0 turning, −1 inward)", "signed"),
     "at_fixed_point": ("exact fixed points", "fraction of tokens with\n" + r"$x^{(k)} = x^{(k-1)}$ (float32)",
-                       False),
+                       "fraction"),
 }
 
 
@@ -552,18 +552,22 @@ def fig_diagnostics(geometry: pl.DataFrame, path: Path) -> None:
             own = rows.filter(pl.col("recipe") == recipe)
             steps = training_steps(own)
             shown = {steps[-1]: "-", steps[0]: "--"} if len(steps) > 1 else {steps[-1]: "-"}
-            for ax, (metric, (title, label, log)) in zip(row, DIAGNOSTICS.items(), strict=True):
+            for ax, (metric, (title, label, axis)) in zip(row, DIAGNOSTICS.items(), strict=True):
                 for step, ls in shown.items():
                     part = own.filter((pl.col("metric") == metric) & (pl.col("step") == step))
                     for (g, _seed), curve in part.sort("k").group_by("group", "seed", maintain_order=True):
                         values = curve["mean"].fill_nan(None).to_numpy().astype(float)
-                        ax.plot(curve["k"], _positive(values) if log else values, color=palette[int(g)], ls=ls,
+                        ax.plot(curve["k"], _positive(values) if axis == "log" else values, color=palette[int(g)], ls=ls,
                                 lw=1.5)
-                if log:
+                low, high = ax.dataLim.intervaly
+                if axis == "log" and low > 0 and high >= 10 * low:
                     ax.set_yscale("log")
                     _plain_log_ticks(ax)
-                else:
+                    label = label[:-1] + ", log scale)"
+                elif axis == "signed":
                     ax.axhline(0.0, color="black", lw=0.8, ls=":")
+                elif axis == "fraction":
+                    ax.set_ylim(-0.03, 1.03)
                 ax.set_title(f"{recipe} — {title}")
                 ax.set_ylabel(label)
                 ax.set_xlabel(STATE_LOOP_AXIS)
