@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup reproduce smoke test benchmark report mlflow-ui schema clean
+.PHONY: setup reproduce study smoke test benchmark report mlflow-ui schema clean
 
 $(BIN)/.installed: pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -20,6 +20,15 @@ setup: $(BIN)/.installed
 
 reproduce: setup
 	$(RUN) snakemake --cores all
+
+# the study (configs/study.yaml) writes to results/ like any parameter set; a copy of what it gathers across runs
+# is kept in results/study/ (committed), since the next `make reproduce` puts the default run's back
+STUDY_RESULTS := claims.md claims.json figures geometry/summary.csv sweep/summary.csv train/*/seed_*/metrics.json
+
+study: setup
+	$(RUN) snakemake --cores all --configfile configs/study.yaml
+	rm -rf results/study
+	cd results && for path in $(STUDY_RESULTS); do mkdir -p study/$$(dirname $$path) && cp -r $$path study/$$path; done
 
 smoke: setup
 	$(RUN) snakemake --cores all --configfile configs/smoke.yaml
