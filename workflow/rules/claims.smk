@@ -12,6 +12,7 @@ rule claims:
         "results/claims.json",
     params:
         values=param_values("claims"),
+        file=PARAMS_PATH,
     log:
         "logs/claims.log",
     benchmark:
@@ -20,4 +21,4 @@ rule claims:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale claims --params {PARAMS_FILE} --geometry-dir results/geometry --sweep results/sweep/sweep.parquet --out-dir results --log {log}"
+        "python -m twoscale claims --params {params.file} --geometry-dir results/geometry --sweep results/sweep/sweep.parquet --out-dir results --log {log}"

@@ -1,6 +1,7 @@
 # Shared helpers: the parameter file in use, its validation, stage dependencies and the MLflow parent run.
 import os
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -9,6 +10,10 @@ from twoscale.params import ParamsError, load_params
 
 # `--configfile X` picks another complete parameter set; stages read that same file through --params.
 PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
+# Rules pass the file as a Path: Snakemake leaves a parameter it cannot serialise out of its params trigger, so a
+# second parameter file with the same values (configs/study.yaml over a default run) reruns nothing; the values
+# themselves are each job's `values` parameter.
+PARAMS_PATH = Path(PARAMS_FILE)
 
 try:
     PARAMS = load_params(PARAMS_FILE)  # one line naming the bad key; also what JSON schema cannot express

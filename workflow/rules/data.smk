@@ -10,6 +10,7 @@ rule corpus:
         "data/raw/manifest.json",
     params:
         values=param_values("corpus"),
+        file=PARAMS_PATH,
     log:
         "logs/corpus.log",
     benchmark:
@@ -18,7 +19,7 @@ rule corpus:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale corpus --params {PARAMS_FILE} --out-dir data/raw --log {log}"
+        "python -m twoscale corpus --params {params.file} --out-dir data/raw --log {log}"
 
 
 rule tokenize:
@@ -32,6 +33,7 @@ rule tokenize:
         "data/prepared/stats.json",
     params:
         values=param_values("tokenize"),
+        file=PARAMS_PATH,
     log:
         "logs/tokenize.log",
     benchmark:
@@ -40,4 +42,4 @@ rule tokenize:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale tokenize --params {PARAMS_FILE} --corpus-dir data/raw --out-dir data/prepared --log {log}"
+        "python -m twoscale tokenize --params {params.file} --corpus-dir data/raw --out-dir data/prepared --log {log}"

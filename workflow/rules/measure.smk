@@ -12,6 +12,7 @@ rule measure:
                  "depth.parquet", "similarity.parquet", "trajectory.parquet", "summary.json"),
     params:
         values=param_values("measure"),
+        file=PARAMS_PATH,
     log:
         "logs/measure/{recipe}/seed_{seed}/step_{step}.log",
     benchmark:
@@ -20,7 +21,7 @@ rule measure:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale measure --params {PARAMS_FILE} --recipe {wildcards.recipe} --seed {wildcards.seed}"
+        "python -m twoscale measure --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
         " --checkpoint results/train/{wildcards.recipe}/seed_{wildcards.seed}/checkpoints/step_{wildcards.step}.pt"
         " --data-dir data/prepared --out-dir results/measure/{wildcards.recipe}/seed_{wildcards.seed}/step_{wildcards.step}"
         " --log {log}"
@@ -43,6 +44,7 @@ rule geometry:
         ),
     params:
         values=param_values("geometry"),
+        file=PARAMS_PATH,
     log:
         "logs/geometry.log",
     benchmark:
@@ -51,5 +53,5 @@ rule geometry:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale geometry --params {PARAMS_FILE} --measure-dir results/measure"
+        "python -m twoscale geometry --params {params.file} --measure-dir results/measure"
         " --out-dir results/geometry --figures-dir results/figures --log {log}"

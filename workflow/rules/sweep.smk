@@ -12,6 +12,7 @@ rule sweep:
         "results/sweep/strategies/{recipe}/seed_{seed}/{strategy}.parquet",
     params:
         values=param_values("sweep"),
+        file=PARAMS_PATH,
         step=STEPS[-1],
     log:
         "logs/sweep/{recipe}/seed_{seed}/{strategy}.log",
@@ -21,7 +22,7 @@ rule sweep:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale sweep --params {PARAMS_FILE} --recipe {wildcards.recipe} --seed {wildcards.seed}"
+        "python -m twoscale sweep --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
         " --strategy {wildcards.strategy}"
         " --checkpoint results/train/{wildcards.recipe}/seed_{wildcards.seed}/checkpoints/step_{params.step}.pt"
         " --data-dir data/prepared"
@@ -43,6 +44,7 @@ rule tradeoff:
         ),
     params:
         values=param_values("tradeoff"),
+        file=PARAMS_PATH,
     log:
         "logs/tradeoff.log",
     benchmark:
@@ -51,5 +53,5 @@ rule tradeoff:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale tradeoff --params {PARAMS_FILE} --strategies-dir results/sweep/strategies"
+        "python -m twoscale tradeoff --params {params.file} --strategies-dir results/sweep/strategies"
         " --out-dir results/sweep --figures-dir results/figures --log {log}"

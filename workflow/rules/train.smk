@@ -16,6 +16,7 @@ rule train:
         "results/train/{recipe}/seed_{seed}/metrics.json",
     params:
         values=param_values("train"),
+        file=PARAMS_PATH,
     log:
         "logs/train/{recipe}/seed_{seed}.log",
     benchmark:
@@ -24,5 +25,5 @@ rule train:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale train --params {PARAMS_FILE} --recipe {wildcards.recipe} --seed {wildcards.seed}"
+        "python -m twoscale train --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
         " --data-dir data/prepared --out-dir results/train/{wildcards.recipe}/seed_{wildcards.seed} --log {log}"
