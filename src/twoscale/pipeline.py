@@ -1,7 +1,8 @@
 """What each pipeline stage depends on: its parameter keys and its source files; and where a run's outputs go.
 
 Snakemake's rules read this (params trigger reruns, sources are inputs); dvc.yaml lists the same, and a test checks
-that the two orchestrators agree. A key with {recipe} or {strategy} is the recipe or strategy of the job (DVC: ${item.recipe}, ${item.strategy}).
+that the two orchestrators agree. A key with {recipe} or {strategy} is the job's recipe or strategy (DVC:
+${item.recipe}, ${item.strategy}).
 """
 
 from __future__ import annotations

@@ -526,7 +526,7 @@ def fig_acceleration(geometry: pl.DataFrame, path: Path) -> None:
 
 # --- diagnostics of the loop dynamics (SCIENCE §1.6) --------------------------------------------------------
 
-DIAGNOSTICS = {  # metric: (panel title, y label, axis: "log" where the values span a decade, "signed", "fraction")
+DIAGNOSTICS = {  # metric: (title, y label, axis: "log" where the values span a decade, "signed", "fraction")
     "state_norm": ("state norm", r"mean $\|x^{(k)}\|_2$" + f"\n({RESIDUAL_UNITS})", "log"),
     "cross_token_cosine": ("collapse detector", "mean cosine between different\ntokens' states "
                            "(1 = all alike)", "signed"),
@@ -557,8 +557,8 @@ def fig_diagnostics(geometry: pl.DataFrame, path: Path) -> None:
                     part = own.filter((pl.col("metric") == metric) & (pl.col("step") == step))
                     for (g, _seed), curve in part.sort("k").group_by("group", "seed", maintain_order=True):
                         values = curve["mean"].fill_nan(None).to_numpy().astype(float)
-                        ax.plot(curve["k"], _positive(values) if axis == "log" else values, color=palette[int(g)], ls=ls,
-                                lw=1.5)
+                        shown_values = _positive(values) if axis == "log" else values
+                        ax.plot(curve["k"], shown_values, color=palette[int(g)], ls=ls, lw=1.5)
                 low, high = ax.dataLim.intervaly
                 if axis == "log" and low > 0 and high >= 10 * low:
                     ax.set_yscale("log")
