@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twoscale.model import LoopedGPT, ModelConfig
+from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoscale.benchmark import training_step_flops
-from twoscale.model import ModelConfig
-from twoscale.params import load_params
-from twoscale.training import build_state, train_step
+from twoscale.models.looped_gpt import ModelConfig
+from twoscale.pipeline.params import load_params
+from twoscale.training.trainer import build_state, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from twoscale.errors import TwoscaleError
+from twoscale.pipeline.errors import TwoscaleError
 
 STAGES = {
     "corpus": "fetch or read the raw text and write it with a manifest",

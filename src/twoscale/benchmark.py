@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from twoscale.exits import head_decode
-from twoscale.generation import LayerCache, block_step, decode_rest, new_cache, step_token
-from twoscale.model import LoopedGPT, ModelConfig, segments
-from twoscale.params import TrainParams
-from twoscale.sweep import latency_ms_per_token, never_exit_setting, rules_at
-from twoscale.training import build_state, random_batch, sample_loop_counts, train_step
+from twoscale.inference.exits import head_decode
+from twoscale.inference.generation import LayerCache, block_step, decode_rest, new_cache, step_token
+from twoscale.inference.sweep import latency_ms_per_token, never_exit_setting, rules_at
+from twoscale.models.looped_gpt import LoopedGPT, ModelConfig, segments
+from twoscale.pipeline.params import TrainParams
+from twoscale.training.batches import random_batch
+from twoscale.training.trainer import build_state, sample_loop_counts, train_step
 
 Tensor = torch.Tensor
 

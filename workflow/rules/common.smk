@@ -5,8 +5,10 @@ from pathlib import Path
 
 import yaml
 
-from twoscale import pipeline, tracking
-from twoscale.params import ParamsError, load_params
+from twoscale.pipeline import dependencies
+from twoscale.pipeline import tracking
+from twoscale.pipeline.params import ParamsError
+from twoscale.stages.common import read_params
 
 # `--configfile X` picks another complete parameter set; stages read that same file through --params.
 PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
@@ -16,7 +18,7 @@ PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.ov
 PARAMS_PATH = Path(PARAMS_FILE)
 
 try:
-    PARAMS = load_params(PARAMS_FILE)  # one line naming the bad key; also what JSON schema cannot express
+    PARAMS = read_params(PARAMS_FILE)  # one line naming the bad key; also what JSON schema cannot express
 except ParamsError as exc:
     raise WorkflowError(str(exc)) from None
 if workflow.config_settings.config:
@@ -30,12 +32,12 @@ os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
 
 
 def sources(stage):
-    return pipeline.sources(stage)
+    return dependencies.sources(stage)
 
 
 def param_values(stage):
     """The stage's parameter values; for a per-run stage, with its job's recipe (and strategy)."""
-    return lambda wildcards: pipeline.param_values(
+    return lambda wildcards: dependencies.param_values(
         stage, config, wildcards.get("recipe"), wildcards.get("strategy")
     )
 

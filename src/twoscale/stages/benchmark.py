@@ -16,14 +16,15 @@ import torch
 from tqdm import tqdm
 
 from twoscale.benchmark import matmul_gflops, step_costs, strategy_latency, training_throughput
-from twoscale.errors import TwoscaleError
-from twoscale.io import load_token_array, read_json, write_json
-from twoscale.model import ModelConfig
-from twoscale.params import Params, RunParams
-from twoscale.pipeline import run_subdir
+from twoscale.inference.sweep import held_out_prompts, never_exit_setting
+from twoscale.models.looped_gpt import ModelConfig
+from twoscale.pipeline.dependencies import run_subdir
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import load_token_array, read_json, write_json
+from twoscale.pipeline.params import Params, RunParams
 from twoscale.stages.common import add_params_argument, load
-from twoscale.sweep import held_out_prompts, never_exit_setting
-from twoscale.training import checkpoint_name, configure_torch, load_model_matching, resolve_device
+from twoscale.training.device import configure_torch, resolve_device
+from twoscale.training.trainer import checkpoint_name, load_model_matching
 
 log = logging.getLogger("twoscale.benchmark")
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale import tracking
-from twoscale.claims import claims_table
-from twoscale.claims_by_recipe import summarise, to_json, to_markdown
-from twoscale.io import read_parquet, write_text
-from twoscale.params import params_hash
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import read_parquet, write_text
+from twoscale.pipeline.params import params_hash
+from twoscale.report.claims import claims_table
+from twoscale.report.claims_by_recipe import summarise, to_json, to_markdown
+from twoscale.report.tables import MEASUREMENT_TABLES, of_run
 from twoscale.stages.common import add_params_argument, load
-from twoscale.tables import MEASUREMENT_TABLES, of_run
 
-log = logging.getLogger("twoscale.claims")
+log = logging.getLogger("twoscale.report.claims")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

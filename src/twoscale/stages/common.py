@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from twoscale.params import Params, RunParams, load_params
+from twoscale.inference.sweep import check_strategies
+from twoscale.pipeline.params import Params, ParamsError, RunParams, load_params
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +24,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, required=True, help="one of runtime.seeds")
 
 
+def read_params(path: Path) -> Params:
+    """The parameter file, validated: its keys and values, then what only the stages' cores can judge (that every
+    exit spec builds); one line naming the bad key otherwise."""
+    params = load_params(path)
+    try:
+        check_strategies(params.sweep)
+    except ParamsError as exc:
+        raise ParamsError(f"{path}: {exc}") from None
+    return params
+
+
 def load(args: argparse.Namespace) -> Params:
-    return load_params(args.params)
+    return read_params(args.params)
 
 
 def load_run(args: argparse.Namespace) -> tuple[Params, RunParams]:

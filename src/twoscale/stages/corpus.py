@@ -6,13 +6,13 @@ import argparse
 import logging
 from pathlib import Path
 
-from twoscale import tracking
-from twoscale.corpus import build_corpus
-from twoscale.io import write_json, write_text
-from twoscale.params import params_hash
+from twoscale.data.corpus import build_corpus
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import write_json, write_text
+from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
 
-log = logging.getLogger("twoscale.corpus")
+log = logging.getLogger("twoscale.data.corpus")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

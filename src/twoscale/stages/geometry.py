@@ -10,14 +10,15 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale import plots, tracking
-from twoscale.io import atomic_path, read_json, read_parquet, write_parquet
-from twoscale.params import params_hash
-from twoscale.pipeline import run_subdir
+from twoscale.pipeline import tracking
+from twoscale.pipeline.dependencies import run_subdir
+from twoscale.pipeline.io import atomic_path, read_json, read_parquet, write_parquet
+from twoscale.pipeline.params import params_hash
+from twoscale.report import plots
+from twoscale.report.tables import MEASUREMENT_TABLES
 from twoscale.stages.common import add_params_argument, load
-from twoscale.tables import MEASUREMENT_TABLES
 
-log = logging.getLogger("twoscale.geometry")
+log = logging.getLogger("twoscale.analysis.geometry")
 
 FIGURES = {
     "fig1_trajectory_pca.png": (plots.fig1_trajectory, ("trajectory",)),

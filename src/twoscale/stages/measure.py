@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from twoscale import tracking
-from twoscale.io import load_token_array, read_json, write_json, write_parquet
-from twoscale.measurement import CheckpointMeasurement, boundary_offsets, measure_checkpoint
-from twoscale.params import RunParams, params_hash
+from twoscale.analysis.measurement import CheckpointMeasurement, boundary_offsets, measure_checkpoint
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import load_token_array, read_json, write_json, write_parquet
+from twoscale.pipeline.params import RunParams, params_hash
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
-from twoscale.training import configure_torch, load_model_matching, resolve_device
+from twoscale.training.device import configure_torch, resolve_device
+from twoscale.training.trainer import load_model_matching
 
 log = logging.getLogger("twoscale.measure")
 

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from twoscale.io import write_text
-from twoscale.params import params_schema
+from twoscale.pipeline.io import write_text
+from twoscale.pipeline.params import params_schema
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

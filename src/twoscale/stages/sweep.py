@@ -11,15 +11,16 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from twoscale import tracking
-from twoscale.errors import TwoscaleError
-from twoscale.io import load_token_array, read_json, write_parquet
-from twoscale.params import Params, params_hash
+from twoscale.inference.sweep import held_out_prompts, latency_ms_per_token, sweep_point, swept_key
+from twoscale.pipeline import tracking
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import load_token_array, read_json, write_parquet
+from twoscale.pipeline.params import Params, params_hash
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
-from twoscale.sweep import held_out_prompts, latency_ms_per_token, sweep_point, swept_key
-from twoscale.training import configure_torch, load_model_matching, resolve_device
+from twoscale.training.device import configure_torch, resolve_device
+from twoscale.training.trainer import load_model_matching
 
-log = logging.getLogger("twoscale.sweep")
+log = logging.getLogger("twoscale.inference.sweep")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

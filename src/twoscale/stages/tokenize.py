@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from twoscale import tracking
-from twoscale.errors import TwoscaleError
-from twoscale.io import atomic_path, read_json, write_json, write_text
-from twoscale.params import params_hash
+from twoscale.data.tokenization import encode_documents, split_documents, train_bpe, unigram_cross_entropy
+from twoscale.pipeline import tracking
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import atomic_path, read_json, write_json, write_text
+from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
-from twoscale.tokenization import encode_documents, split_documents, train_bpe, unigram_cross_entropy
 
 log = logging.getLogger("twoscale.tokenize")
 

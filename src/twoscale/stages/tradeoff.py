@@ -10,13 +10,14 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale import plots, tracking
-from twoscale.claims import best_fixed_depth, best_within, full_depth
-from twoscale.io import atomic_path, read_parquet, write_parquet
-from twoscale.params import params_hash
-from twoscale.pipeline import run_subdir
+from twoscale.pipeline import tracking
+from twoscale.pipeline.dependencies import run_subdir
+from twoscale.pipeline.io import atomic_path, read_parquet, write_parquet
+from twoscale.pipeline.params import params_hash
+from twoscale.report import plots
+from twoscale.report.claims import best_fixed_depth, best_within, full_depth
+from twoscale.report.tables import of_run, runs_in
 from twoscale.stages.common import add_params_argument, load
-from twoscale.tables import of_run, runs_in
 
 log = logging.getLogger("twoscale.tradeoff")
 

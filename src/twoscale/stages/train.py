@@ -16,24 +16,15 @@ from pathlib import Path
 import polars as pl
 from tqdm import tqdm
 
-from twoscale import tracking
-from twoscale.errors import TwoscaleError
-from twoscale.io import atomic_path, load_token_array, read_json, write_json, write_parquet
-from twoscale.model import ModelConfig
-from twoscale.params import Params, RunParams, params_hash
-from twoscale.pipeline import run_subdir
+from twoscale.models.looped_gpt import ModelConfig
+from twoscale.pipeline import tracking
+from twoscale.pipeline.dependencies import run_subdir
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import atomic_path, load_token_array, read_json, write_json, write_parquet
+from twoscale.pipeline.params import Params, RunParams, params_hash
 from twoscale.stages.common import add_run_arguments, load_run, log_params
-from twoscale.training import (
-    build_state,
-    checkpoint_name,
-    configure_torch,
-    latest_resumable,
-    publish,
-    resolve_device,
-    restore_state,
-    train,
-    training_dtype,
-)
+from twoscale.training.device import configure_torch, resolve_device, training_dtype
+from twoscale.training.trainer import build_state, checkpoint_name, latest_resumable, publish, restore_state, train
 
 log = logging.getLogger("twoscale.train")
 

@@ -1,0 +1,1 @@
+"""What the loops do: the geometry of the loop iterates, phases of depth, and one checkpoint's measurement."""

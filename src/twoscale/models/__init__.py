@@ -1,0 +1,1 @@
+"""The networks: the looped (recurrent-depth) GPT."""

@@ -1,0 +1,346 @@
+"""A GPT-2 style decoder whose middle layers loop: the recurrent-depth model of the paper (SCIENCE §1.1).
+
+Layers are pre-LayerNorm blocks with learned positions, as in nanoGPT. Some contiguous layer ranges form *looped
+groups*: applying group g once runs its layers in order once, and at inference each group may be applied any number
+of times. All other layers run once. With the default layout (6 layers, groups {1}, {2,3}, {4}) depth unrolls as
+
+    layer 0 -> (layer 1) x K0 -> (layers 2,3) x K1 -> (layer 4) x K2 -> layer 5 -> LM head
+
+`forward(..., record_trajectories=True)` also returns every group's trajectory x_g^(0..K) (x_g^(0) is the group's
+input and x_g^(k) the residual stream after k applications) and the state after every layer run of the unrolled
+depth. Without it nothing extra is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from twoscale.pipeline.params import ModelParams
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    dropout: float
+    bias: bool
+    groups: tuple[tuple[int, int], ...]  # inclusive (first, last) layer ranges, sorted, disjoint
+    norm: str = "pre"  # "pre" (GPT-2) | "sandwich" (a norm after each residual sum) | "group" (LayerNorm after each
+    # group step) | "rescale" (each group step's output rescaled per token to the norm of the group input)
+    injection: str = "none"  # "none" | "add" (state + W x^(0)) | "adapter" (Huginn: W concat(state, x^(0)))
+    scale_embedding: bool = False  # token embeddings times sqrt(n_embd), as in Huginn
+
+    @classmethod
+    def from_params(cls, model: ModelParams, vocab_size: int) -> ModelConfig:
+        fields = model.model_dump(exclude={"groups"})
+        return cls(vocab_size=vocab_size, groups=tuple((g.first, g.last) for g in model.groups), **fields)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> ModelConfig:
+        return cls(**{**raw, "groups": tuple(tuple(g) for g in raw["groups"])})
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "groups": [list(g) for g in self.groups]}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of consecutive layers that is either applied once or looped as one group."""
+
+    layers: tuple[int, ...]
+    group: int | None  # index of the looped group, None for single-pass layers
+
+
+def segments(config: ModelConfig) -> list[Segment]:
+    """Split depth into single-pass runs and looped groups, in order."""
+    out: list[Segment] = []
+    layer = 0
+    for g, (first, last) in enumerate(config.groups):
+        if layer < first:
+            out.append(Segment(tuple(range(layer, first)), None))
+        out.append(Segment(tuple(range(first, last + 1)), g))
+        layer = last + 1
+    if layer < config.n_layer:
+        out.append(Segment(tuple(range(layer, config.n_layer)), None))
+    return out
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        dropout = self.dropout if self.training else 0.0
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            # PyTorch's CPU flash-attention backward is about 3x slower in bf16 than these batched matmuls
+            y = matmul_attention(q, k, v, dropout)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+        return self.resid_dropout(self.proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+
+
+def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+    """Causal softmax attention of q, k, v (B, H, T, D) as explicit matmuls: what scaled_dot_product_attention
+    computes with is_causal=True."""
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    # the softmax in float32: CPU autocast would run it in bf16
+    weights = F.dropout(scores.masked_fill(~causal, float("-inf")).float().softmax(-1), dropout)
+    return weights.to(v.dtype) @ v
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + Attn(LN(x)), then + MLP(LN(x)).
+
+    With norm "sandwich" each residual sum is normalised too (Geiping et al.): x = LN(x + Attn(LN(x))), then
+    x = LN(x + MLP(LN(x))), which bounds the state however often the block is looped."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        sandwich = config.norm == "sandwich"
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_attn_out = nn.LayerNorm(config.n_embd, bias=config.bias) if sandwich else nn.Identity()
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+        self.ln_mlp_out = nn.LayerNorm(config.n_embd, bias=config.bias) if sandwich else nn.Identity()
+
+    def add_attention(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """The attention half's residual sum, given the attention output on ln_1(x)."""
+        return self.ln_attn_out(x + attended)
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP half of the block."""
+        return self.ln_mlp_out(x + self.mlp(self.ln_2(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.feed_forward(self.add_attention(x, self.attn(self.ln_1(x))))
+
+
+def rescale_to(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """x rescaled per token to the norm of a reference state: x ‖ref‖ / ‖x‖."""
+    return x * (reference.norm(dim=-1, keepdim=True) / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+
+
+class GroupStep(nn.Module):
+    """What one application of a looped group adds around its layers: how it reads the group input x^(0)
+    (`injection`) and how it normalises its output: norm "group" applies a LayerNorm, norm "rescale" gives every
+    token's state the norm of its group input, so the state stays on a sphere however often the group loops.
+
+      none:    the layers start from the state x^(k-1)
+      add:     from x^(k-1) + W x^(0), W initialised to zero
+      adapter: from W concat(x^(k-1), x^(0)) (Geiping et al.), W initialised to [I 0]
+    Both injections therefore start as the plain looped model."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        C = config.n_embd
+        self.injection = config.injection
+        if config.injection == "add":
+            self.inject = nn.Linear(C, C, bias=False)
+        elif config.injection == "adapter":
+            self.inject = nn.Linear(2 * C, C, bias=config.bias)
+        self.norm = config.norm
+        self.out_norm = nn.LayerNorm(C, bias=config.bias) if config.norm == "group" else nn.Identity()
+
+    def initialise(self) -> None:
+        if self.injection == "none":
+            return
+        with torch.no_grad():
+            self.inject.weight.zero_()
+            if self.injection == "adapter":
+                self.inject.weight[:, : self.inject.out_features].copy_(torch.eye(self.inject.out_features))
+
+    def enter(self, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
+        if self.injection == "add":
+            return x + self.inject(group_input)
+        if self.injection == "adapter":  # the state keeps its dtype (float32 under bf16 autocast)
+            return self.inject(torch.cat([x, group_input], dim=-1)).to(x.dtype)
+        return x
+
+    def leave(self, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
+        if self.norm == "rescale":
+            return rescale_to(x, group_input)
+        return self.out_norm(x)
+
+
+@dataclass(frozen=True)
+class DepthPosition:
+    """One position of the unrolled depth: the state after `layer` ran (None: the embedding), inside looped
+    `group` (None: a single-pass layer) on its `loop`-th application (None outside groups)."""
+
+    layer: int | None
+    group: int | None = None
+    loop: int | None = None
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # (B, T, vocab)
+    loss: torch.Tensor | None = None  # mean next-token cross-entropy, when targets are given
+    trajectories: list[torch.Tensor] = field(default_factory=list)  # per group: (K_g + 1, B, T, C)
+    depth_states: list[torch.Tensor] = field(default_factory=list)  # after the embedding and every layer run
+    depth_positions: list[DepthPosition] = field(default_factory=list)  # what each depth state is
+
+
+class LoopedGPT(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.segments = segments(config)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
+        self.group_steps = nn.ModuleList(GroupStep(config) for _ in config.groups)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):  # GPT-2's scaled init of residual projections
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        for group_step in self.group_steps:
+            group_step.initialise()
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.config.groups)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token plus position embeddings of idx (B, T), the first token at position `start`."""
+        T = idx.shape[1]
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens is longer than block_size {self.config.block_size}")
+        pos = torch.arange(start, start + T, device=idx.device)
+        tokens = self.wte(idx)
+        if self.config.scale_embedding:  # tied to the LM head, whose scale stays small
+            tokens = tokens * math.sqrt(self.config.n_embd)
+        return self.drop(tokens + self.wpe(pos))
+
+    def apply_segment(self, segment: Segment, x: torch.Tensor) -> torch.Tensor:
+        """Run the segment's layers in order once (one application of a looped group)."""
+        for layer in segment.layers:
+            x = self.blocks[layer](x)
+        return x
+
+    def apply_group(self, segment: Segment, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
+        """One application of a looped group: x^(k-1) -> x^(k)."""
+        step = self.group_steps[segment.group]
+        return step.leave(self.apply_segment(segment, step.enter(x, group_input)), group_input)
+
+    def loop_group(
+        self,
+        segment: Segment,
+        x: torch.Tensor,
+        loops: int,
+        backprop_depth: int | None = None,
+        straight_through: bool = False,
+    ) -> torch.Tensor:
+        """Apply a group `loops` times. With `backprop_depth`, only the last that-many steps keep gradients
+        (the injected group input keeps its gradient throughout). The steps before them cut the gradient to the
+        group input, unless `straight_through` passes it across them unchanged, as if they were the identity
+        (the Jacobian-free backprop of deep equilibrium models)."""
+        group_input = x
+        no_grad_steps = max(0, loops - backprop_depth) if backprop_depth is not None else 0
+        if no_grad_steps:
+            with torch.no_grad():
+                for _ in range(no_grad_steps):
+                    x = self.apply_group(segment, x, group_input)
+            x = group_input + (x - group_input).detach() if straight_through else x.detach()
+        for _ in range(loops - no_grad_steps):
+            x = self.apply_group(segment, x, group_input)
+        return x
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        loops: Sequence[int],
+        targets: torch.Tensor | None = None,
+        record_trajectories: bool = False,
+        backprop_depth: int | None = None,
+        straight_through: bool = False,
+    ) -> ModelOutput:
+        """Logits for `idx` (B, T) with group g applied `loops[g]` times (each >= 1)."""
+        if len(loops) != self.n_groups or min(loops) < 1:
+            raise ValueError(f"need one loop count >= 1 per group ({self.n_groups} groups), got {list(loops)}")
+        x = self.embed(idx)
+        out = ModelOutput(logits=x)
+        if record_trajectories:
+            x = self._run_recorded(x, loops, out)
+        else:
+            for segment in self.segments:
+                if segment.group is None:
+                    x = self.apply_segment(segment, x)
+                else:
+                    x = self.loop_group(segment, x, loops[segment.group], backprop_depth, straight_through)
+        with torch.autocast(x.device.type, enabled=False):  # logits in float32 (bf16 rounds them to ~0.05)
+            out.logits = self.lm_head(self.ln_f(x.to(self.lm_head.weight.dtype)))
+        if targets is not None:
+            out.loss = F.cross_entropy(out.logits.flatten(0, 1).float(), targets.flatten())
+        return out
+
+    def _run_recorded(self, x: torch.Tensor, loops: Sequence[int], out: ModelOutput) -> torch.Tensor:
+        """The same computation, keeping every group's trajectory and the state after every layer run."""
+        out.depth_states, out.depth_positions = [x], [DepthPosition(None)]
+        for segment in self.segments:
+            applications = 1 if segment.group is None else loops[segment.group]
+            trajectory = [x]
+            group_input = x
+            step = None if segment.group is None else self.group_steps[segment.group]
+            for k in range(1, applications + 1):
+                if step is not None:
+                    x = step.enter(x, group_input)
+                for layer in segment.layers:
+                    x = self.blocks[layer](x)
+                    if step is not None and layer == segment.layers[-1]:
+                        x = step.leave(x, group_input)  # the group step's output is its last depth state
+                    out.depth_states.append(x)
+                    out.depth_positions.append(
+                        DepthPosition(layer, segment.group, None if segment.group is None else k)
+                    )
+                trajectory.append(x)
+            if segment.group is not None:
+                out.trajectories.append(torch.stack(trajectory))
+        return x

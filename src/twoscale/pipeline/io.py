@@ -1,0 +1,86 @@
+"""File helpers shared by the stages: atomic writes, so a failed stage leaves no half-written output."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from twoscale.pipeline.errors import TwoscaleError
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise TwoscaleError(f"cannot write {path}: {exc.strerror}") from None
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        if tmp_path.exists():  # mkstemp creates 0600; give the output the usual umask-based mode
+            os.chmod(tmp_path, 0o666 & ~_umask())
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | Path, payload: Any) -> None:
+    write_text(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: not found") from None
+    except json.JSONDecodeError as exc:
+        raise TwoscaleError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def write_parquet(path: str | Path, frame: pl.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        frame.write_parquet(tmp)
+
+
+def read_parquet(path: Path, producer: str) -> pl.DataFrame:
+    """A table written by an earlier stage; missing or unreadable is one line naming the stage to run."""
+    try:
+        return pl.read_parquet(path)
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: not found (run {producer} first)") from None
+    except pl.exceptions.PolarsError as exc:
+        raise TwoscaleError(f"{path}: not a readable table ({type(exc).__name__})") from None
+
+
+def load_token_array(path: Path) -> np.ndarray:
+    """A token array written by the tokenize stage, memory-mapped."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: token array not found (run the tokenize stage first)") from None
+    except ValueError as exc:
+        raise TwoscaleError(f"{path}: not a token array ({exc})") from None

@@ -1,0 +1,356 @@
+"""Typed model of params.yaml: the single source of every parameter.
+
+`load_params` validates a file and raises `ParamsError` with one line that names the key, the value and what was
+expected. `params_schema` is the JSON schema that Snakemake's `validate` uses (generated into workflow/schemas/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from twoscale.pipeline.errors import TwoscaleError
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ParamsError(TwoscaleError):
+    """A parameter file that cannot be used."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuntimeParams(Section):
+    device: Literal["auto", "cpu", "cuda"] = Field(description="auto picks CUDA when present, else CPU")
+    threads: PositiveInt = Field(description="torch intra-op threads (set the same under Snakemake and DVC)")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        description="training arithmetic: bf16 autocast or fp32 (auto: bf16 where the device multiplies bf16 "
+        "natively, else fp32); measure and sweep always run in fp32"
+    )
+    seeds: list[int] = Field(
+        min_length=1,
+        description="one training run per recipe and seed; a seed sets every random choice of its run",
+    )
+
+    @model_validator(mode="after")
+    def _distinct_seeds(self) -> RuntimeParams:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds {self.seeds} repeat a seed")
+        return self
+
+
+class HuggingfaceSource(Section):
+    dataset: str = Field(description="dataset name on the hub, or a local path saved with save_to_disk / data files")
+    config: str | None = Field(description="dataset configuration name (null for none)")
+    split: str
+    text_field: str = Field(description="column that holds the document text")
+    max_documents: PositiveInt | None = Field(description="stop after this many documents (null: all)")
+
+
+class DataParams(Section):
+    source: Literal["shakespeare", "text", "huggingface"]
+    text_files: list[str] = Field(description="files or globs, read when source is 'text'")
+    huggingface: HuggingfaceSource
+    max_chars: PositiveInt | None = Field(description="truncate the corpus to this many characters (null: all)")
+    val_fraction: float = Field(gt=0, lt=0.5, description="tail fraction of every document held out for validation")
+
+
+class TokenizeParams(Section):
+    vocab_size: int = Field(ge=260, le=65535, description="byte-level BPE vocabulary size, special tokens included")
+
+
+class LoopGroup(Section):
+    first: NonNegativeInt = Field(description="first layer of the group (0-based)")
+    last: NonNegativeInt = Field(description="last layer of the group (inclusive)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LoopGroup:
+        if self.last < self.first:
+            raise ValueError(f"group last ({self.last}) is before first ({self.first})")
+        return self
+
+
+class ModelParams(Section):
+    n_layer: PositiveInt
+    n_head: PositiveInt
+    n_embd: PositiveInt
+    block_size: PositiveInt = Field(description="context length in tokens")
+    dropout: float = Field(ge=0, lt=1)
+    bias: bool = Field(description="biases in linear layers and layer norms")
+    groups: list[LoopGroup] = Field(min_length=1, description="looped groups as inclusive layer ranges")
+    norm: Literal["pre", "sandwich", "group", "rescale"] = Field(
+        description="pre: pre-LayerNorm blocks (GPT-2, the paper); sandwich: also normalise each residual sum "
+        "(Geiping et al.); group: a LayerNorm on the output of every application of a looped group; rescale: "
+        "that output rescaled per token to the norm of the group input (no parameters)"
+    )
+    injection: Literal["none", "add", "adapter"] = Field(
+        description="how each application of a looped group reads the group input x0: none; add: state + W x0 "
+        "(W starts at 0); adapter: W concat(state, x0) (Geiping et al.; W starts at [I 0])"
+    )
+    scale_embedding: bool = Field(
+        description="multiply token embeddings by sqrt(n_embd) (Geiping et al.; the LM head shares their weight)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelParams:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head})")
+        previous_last = -1
+        for group in self.groups:
+            if group.last >= self.n_layer:
+                raise ValueError(f"group {group.first}-{group.last} is outside layers 0-{self.n_layer - 1}")
+            if group.first <= previous_last:
+                raise ValueError(f"group {group.first}-{group.last} overlaps or precedes the group before it")
+            previous_last = group.last
+        return self
+
+
+class LoopSchedule(Section):
+    distribution: Literal["fixed", "uniform", "poisson_lognormal"] = Field(
+        description="fixed: always `max`; uniform: uniform in [1, max]; poisson_lognormal: "
+        "Poisson(exp(t))+1 with t ~ N(log(mean) - sigma^2/2, sigma), clipped to max (Geiping et al.)"
+    )
+    mean: PositiveFloat = Field(description="mean rate of the Poisson-lognormal distribution")
+    sigma: PositiveFloat = Field(description="log-normal spread of the Poisson-lognormal distribution")
+    max: PositiveInt = Field(description="most loops per group in one training step")
+    backprop_depth: PositiveInt = Field(description="gradients flow through the last this-many loop steps only")
+    straight_through: bool = Field(
+        description="pass the gradient across the earlier loop steps as if they were the identity, so the layers "
+        "before a group still learn when it loops more than backprop_depth times (false: the gradient stops there)"
+    )
+
+
+class TrainParams(Section):
+    steps: PositiveInt
+    batch_size: PositiveInt
+    learning_rate: PositiveFloat
+    min_lr_ratio: float = Field(ge=0, le=1, description="cosine schedule floor, as a fraction of learning_rate")
+    warmup_steps: NonNegativeInt
+    weight_decay: float = Field(ge=0)
+    beta1: float = Field(ge=0, lt=1)
+    beta2: float = Field(ge=0, lt=1)
+    grad_clip: PositiveFloat
+    loops: LoopSchedule
+    eval_loops: PositiveInt = Field(description="loops per group when measuring validation loss")
+    eval_every: PositiveInt = Field(description="steps between validation-loss measurements")
+    eval_batches: PositiveInt = Field(description="batches averaged per validation-loss measurement")
+    checkpoint_steps: list[PositiveInt] = Field(
+        min_length=1, description="steps after which a checkpoint is saved; strictly increasing, the last is `steps`"
+    )
+
+    @model_validator(mode="after")
+    def _checkpoints_cover_training(self) -> TrainParams:
+        steps = self.checkpoint_steps
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ValueError(f"checkpoint_steps {steps} are not strictly increasing")
+        if steps[-1] != self.steps:
+            raise ValueError(f"the last checkpoint step ({steps[-1]}) must equal steps ({self.steps})")
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
+        return self
+
+
+RECIPE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+SHARED_TRAIN_KEYS = ("steps", "checkpoint_steps")  # recipes are compared at the same checkpoints
+
+
+class Recipe(Section):
+    """Named model and training choices: keys of the shared `model` and `train` sections that this recipe
+    changes (nested keys such as train.loops merge key by key); a key it leaves out keeps the shared value."""
+
+    model: dict[str, Any] = Field(default_factory=dict, description="model keys this recipe changes")
+    train: dict[str, Any] = Field(
+        default_factory=dict,
+        description="train keys this recipe changes (not steps or checkpoint_steps: recipes share checkpoints)",
+    )
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """base with changes applied key by key; nested mappings merge, everything else is replaced."""
+    out = dict(base)
+    for key, value in changes.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """One training run of the workflow: a recipe's model and train sections, and a seed."""
+
+    recipe: str
+    seed: int
+    model: ModelParams
+    train: TrainParams
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """How MLflow and the tables name the run."""
+        return {"recipe": self.recipe, "seed": str(self.seed)}
+
+
+class MeasureParams(Section):
+    threads: PositiveInt = Field(description="torch threads per measure job (jobs run in parallel, one per checkpoint)")
+    n_sequences: PositiveInt = Field(description="held-out windows of model.block_size tokens measured per checkpoint")
+    batch_size: PositiveInt = Field(description="windows per forward pass (memory: all iterates of a batch are kept)")
+    max_loops: PositiveInt = Field(description="every group is looped this many times while measuring")
+    loss_loops: list[PositiveInt] = Field(min_length=1, description="loop counts (all groups) for loss vs loops")
+    n_phases: PositiveInt = Field(description="contiguous phases the unrolled depth is split into (max-cut)")
+    trajectory_token: NonNegativeInt = Field(description="position in the first window whose path Fig. 1 draws")
+
+
+class SweepStrategy(Section):
+    spec: dict[str, Any] = Field(
+        description="exit spec without the swept setting, e.g. {criterion: acceleration, variant: vector, hits: 2}"
+    )
+    settings: list[float] = Field(
+        min_length=1, description="swept values: thresholds (.inf: exit at once, 0: never), or the loop counts of "
+        "fixed, or the hit counts of argmax"
+    )
+
+
+class SweepParams(Section):
+    threads: PositiveInt = Field(description="torch threads per sweep job (one job per strategy, run in parallel)")
+    max_loops: PositiveInt = Field(description="most loops per group; full depth runs every group this many times")
+    n_windows: PositiveInt = Field(description="held-out windows of model.block_size tokens for cross-entropy")
+    batch_size: PositiveInt = Field(description="windows per teacher-forced forward pass")
+    n_prompts: PositiveInt = Field(description="held-out prompts generated from at batch size 1 to time tokens")
+    prompt_tokens: PositiveInt = Field(description="tokens per prompt")
+    new_tokens: PositiveInt = Field(description="tokens generated per prompt; the median over all is reported")
+    strategies: dict[str, SweepStrategy] = Field(
+        min_length=1, description="exit strategies by name; 'fixed' (the fixed-depth baseline) is required"
+    )
+
+    @model_validator(mode="after")
+    def _fixed_is_the_reference(self) -> SweepParams:
+        """The exit specs themselves are checked where exits are known (`twoscale.inference.sweep`)."""
+        if "fixed" not in self.strategies or self.strategies["fixed"].spec.get("criterion") != "fixed":
+            raise ValueError("strategies need 'fixed' with spec {criterion: fixed}: the full-depth reference")
+        if self.max_loops not in self.strategies["fixed"].settings:
+            raise ValueError(f"strategies.fixed.settings must include max_loops ({self.max_loops}): full depth")
+        return self
+
+
+class Params(Section):
+    runtime: RuntimeParams
+    data: DataParams
+    tokenize: TokenizeParams
+    model: ModelParams
+    train: TrainParams
+    recipes: dict[str, Recipe] = Field(
+        min_length=1, description="named model and training choices over the model and train sections; "
+        "every stage after tokenize runs once per recipe and seed"
+    )
+    measure: MeasureParams
+    sweep: SweepParams
+
+    @model_validator(mode="after")
+    def _recipes_build(self) -> Params:
+        for name, recipe in self.recipes.items():
+            if not RECIPE_NAME.fullmatch(name):
+                raise ValueError(f"recipes.{name}: a recipe name is lower case letters, digits and _, "
+                                 "starting with a letter")
+            shared = [key for key in SHARED_TRAIN_KEYS if key in recipe.train]
+            if shared:
+                raise ValueError(f"recipes.{name}.train.{shared[0]}: shared by every recipe, set it in train")
+            model, _ = self._resolve(name)
+            self._check_stages_fit(model, f"recipes.{name}: " if recipe.model else "")
+        return self
+
+    def _resolve(self, name: str) -> tuple[ModelParams, TrainParams]:
+        recipe = self.recipes[name]
+        sections = []
+        pairs = (("model", self.model, recipe.model), ("train", self.train, recipe.train))
+        for section, shared, changes in pairs:
+            try:
+                sections.append(type(shared).model_validate(merge(shared.model_dump(), changes)))
+            except ValidationError as exc:
+                raise ValueError(_describe_error(exc.errors()[0], f"recipes.{name}.{section}")) from None
+        model, train = sections
+        return model, train
+
+    def _check_stages_fit(self, model: ModelParams, where: str) -> None:
+        if self.measure.trajectory_token >= model.block_size:
+            raise ValueError(
+                f"{where}measure.trajectory_token ({self.measure.trajectory_token}) must be below "
+                f"model.block_size ({model.block_size})"
+            )
+        sweep = self.sweep
+        if sweep.prompt_tokens + sweep.new_tokens > model.block_size:
+            raise ValueError(
+                f"{where}sweep.prompt_tokens + sweep.new_tokens ({sweep.prompt_tokens + sweep.new_tokens}) "
+                f"exceeds model.block_size ({model.block_size})"
+            )
+
+    def runs(self) -> list[tuple[str, int]]:
+        """Every (recipe, seed) pair, recipes in file order, then seeds."""
+        return [(recipe, seed) for recipe in self.recipes for seed in self.runtime.seeds]
+
+    def run(self, recipe: str, seed: int) -> RunParams:
+        """The parameters of one run; one line naming what is wrong if the recipe or seed is not in the file."""
+        if recipe not in self.recipes:
+            raise ParamsError(f"recipe {recipe!r} is not under recipes (known: {', '.join(self.recipes)})")
+        if seed not in self.runtime.seeds:
+            raise ParamsError(f"seed {seed} is not in runtime.seeds {self.runtime.seeds}")
+        model, train = self._resolve(recipe)
+        return RunParams(recipe, seed, model, train)
+
+
+def _describe_error(error: dict[str, Any], prefix: str = "") -> str:
+    """One line for a pydantic error; `prefix` is the key of the section that was validated, if nested."""
+    parts = [str(part) for part in error["loc"]]
+    location = ".".join([prefix, *parts] if prefix else parts)
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "missing":
+        return f"{location}: missing (required key)"
+    if error["type"] == "extra_forbidden":
+        return f"{location}: unknown key"
+    if isinstance(error["input"], dict) and error["type"] == "value_error":  # a check across a section's keys
+        return f"{location}: {message}" if location else message
+    return f"{location} = {error['input']!r}: {message}" if location else message
+
+
+def parse_params(raw: Any, source: str = "params") -> Params:
+    """Validate a parsed YAML mapping; raise ParamsError naming the first bad key."""
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ParamsError(f"{source}: {_describe_error(errors[0])}{more}") from None
+
+
+def load_params(path: str | Path) -> Params:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: parameter file not found") from None
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return parse_params(raw, str(path))
+
+
+def params_schema() -> dict[str, Any]:
+    schema = Params.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "twoscale params.yaml"
+    return schema
+
+
+def params_hash(*sections: BaseModel) -> str:
+    """Short stable hash of some parameter sections (tags runs, keys resumable state)."""
+    blob = json.dumps([s.model_dump(mode="json") for s in sections], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""What a reader sees: the gathered tables, the figures and the claims table."""

@@ -1,0 +1,61 @@
+"""Checks and selections on the measurement tables shared by the figures and the claims."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from twoscale.pipeline.errors import TwoscaleError
+
+RUN_KEYS = ("recipe", "seed")  # every table after train says which training run its rows come from
+GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
+# the tables the measure stage writes per checkpoint and the geometry stage stacks across training
+MEASUREMENT_TABLES = ("geometry", "loss_vs_loops", "depth", "similarity", "trajectory")
+
+
+def require(frame: pl.DataFrame | None, name: str, columns: Sequence[str], user: str) -> pl.DataFrame:
+    """The frame, if it has rows and the columns; else a one-line error naming the user (figure or claim)."""
+    if frame is None or frame.height == 0:
+        raise TwoscaleError(f"{user}: the {name} table is empty")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise TwoscaleError(f"{user}: the {name} table lacks column(s) {', '.join(missing)}")
+    return frame
+
+
+def metric_rows(geometry: pl.DataFrame, metrics: str | Sequence[str], user: str) -> pl.DataFrame:
+    """The geometry rows of one or more metrics; each must be present."""
+    require(geometry, "geometry", GEOMETRY_COLUMNS, user)
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    rows = geometry.filter(pl.col("metric").is_in(names))
+    for name in names:
+        if rows.filter(pl.col("metric") == name).height == 0:
+            raise TwoscaleError(f"{user}: the geometry table has no {name} rows")
+    return rows
+
+
+def full_depth_rows(sweep: pl.DataFrame) -> pl.DataFrame:
+    """The sweep's full-depth rows: the fixed-depth baseline with every group looped max_loops times."""
+    full = (pl.col("strategy") == "fixed") & (pl.col("setting") == pl.col("max_loops").cast(pl.Float64))
+    return sweep.filter(full)
+
+
+def training_steps(frame: pl.DataFrame) -> list[int]:
+    return sorted(int(s) for s in frame["step"].unique())
+
+
+def runs_in(frame: pl.DataFrame) -> list[tuple[str, int]]:
+    """The (recipe, seed) pairs of a stacked table, in the order they first appear."""
+    require(frame, "stacked", RUN_KEYS, "runs_in")
+    return [(str(r), int(s)) for r, s in frame.select(RUN_KEYS).unique(maintain_order=True).iter_rows()]
+
+
+def recipes_in(frame: pl.DataFrame) -> list[str]:
+    """The recipes of a stacked table, in the order they first appear."""
+    return list(dict.fromkeys(recipe for recipe, _ in runs_in(frame)))
+
+
+def of_run(frame: pl.DataFrame, recipe: str, seed: int) -> pl.DataFrame:
+    """The rows of one training run."""
+    return frame.filter((pl.col("recipe") == recipe) & (pl.col("seed") == seed))

@@ -1,0 +1,246 @@
+"""Training of the looped GPT: loop-count sampling, learning-rate schedule, checkpoints, resume, the training loop.
+
+Every random choice (batches, loop counts) comes from one seeded `torch.Generator` whose state is saved in each
+checkpoint together with the model, optimizer, scheduler and global RNG states, so a run resumed from a checkpoint
+ends with the same weights as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import atomic_path
+from twoscale.pipeline.params import LoopSchedule, ModelParams, TrainParams
+from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch
+from twoscale.training.device import autocast
+
+CHECKPOINT_FORMAT = 1
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step}.pt"
+
+
+def sample_loop_counts(schedule: LoopSchedule, n_groups: int, generator: torch.Generator) -> list[int]:
+    """One loop count per group for one training step."""
+    if schedule.distribution == "fixed":
+        return [schedule.max] * n_groups
+    if schedule.distribution == "uniform":
+        return torch.randint(1, schedule.max + 1, (n_groups,), generator=generator).tolist()
+    # Poisson-lognormal (Geiping et al. 2025): r = Poisson(exp(t)) + 1, t ~ N(log(mean) - sigma^2 / 2, sigma)
+    t = torch.randn(n_groups, generator=generator, dtype=torch.float64) * schedule.sigma
+    rate = torch.exp(t + math.log(schedule.mean) - schedule.sigma**2 / 2)
+    counts = torch.poisson(rate, generator=generator).long() + 1
+    return counts.clamp(max=schedule.max).tolist()
+
+
+def learning_rate(step: int, train: TrainParams) -> float:
+    """Linear warmup to the peak, then cosine decay that reaches min_lr_ratio * peak at step train.steps."""
+    peak = train.learning_rate
+    if step < train.warmup_steps:
+        return peak * (step + 1) / train.warmup_steps
+    progress = (step - train.warmup_steps) / max(1, train.steps - train.warmup_steps)
+    floor = train.min_lr_ratio * peak
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+@dataclass
+class TrainState:
+    model: LoopedGPT
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    generator: torch.Generator
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+def build_state(config: ModelConfig, train: TrainParams, seed: int, device: torch.device) -> TrainState:
+    torch.manual_seed(seed)
+    model = LoopedGPT(config).to(device)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=train.learning_rate,
+        betas=(train.beta1, train.beta2),
+        fused=device.type == "cuda",
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: learning_rate(step, train) / train.learning_rate
+    )
+    generator = torch.Generator().manual_seed(seed)
+    return TrainState(model, optimizer, scheduler, generator)
+
+
+def save_checkpoint(path: Path, state: TrainState, fingerprint: str) -> None:
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "fingerprint": fingerprint,
+        "step": state.step,
+        "model_config": state.model.config.to_dict(),
+        "model": state.model.state_dict(),
+        "optimizer": state.optimizer.state_dict(),
+        "scheduler": state.scheduler.state_dict(),
+        "generator": state.generator.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "history": state.history,
+    }
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict:
+    """Load a checkpoint safely (weights_only) and check it is one of ours."""
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: checkpoint not found") from None
+    except Exception as exc:  # torch raises many types for truncated or foreign files
+        raise TwoscaleError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise TwoscaleError(f"{path}: not a twoscale checkpoint (format {CHECKPOINT_FORMAT})")
+    return payload
+
+
+def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[LoopedGPT, dict]:
+    """The model stored in a checkpoint, in eval mode, and the checkpoint's metadata."""
+    payload = read_checkpoint(path, device)
+    model = LoopedGPT(ModelConfig.from_dict(payload["model_config"])).to(device)
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as exc:
+        raise TwoscaleError(f"{path}: weights do not match its model config ({str(exc).splitlines()[0]})") from None
+    return model.eval(), {k: payload[k] for k in ("step", "fingerprint", "model_config", "history")}
+
+
+def load_model_matching(path: Path, model: ModelParams, vocab_size: int, device: torch.device
+                        ) -> tuple[LoopedGPT, dict]:
+    """`load_model`, refusing a checkpoint trained with other model parameters than `model`."""
+    loaded, meta = load_model(path, device)
+    expected = ModelConfig.from_params(model, vocab_size).to_dict()
+    found = loaded.config.to_dict()
+    if found != expected:
+        different = sorted(k for k in expected if found.get(k) != expected[k])
+        raise TwoscaleError(f"{path}: trained with other model parameters ({', '.join(different)}); rerun train")
+    return loaded, meta
+
+
+def restore_state(state: TrainState, payload: dict) -> None:
+    state.model.load_state_dict(payload["model"])
+    state.optimizer.load_state_dict(payload["optimizer"])
+    state.scheduler.load_state_dict(payload["scheduler"])
+    state.generator.set_state(payload["generator"])
+    torch.set_rng_state(payload["torch_rng"])
+    if payload["cuda_rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(payload["cuda_rng"])
+    state.step = payload["step"]
+    state.history = list(payload["history"])
+
+
+def latest_resumable(resume_dir: Path, fingerprint: str) -> dict | None:
+    """The newest checkpoint left in resume_dir by an interrupted run with the same fingerprint."""
+    candidates = sorted(resume_dir.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]), reverse=True)
+    for path in candidates:
+        try:
+            payload = read_checkpoint(path)
+        except TwoscaleError:
+            continue
+        if payload["fingerprint"] == fingerprint:
+            return payload
+    return None
+
+
+def publish(src: Path, dst: Path) -> None:
+    """Place a checkpoint at its output path: a hard link when possible (no copy), else a copy."""
+    with atomic_path(dst) as tmp:
+        tmp.unlink()
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+
+
+def train_step(state: TrainState, x: torch.Tensor, y: torch.Tensor, loops: Sequence[int], train: TrainParams,
+               device: torch.device, dtype: torch.dtype) -> tuple[float, float]:
+    """One optimizer update on the batch (x, y) with the given loop counts: the loss before it and the gradient
+    norm before clipping."""
+    with autocast(device, dtype):
+        out = state.model(x, loops, targets=y, backprop_depth=train.loops.backprop_depth,
+                          straight_through=train.loops.straight_through)
+    out.loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), train.grad_clip).item()
+    state.optimizer.step()
+    state.optimizer.zero_grad(set_to_none=True)
+    state.scheduler.step()
+    state.step += 1
+    return out.loss.item(), grad_norm
+
+
+def train(
+    state: TrainState,
+    train_ids: np.ndarray,
+    val_ids: np.ndarray,
+    train: TrainParams,
+    device: torch.device,
+    checkpoint_dir: Path,
+    resume_dir: Path,
+    fingerprint: str,
+    progress: Callable[[int, dict], None] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TrainState:
+    """Train from state.step to train.steps, saving a checkpoint at every step in train.checkpoint_steps.
+
+    Checkpoints are written to resume_dir (kept until training completes, so a killed run resumes even when the
+    orchestrator deletes its outputs) and linked into checkpoint_dir. Forward passes (training and evaluation)
+    run under autocast in `dtype`.
+    """
+    model, config = state.model, state.model.config
+    if len(train_ids) < config.block_size + 1:
+        raise TwoscaleError(
+            f"training split has {len(train_ids)} tokens, fewer than model.block_size + 1 = {config.block_size + 1}"
+        )
+    evaluation_starts(len(val_ids), config.block_size, 1)  # fails early if validation is too short
+    eval_loops = [train.eval_loops] * model.n_groups
+    model.train()
+    tokens_per_step = train.batch_size * config.block_size
+    while state.step < train.steps:
+        started = time.perf_counter()
+        x, y = random_batch(train_ids, train.batch_size, config.block_size, state.generator)
+        loops = sample_loop_counts(train.loops, model.n_groups, state.generator)
+        lr = state.optimizer.param_groups[0]["lr"]
+        loss, grad_norm = train_step(state, x.to(device), y.to(device), loops, train, device, dtype)
+        elapsed = time.perf_counter() - started
+        row = {
+            "step": state.step,
+            "train_loss": loss,
+            "val_loss": math.nan,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "mean_loops": sum(loops) / len(loops),
+            "tokens_per_s": tokens_per_step / elapsed,
+        }
+        if state.step % train.eval_every == 0 or state.step in train.checkpoint_steps:
+            with autocast(device, dtype):
+                row["val_loss"] = evaluate_loss(
+                    model, val_ids, eval_loops, train.batch_size * train.eval_batches, train.batch_size, device
+                )
+        state.history.append(row)
+        if state.step in train.checkpoint_steps:
+            resume_path = resume_dir / checkpoint_name(state.step)
+            save_checkpoint(resume_path, state, fingerprint)
+            publish(resume_path, checkpoint_dir / checkpoint_name(state.step))
+        if progress is not None:
+            progress(state.step, row)
+    return state

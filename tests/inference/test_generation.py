@@ -1,0 +1,85 @@
+"""Cached generation with per-token exits: equal to the full forward pass when exits are off, deepest-entry reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from twoscale.inference.exits import make_rule
+from twoscale.inference.generation import LayerCache, block_step, decode_rest, generate, new_cache, step_token
+from twoscale.models.looped_gpt import LoopedGPT
+
+MAX_LOOPS = 5
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model: LoopedGPT) -> LoopedGPT:
+    return tiny_model
+
+
+def fixed(*loops: int):
+    return [make_rule({"criterion": "fixed", "loops": n}, max_loops=MAX_LOOPS) for n in loops]
+
+
+@pytest.mark.parametrize("loops", [(1, 1, 1), (2, 3, 1), (5, 5, 5)])
+def test_cached_generation_equals_the_full_forward_when_exits_are_off(model, loops):
+    out = generate(model, [3, 1, 4, 1], new_tokens=8, rules=fixed(*loops), max_loops=MAX_LOOPS)
+    assert len(out.tokens) == 12 and len(out.ms_per_token) == 8
+    full = model(torch.tensor([out.tokens[:-1]]), list(loops)).logits[0]
+    torch.testing.assert_close(torch.stack(out.logits), full, rtol=0, atol=1e-10)
+    assert out.tokens[4:] == [int(row.argmax()) for row in full[3:]]  # greedy picks
+    assert all(position_loops == list(loops) for position_loops in out.loops)
+
+
+def test_cached_generation_equals_the_full_forward_with_sandwich_norm_and_injection(variant_model):
+    out = generate(variant_model, [3, 1, 4, 1], new_tokens=6, rules=fixed(2, 3, 1), max_loops=MAX_LOOPS)
+    full = variant_model(torch.tensor([out.tokens[:-1]]), [2, 3, 1]).logits[0]
+    torch.testing.assert_close(torch.stack(out.logits), full, rtol=0, atol=1e-10)
+
+
+def test_an_exited_position_is_read_at_its_deepest_step():
+    keys = torch.arange(3 * 3, dtype=torch.float64).view(3, 3, 1, 1)  # keys[step, position] = 3 * step + position
+    cache = LayerCache(keys, -keys, depth=torch.tensor([1, 3, 2]))
+    got, values = cache.visible(step=2, count=3)
+    # step 2 for positions whose deepest step is >= 2, else their deepest: steps (1, 2, 2) -> indices (0, 1, 1)
+    assert got.flatten().tolist() == [0.0, 4.0, 5.0]
+    assert torch.equal(values, -got)
+    assert cache.visible(step=3, count=2)[0].flatten().tolist() == [0.0, 7.0]
+
+
+def test_exits_give_each_token_its_own_loop_counts(model):
+    rules = [make_rule({"criterion": "step_norm", "relative": True, "threshold": 0.07}, max_loops=MAX_LOOPS)
+             for _ in range(3)]
+    out = generate(model, [3, 1, 4, 1], new_tokens=8, rules=rules, max_loops=MAX_LOOPS)
+    counts = [n for position in out.loops for n in position]
+    assert min(counts) >= 1 and max(counts) <= MAX_LOOPS and len(set(counts)) > 1
+
+
+def test_rest_decode_reads_the_cache_of_the_later_layers(model):
+    tokens, K = [5, 9, 2, 7], 3
+    caches = new_cache(model, MAX_LOOPS, len(tokens))
+    for position, token in enumerate(tokens[:-1]):  # earlier tokens ran the last group once, as the decode does
+        step_token(model, token, position, caches, fixed(K, K, 1))
+    # the newest token, run by hand through layer 0 and both first groups with the cache, then decoded
+    position = len(tokens) - 1
+    x = model.wte(torch.tensor([tokens[-1]])) + model.wpe(torch.tensor([position]))
+    for layer, steps in ((0, 1), (1, K)):
+        for k in range(1, steps + 1):
+            caches[layer].depth[position] = k
+            x = block_step(model.blocks[layer], x, caches[layer], k, position)
+    for k in range(1, K + 1):
+        for layer in (2, 3):
+            caches[layer].depth[position] = k
+            x = block_step(model.blocks[layer], x, caches[layer], k, position)
+    with torch.no_grad():
+        logits = decode_rest(model, x, 2, caches, position)  # after group 1: layer 4 once, then layer 5
+        full = model(torch.tensor([tokens]), [K, K, 1]).logits[0, -1]
+    torch.testing.assert_close(logits[0], full, rtol=0, atol=1e-10)
+
+
+def test_too_long_or_unbounded_requests_are_refused(model):
+    with pytest.raises(ValueError, match="block_size"):
+        generate(model, [1] * 10, new_tokens=10, rules=fixed(1, 1, 1), max_loops=MAX_LOOPS)
+    with pytest.raises(ValueError, match="max_loops"):
+        generate(model, [1], new_tokens=2, rules=[make_rule({"criterion": "step_norm", "threshold": 0.1})] * 3,
+                 max_loops=MAX_LOOPS)

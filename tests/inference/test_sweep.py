@@ -1,0 +1,45 @@
+"""A sweep point's extremes meet the fixed-depth baseline: exit-at-once is depth 1, never-exit is full depth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from twoscale.inference.sweep import rules_at, sweep_point
+from twoscale.training.batches import evaluate_loss
+
+MAX_LOOPS = 4
+CPU = torch.device("cpu")
+VAL = (np.arange(400) * 11 % 40).astype(np.uint16)
+PROMPTS = [[3, 1, 4], [2, 7, 1]]
+
+
+def point(model, strategy, setting):
+    return sweep_point(model, VAL, strategy, setting, MAX_LOOPS, n_windows=4, batch_size=2, prompts=PROMPTS,
+                       new_tokens=5, device=CPU)
+
+
+def test_rules_at_sets_threshold_or_loops():
+    accel = rules_at({"criterion": "acceleration", "variant": "vector", "hits": 2}, 1e-3, 3, MAX_LOOPS)
+    assert len(accel) == 3 and all(r.threshold == 1e-3 and r.hits == 2 and r.max_loops == MAX_LOOPS for r in accel)
+    assert [r.max_loops for r in rules_at({"criterion": "fixed"}, 2, 3, MAX_LOOPS)] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("loops", [1, 3])
+def test_fixed_depth_point(tiny_model, loops):
+    row = point(tiny_model, {"criterion": "fixed"}, loops)
+    assert row["cross_entropy"] == pytest.approx(evaluate_loss(tiny_model, VAL, [loops] * 3, 4, 2, CPU), rel=1e-9)
+    assert row["mean_loops_group0"] == row["mean_loops_group2"] == row["generated_mean_loops"] == loops
+    # layer applications per token: 2 single-pass + 4 looped (1 + 2 + 1) per loop, against 2 + 4 * MAX_LOOPS
+    assert row["compute_fraction"] == pytest.approx((2 + 4 * loops) / (2 + 4 * MAX_LOOPS))
+    assert row["ms_per_token"] > 0
+
+
+def test_threshold_extremes_meet_the_fixed_baseline(tiny_model):
+    strategy = {"criterion": "step_norm", "relative": True}
+    at_once, never = point(tiny_model, strategy, 1e9), point(tiny_model, strategy, 0.0)
+    depth_one, full = point(tiny_model, {"criterion": "fixed"}, 1), point(tiny_model, {"criterion": "fixed"}, MAX_LOOPS)
+    assert at_once["cross_entropy"] == pytest.approx(depth_one["cross_entropy"], rel=1e-9)
+    assert never["cross_entropy"] == pytest.approx(full["cross_entropy"], rel=1e-9)
+    assert at_once["generated_mean_loops"] == 1 and never["generated_mean_loops"] == MAX_LOOPS

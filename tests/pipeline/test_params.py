@@ -1,0 +1,252 @@
+"""params.yaml validation: every bad value fails at once with one line naming the key; the schema stays in sync."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from twoscale.inference.sweep import check_strategies
+from twoscale.pipeline.params import ParamsError, load_params, params_schema, parse_params
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = ROOT / "workflow/schemas/params.schema.json"
+
+
+def default_raw() -> dict:
+    return yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def with_change(path: str, value) -> dict:
+    raw = default_raw()
+    *parents, last = path.split(".")
+    node = raw
+    for part in parents:
+        node = node[part]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return raw
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml",
+                                  "configs/study.yaml"])
+def test_shipped_parameter_sets_are_valid(name):
+    params = load_params(ROOT / name)
+    assert params.train.checkpoint_steps[-1] == params.train.steps
+    jsonschema.validate(yaml.safe_load((ROOT / name).read_text()), json.loads(SCHEMA_FILE.read_text()))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("train.learning_rate", "fast", "train.learning_rate = 'fast': Input should be a valid number"),
+        ("train.learning_rate", -1.0, "train.learning_rate = -1.0: Input should be greater than 0"),
+        ("train.steps", 2.5, "train.steps = 2.5: Input should be a valid integer"),
+        ("model.n_layer", DELETE, "model.n_layer: missing (required key)"),
+        ("model.widht", 3, "model.widht: unknown key"),
+        ("data.source", "web", "data.source = 'web': Input should be 'shakespeare', 'text' or 'huggingface'"),
+        ("runtime.device", "tpu", "runtime.device = 'tpu'"),
+        ("data.val_fraction", 0.7, "data.val_fraction = 0.7: Input should be less than 0.5"),
+        ("tokenize.vocab_size", 100, "tokenize.vocab_size = 100: Input should be greater than or equal to 260"),
+        ("train.loops.distribution", "zipf", "train.loops.distribution = 'zipf'"),
+        ("runtime.precision", "fp16", "runtime.precision = 'fp16': Input should be 'auto', 'fp32' or 'bf16'"),
+    ],
+)
+def test_bad_value_names_key_value_and_expectation(path, value, expected):
+    with pytest.raises(ParamsError) as info:
+        parse_params(with_change(path, value), "params.yaml")
+    message = str(info.value)
+    assert message.startswith(f"params.yaml: {expected}")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        ([{"first": 1, "last": 2}, {"first": 2, "last": 3}], "overlaps or precedes"),
+        ([{"first": 3, "last": 3}, {"first": 1, "last": 1}], "overlaps or precedes"),
+        ([{"first": 4, "last": 6}], "outside layers 0-5"),
+        ([{"first": 3, "last": 2}], "last (2) is before first (3)"),
+        ([], "List should have at least 1 item"),
+    ],
+)
+def test_impossible_group_layouts(groups, expected):
+    with pytest.raises(ParamsError, match="model") as info:
+        parse_params(with_change("model.groups", groups))
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"train.checkpoint_steps": [100, 50, 1200]}, "not strictly increasing"),
+        ({"train.checkpoint_steps": [100, 300]}, "last checkpoint step (300) must equal steps (600)"),
+        ({"train.warmup_steps": 5000}, "warmup_steps (5000) must be below steps"),
+        ({"model.n_head": 5}, "n_embd (128) is not divisible by n_head (5)"),
+    ],
+)
+def test_cross_field_rules(changes, expected):
+    raw = default_raw()
+    for path, value in changes.items():
+        section, key = path.split(".")
+        raw[section][key] = value
+    with pytest.raises(ParamsError) as info:
+        parse_params(raw)
+    assert expected in str(info.value)
+    assert str(info.value).startswith(f"params: {path.split('.')[0]}")
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(ParamsError, match="parameter file not found"):
+        load_params(tmp_path / "absent.yaml")
+    (tmp_path / "bad.yaml").write_text("train: [unclosed\n")
+    with pytest.raises(ParamsError, match="not valid YAML"):
+        load_params(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ParamsError, match="expected a mapping"):
+        load_params(tmp_path / "list.yaml")
+
+
+def test_committed_schema_is_generated_from_the_model():
+    assert json.loads(SCHEMA_FILE.read_text()) == params_schema()
+
+
+def test_schema_rejects_what_the_model_rejects_per_field():
+    schema = json.loads(SCHEMA_FILE.read_text())
+    for path, value in [("train.learning_rate", -1.0), ("model.widht", 3), ("data.source", "web")]:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(with_change(path, value), schema)
+
+
+def test_stage_with_bad_params_exits_nonzero_with_one_line(tmp_path):
+    raw = copy.deepcopy(default_raw())
+    raw["train"]["learning_rate"] = -1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "twoscale", "corpus", "--params", str(bad), "--out-dir", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"twoscale corpus: error: {bad}: train.learning_rate = -1: Input should be greater than 0"
+    ]
+    assert not out.exists()
+
+
+def test_snakemake_refuses_bad_params_before_any_job(tmp_path):
+    raw = default_raw()
+    raw["model"]["groups"] = [{"first": 1, "last": 2}, {"first": 2, "last": 3}]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("snakemake")), "--dry-run", "--cores", "1", "--configfile", str(bad)],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "bad.yaml: model" in output and "group 2-3 overlaps or precedes the group before it" in output
+
+
+@pytest.mark.parametrize(
+    "strategies, fragment",
+    [
+        ({"acceleration": {"spec": {"criterion": "acceleration"}, "settings": [0.1]}}, "need 'fixed'"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1, 2]}}, "must include max_loops (4)"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1.5, 4]}}, "loops must be whole numbers"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4, 9]}}, "fixed loops 9 > max_loops 4"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},
+          "mystery": {"spec": {"criterion": "telepathy"}, "settings": [1]}}, "strategies.mystery: unknown exit"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},
+          "kl": {"spec": {"criterion": "kl", "decode": "tea leaves"}, "settings": [1]}}, "strategies.kl:"),
+    ],
+)
+def test_bad_sweep_strategies_name_the_problem(strategies, fragment):
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw["sweep"]["strategies"] = strategies
+    with pytest.raises(ParamsError, match="sweep") as error:
+        check_strategies(parse_params(raw).sweep)
+    assert fragment in str(error.value) and "\n" not in str(error.value)
+
+
+# --- recipes and seeds --------------------------------------------------------------------------------------
+
+
+def with_recipes(**recipes) -> dict:
+    raw = default_raw()
+    raw["recipes"] = recipes
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("recipes", "expected"),
+    [
+        ({"huginn": {"model": {"norm": "layer"}}},
+         "recipes.huginn.model.norm = 'layer': Input should be 'pre', 'sandwich', 'group' or 'rescale'"),
+        ({"huginn": {"model": {"widht": 3}}}, "recipes.huginn.model.widht: unknown key"),
+        ({"huginn": {"train": {"loops": {"mean": -1}}}},
+         "recipes.huginn.train.loops.mean = -1: Input should be greater than 0"),
+        ({"huginn": {"model": {"n_head": 5}}}, "recipes.huginn.model: n_embd (128) is not divisible by n_head (5)"),
+        ({"huginn": {"train": {"steps": 600}}}, "recipes.huginn.train.steps: shared by every recipe"),
+        ({"huginn": {"train": {"checkpoint_steps": [600]}}}, "recipes.huginn.train.checkpoint_steps: shared"),
+        ({"huginn": {"measure": {"max_loops": 3}}}, "recipes.huginn.measure: unknown key"),
+        ({"Huginn-2": {}}, "recipes.Huginn-2: a recipe name is lower case letters"),
+        ({"small": {"model": {"block_size": 32}}},
+         "recipes.small: measure.trajectory_token (64) must be below model.block_size (32)"),
+        ({}, "recipes = {}: Dictionary should have at least 1 item"),
+    ],
+)
+def test_bad_recipes_name_the_key(recipes, expected):
+    with pytest.raises(ParamsError) as info:
+        parse_params(with_recipes(**recipes), "params.yaml")
+    assert str(info.value).startswith(f"params.yaml: {expected}")
+    assert "\n" not in str(info.value)
+
+
+def test_a_recipe_changes_only_its_keys_and_nested_keys_merge():
+    params = parse_params(with_recipes(paper={}, short={"model": {"norm": "sandwich"},
+                                                         "train": {"loops": {"mean": 4.0}}}))
+    shared, short = params.run("paper", 1337), params.run("short", 1337)
+    assert shared.model == params.model and shared.train == params.train
+    assert short.model.norm == "sandwich" and short.model.n_embd == params.model.n_embd
+    assert short.train.loops.mean == 4.0
+    assert short.train.loops.model_dump(exclude={"mean"}) == params.train.loops.model_dump(exclude={"mean"})
+    assert (short.recipe, short.seed, short.tags) == ("short", 1337, {"recipe": "short", "seed": "1337"})
+
+
+def test_runs_are_every_recipe_and_seed_in_file_order():
+    raw = with_recipes(b={}, a={})
+    raw["runtime"]["seeds"] = [3, 1]
+    assert parse_params(raw).runs() == [("b", 3), ("b", 1), ("a", 3), ("a", 1)]
+
+
+@pytest.mark.parametrize(("seeds", "expected"), [
+    ([], "runtime.seeds = []: List should have at least 1 item"),
+    ([1, 2, 1], "runtime: seeds [1, 2, 1] repeat a seed"),
+])
+def test_bad_seed_lists(seeds, expected):
+    with pytest.raises(ParamsError, match=re.escape(expected)):
+        parse_params(with_change("runtime.seeds", seeds))
+
+
+def test_a_run_outside_the_file_is_one_line():
+    params = load_params(ROOT / "params.yaml")
+    with pytest.raises(ParamsError, match=r"recipe 'loopy' is not under recipes \(known: paper, huginn\)"):
+        params.run("loopy", 1337)
+    with pytest.raises(ParamsError, match=r"seed 5 is not in runtime.seeds \[1337\]"):
+        params.run("paper", 5)

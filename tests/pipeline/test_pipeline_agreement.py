@@ -1,0 +1,113 @@
+"""Snakemake and DVC describe the same pipeline: same stages, commands, inputs, outputs and parameter keys."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dvc.repo import Repo
+
+from twoscale.pipeline import dependencies
+from twoscale.pipeline.params import SweepParams, load_params
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+@pytest.fixture(scope="module")
+def snakemake_jobs() -> dict[str, dict]:
+    """Every job of a forced dry run, keyed by its shell command: rule, inputs and outputs as Snakemake plans them."""
+    result = subprocess.run(
+        [SNAKEMAKE, "--forceall", "--dry-run", "--printshellcmds", "--cores", "1"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    jobs: dict[str, dict] = {}
+    for block in re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]:
+        rule = block.split(":", 1)[0]
+        fields = dict(re.findall(r"^    (input|output): (.*)$", block, re.M))
+        cmd = re.search(r"^Shell command: (.*)$", block, re.M).group(1)
+        if rule != "all":
+            jobs[cmd] = {
+                "rule": rule,
+                "inputs": set(fields.get("input", "").split(", ")) - {""},
+                "outputs": set(fields["output"].split(", ")),
+            }
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def dvc_stages() -> dict[str, dict]:
+    """Every DVC stage (matrix expanded), keyed by its command."""
+    stages = {}
+    with Repo(str(ROOT)) as repo:
+        for stage in repo.index.stages:
+            file_deps = [d for d in stage.deps if not hasattr(d, "params")]
+            param_deps = [d for d in stage.deps if hasattr(d, "params")]
+            stages[stage.cmd] = {
+                "name": stage.name.split("@")[0],
+                "inputs": {d.def_path for d in file_deps},
+                "outputs": {o.def_path for o in stage.outs},
+                "params": [key for d in param_deps for key in d.params],
+            }
+    return stages
+
+
+def covered(path: str, outs: set[str]) -> bool:
+    return any(path == out or path.startswith(out.rstrip("/") + "/") for out in outs)
+
+
+def test_same_commands_and_stages(snakemake_jobs, dvc_stages):
+    assert set(snakemake_jobs) == set(dvc_stages)
+    for cmd, stage in dvc_stages.items():
+        assert snakemake_jobs[cmd]["rule"] == stage["name"], cmd
+    assert {stage["name"] for stage in dvc_stages.values()} == set(dependencies.STAGES)
+
+
+def same_files(snakemake_paths: set[str], dvc_paths: set[str]) -> bool:
+    """Equal, where a DVC directory stands for the Snakemake files inside it."""
+    return all(covered(path, dvc_paths) for path in snakemake_paths) and all(
+        any(covered(path, {dvc_path}) for path in snakemake_paths) for dvc_path in dvc_paths
+    )
+
+
+def test_same_inputs(snakemake_jobs, dvc_stages):
+    for cmd, stage in dvc_stages.items():
+        assert same_files(snakemake_jobs[cmd]["inputs"], stage["inputs"]), stage["name"]
+        assert set(dependencies.sources(stage["name"])) <= stage["inputs"], stage["name"]
+
+
+def test_same_outputs(snakemake_jobs, dvc_stages):
+    for cmd, stage in dvc_stages.items():
+        assert same_files(snakemake_jobs[cmd]["outputs"], stage["outputs"]), stage["name"]
+
+
+def test_every_run_of_every_per_run_stage(dvc_stages):
+    params = load_params(ROOT / "params.yaml")
+    runs = {(recipe, str(seed)) for recipe, seed in params.runs()}
+    per_stage = {"train": 1, "measure": len(params.train.checkpoint_steps), "sweep": len(params.sweep.strategies)}
+    for name, jobs_per_run in per_stage.items():
+        commands = [cmd for cmd, stage in dvc_stages.items() if stage["name"] == name]
+        found = [tuple(re.search(r"--recipe (\S+) --seed (\S+)", cmd).groups()) for cmd in commands]
+        assert set(found) == runs and len(found) == len(runs) * jobs_per_run, name
+
+
+def test_same_parameter_keys(dvc_stages):
+    rules = "\n".join(p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk"))
+    for cmd, stage in dvc_stages.items():
+        name = stage["name"]
+        recipe, strategy = (re.search(rf"--{flag} (\S+)", cmd) for flag in ("recipe", "strategy"))
+        expected = [key.format(recipe=recipe and recipe.group(1), strategy=strategy and strategy.group(1))
+                    for key in dependencies.STAGES[name]["params"]]
+        assert stage["params"] == expected, name
+        rule = re.search(rf"^rule {name}:\n(.*?)(?=^rule |\Z)", rules, re.S | re.M).group(1)
+        assert f'param_values("{name}")' in rule, f"rule {name} does not pass its parameter keys"
+
+
+def test_a_sweep_job_depends_on_every_sweep_setting_and_its_own_strategy():
+    keys = dependencies.STAGES["sweep"]["params"]
+    settings = {key for key in keys if key.startswith("sweep.") and "{" not in key}
+    assert settings == {f"sweep.{name}" for name in SweepParams.model_fields} - {"sweep.strategies"}
+    assert "sweep.strategies.{strategy}" in keys

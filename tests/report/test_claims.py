@@ -1,0 +1,525 @@
+"""Claims C1-C5 on hand-built geometry tables whose verdict is known by construction, with the numbers in
+`detail` checked against hand computation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import polars as pl
+import pytest
+
+from twoscale.report import claims
+from twoscale.report.claims import (
+    c1_step_sizes_shrink,
+    c2_steps_shrink_over_training,
+    c3_step_cosine,
+    c4_drift_to_loop,
+    c5_spirals_and_jumps,
+    claims_table,
+)
+from twoscale.pipeline.errors import TwoscaleError
+
+K = 30
+
+
+def inverse(K: int = K) -> list[float]:
+    return [1.0 / k for k in range(1, K + 1)]
+
+
+def constant(K: int = K) -> list[float]:
+    return [1.0] * K
+
+
+def rows_for(step: int, group: int, metric: str, values: list[float], first_k: int | None) -> list[dict]:
+    ks = [None] * len(values) if first_k is None else list(range(first_k, first_k + len(values)))
+    return [
+        {"step": step, "metric": metric, "group": group, "k": k, "n": 100, "mean": v, "median": v,
+         "q10": 0.8 * v, "q90": 1.2 * v}
+        for k, v in zip(ks, values, strict=True)
+    ]
+
+
+def checkpoint(step: int, sizes: dict[int, list[float]], cosine: dict[int, list[float]] | float = 0.6,
+               relative: dict[int, float] | float = 0.1, dlr: dict[int, float] | float = 50.0) -> list[dict]:
+    """One checkpoint's geometry rows: per group step sizes for k = 1..K, cosines for k = 2..K (a list, or one
+    value for every k), a constant relative step size, and the DLR at hand-offs g -> g+1 for all but the last
+    group."""
+    groups = sorted(sizes)
+    out = []
+    for g in groups:
+        n = len(sizes[g])
+        cos = cosine[g] if isinstance(cosine, dict) else [cosine] * (n - 1)
+        rel = relative[g] if isinstance(relative, dict) else relative
+        out += rows_for(step, g, "step_size", sizes[g], 1)
+        out += rows_for(step, g, "relative_step_size", [rel] * n, 1)
+        out += rows_for(step, g, "step_cosine", cos, 2)
+        out += rows_for(step, g, "turning_angle", [math.degrees(math.acos(c)) for c in cos], 2)
+        if g != groups[-1]:
+            out += rows_for(step, g, "drift_to_loop_ratio", [dlr[g] if isinstance(dlr, dict) else dlr], None)
+    return out
+
+
+def frame(*checkpoints: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame([r for c in checkpoints for r in c], schema={
+        "step": pl.Int32, "metric": pl.String, "group": pl.Int64, "k": pl.Int64, "n": pl.Int64,
+        "mean": pl.Float64, "median": pl.Float64, "q10": pl.Float64, "q90": pl.Float64})
+
+
+def by_group(items: list[dict]) -> dict[int, dict]:
+    return {d["group"]: d for d in items}
+
+
+# --- C1 -----------------------------------------------------------------------------------------------------
+
+
+def test_c1_inverse_step_sizes_reproduce_with_hand_numbers():
+    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(), 1: inverse()})))
+    assert row["claim"] == "C1" and row["reproduced"] is True and row["verdict"] == "reproduced"
+    g = by_group(row["detail"]["groups"])[0]
+    assert g["K"] == K and g["s1"] == 1.0
+    assert g["s10"] == pytest.approx(0.1) and g["sK"] == pytest.approx(1 / 30)
+    assert g["ratio_10_to_1"] == pytest.approx(0.1)
+    assert g["drop_before_10"] == pytest.approx(0.9)
+    assert g["drop_after_10"] == pytest.approx(0.1 - 1 / 30)
+
+
+def test_c1_constant_step_sizes_do_not_reproduce():
+    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: constant(), 1: constant()})))
+    assert row["reproduced"] is False and row["verdict"] == "not reproduced"
+    assert by_group(row["detail"]["groups"])[1]["ratio_10_to_1"] == 1.0
+
+
+def test_c1_needs_the_fall_to_be_over_by_k10():
+    # halved at k = 10 exactly, but then falls just as much again by k = 30: not "within 5-10 steps"
+    late = [1 - 0.5 * (k - 1) / 9 if k <= 10 else 0.5 - 0.5 * (k - 10) / 20 for k in range(1, K + 1)]
+    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: late})))
+    g = by_group(row["detail"]["groups"])[0]
+    assert g["halved_by_10"] is True and g["flat_after_10"] is False
+    assert row["reproduced"] is False
+
+
+def test_c1_mixed_inconclusive_and_last_checkpoint_only():
+    mixed = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(), 1: constant()})))
+    assert mixed["reproduced"] is None and mixed["verdict"] == "mixed"
+    short = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(5)})))
+    assert short["reproduced"] is None and short["verdict"] == "inconclusive"
+    # an early checkpoint with constant steps does not count: C1 reads the last one
+    history = c1_step_sizes_shrink(frame(checkpoint(10, {0: constant()}), checkpoint(1000, {0: inverse()})))
+    assert history["reproduced"] is True and history["detail"]["step"] == 1000
+
+
+# --- C2 -----------------------------------------------------------------------------------------------------
+
+
+def test_c2_faster_decay_and_smaller_steps_later_reproduce():
+    early = checkpoint(100, {0: [k ** -0.5 for k in range(1, K + 1)]}, relative=0.2)
+    late = checkpoint(2000, {0: inverse()}, relative=0.1)
+    row = c2_steps_shrink_over_training(frame(late, early))  # row order must not matter
+    assert row["reproduced"] is True
+    g = by_group(row["detail"]["groups"])[0]
+    assert (g["first_step"], g["last_step"], g["k_ref"]) == (100, 2000, 10)
+    assert g["decay_ratio_first"] == pytest.approx(10 ** -0.5)
+    assert g["decay_ratio_last"] == pytest.approx(0.1)
+    assert g["mean_relative_first"] == pytest.approx(0.2) and g["mean_relative_last"] == pytest.approx(0.1)
+
+
+def test_c2_reversed_mixed_and_single_checkpoint():
+    early = checkpoint(100, {0: inverse(), 1: inverse()}, relative=0.1)
+    # group 0 slows its decay and grows its steps; group 1 decays faster (1/k^2) with smaller steps
+    faster = [k ** -2.0 for k in range(1, K + 1)]
+    late = checkpoint(2000, {0: constant(), 1: faster}, relative={0: 0.2, 1: 0.05})
+    row = c2_steps_shrink_over_training(frame(early, late))
+    assert row["reproduced"] is None and row["verdict"] == "mixed"
+    assert [d["passes"] for d in row["detail"]["groups"]] == [False, True]
+    reversed_ = c2_steps_shrink_over_training(frame(checkpoint(100, {0: inverse()}, relative=0.1),
+                                                    checkpoint(2000, {0: constant()}, relative=0.3)))
+    assert reversed_["reproduced"] is False
+    single = c2_steps_shrink_over_training(frame(checkpoint(100, {0: inverse()})))
+    assert single["reproduced"] is None and single["verdict"] == "inconclusive"
+
+
+# --- C3 -----------------------------------------------------------------------------------------------------
+
+
+def late_half(value: float, early: float = 0.2) -> list[float]:
+    """Cosines for k = 2..K: `early` for k <= K/2, `value` for k > K/2 (the half C3 averages)."""
+    return [early if k <= K / 2 else value for k in range(2, K + 1)]
+
+
+def test_c3_cosine_in_band_reproduces_and_trend_toward_orthogonal():
+    first = checkpoint(100, {0: inverse(), 1: inverse()}, cosine={0: late_half(0.9), 1: late_half(0.9)})
+    last = checkpoint(900, {0: inverse(), 1: inverse()}, cosine={0: late_half(0.6), 1: late_half(0.6)})
+    row = c3_step_cosine(frame(first, last))
+    assert row["reproduced"] is True
+    assert by_group(row["detail"]["groups"])[0]["late_cosine"] == pytest.approx(0.6)  # early values ignored
+    assert row["detail"]["late_cosine_first"] == pytest.approx(0.9)
+    assert row["detail"]["trend"].startswith("toward 0")
+    assert "settles around" in row["detail"]["supports"]
+
+
+def test_c3_aligned_steps_do_not_reproduce_and_say_neither():
+    first = checkpoint(100, {0: inverse()}, cosine={0: late_half(0.6)})
+    last = checkpoint(900, {0: inverse()}, cosine={0: late_half(0.99)})
+    row = c3_step_cosine(frame(first, last))
+    assert row["reproduced"] is False
+    assert row["detail"]["trend"].startswith("toward 1")
+    assert row["detail"]["supports"].startswith("neither") and "aligned" in row["measured"]
+
+
+def test_c3_orthogonal_steps_support_the_other_statement():
+    row = c3_step_cosine(frame(checkpoint(900, {0: inverse()}, cosine={0: late_half(0.05)})))
+    assert row["reproduced"] is False
+    assert row["detail"]["supports"] == "'increasingly orthogonal'"
+    assert "one checkpoint" in row["measured"]
+
+
+# --- C4 -----------------------------------------------------------------------------------------------------
+
+
+def test_c4_dlr_50_reproduces_3_does_not_and_both_is_mixed():
+    sizes = {0: inverse(), 1: inverse(), 2: inverse()}
+    high = c4_drift_to_loop(frame(checkpoint(100, sizes, dlr=3.0), checkpoint(900, sizes, dlr=50.0)))
+    assert high["reproduced"] is True
+    assert [h["median"] for h in high["detail"]["handoffs"]] == [50.0, 50.0]
+    assert [h["handoff"] for h in high["detail"]["handoffs"]] == ["0->1", "1->2"]
+    assert len(high["detail"]["per_checkpoint"]) == 4  # every checkpoint reported
+    assert high["detail"]["handoffs"][0]["q10"] == pytest.approx(40.0)
+    low = c4_drift_to_loop(frame(checkpoint(900, sizes, dlr=3.0)))
+    assert low["reproduced"] is False and low["detail"]["all_above_one"] is True
+    mixed = c4_drift_to_loop(frame(checkpoint(900, sizes, dlr={0: 50.0, 1: 3.0})))
+    assert mixed["reproduced"] is None and mixed["verdict"] == "mixed"
+    assert claims.C4_MIN_DLR == 10.0 and "≥ 10" in high["test"]
+
+
+# --- C5 -----------------------------------------------------------------------------------------------------
+
+
+def depth_frame(step: int, phase: list[int], layout: list[int]) -> pl.DataFrame:
+    n = len(phase)
+    return pl.DataFrame({"step": [step] * n, "position": list(range(n)), "layer": [None] + list(range(n - 1)),
+                         "group": [None] * n, "loop": [None] * n, "phase": phase, "layout_phase": layout})
+
+
+def test_c5_shrinking_turning_steps_and_big_jumps_reproduce():
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.5, dlr=50.0))
+    row = c5_spirals_and_jumps(geometry, depth_frame(900, [0, 0, 1, 1], [0, 0, 1, 1]))
+    assert row["reproduced"] is True
+    harmonic = sum(inverse())
+    jump = 50.0 * harmonic / K  # median DLR x mean step size
+    assert row["detail"]["jumps"][0]["jump_estimate"] == pytest.approx(jump)
+    for g in row["detail"]["groups"]:  # group 1 has no jump out: it is judged against the jump into it
+        assert g["mean_turning_deg"] == pytest.approx(60.0)
+        assert g["path_after_first"] == pytest.approx(harmonic - 1)
+        assert g["path_to_jump"] == pytest.approx((harmonic - 1) / jump)
+        assert g["bends"] and g["tight"]
+    assert row["detail"]["phases_match_layout"] is True
+
+
+def test_c5_straight_long_paths_and_small_jumps_do_not_reproduce():
+    geometry = frame(checkpoint(900, {0: constant(), 1: constant()}, cosine=0.99, dlr=3.0))
+    row = c5_spirals_and_jumps(geometry, depth_frame(900, [0, 1, 1, 1], [0, 0, 1, 1]))
+    assert row["reproduced"] is False
+    g = by_group(row["detail"]["groups"])[0]
+    assert g["path_to_jump"] == pytest.approx(29 / 3)
+    assert g["mean_turning_deg"] == pytest.approx(math.degrees(math.acos(0.99)))
+    assert row["detail"]["phases_match_layout"] is False and row["detail"]["positions_off_layout"] == 1
+    assert "do not match" in row["measured"]
+
+
+# --- the table ----------------------------------------------------------------------------------------------
+
+
+def test_claims_table_rows_are_strict_json_with_hand_checked_headlines():
+    geometry = frame(checkpoint(100, {0: inverse(), 1: inverse()}, cosine=0.9, dlr=5.0),
+                     checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
+    rows = claims_table({"geometry": geometry, "depth": depth_frame(900, [0, 1], [0, 1])})
+    assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5"]
+    for r in rows:
+        assert set(r) >= {"claim", "statement", "test", "measured", "reproduced", "verdict", "headline", "detail"}
+        assert r["reproduced"] in (True, False, None)
+    json.dumps(rows, allow_nan=False)  # rows themselves are JSON-able
+    headline = {r["claim"]: r["headline"] for r in rows}
+    assert headline["C1"] == {"s(10)/s(1) g0": pytest.approx(0.1), "s(10)/s(1) g1": pytest.approx(0.1)}
+    assert headline["C3"] == {"late cosine g0": pytest.approx(0.6), "late cosine g1": pytest.approx(0.6)}
+    assert headline["C4"] == {"median DLR 0->1": 50.0}
+
+
+def test_nan_becomes_null_in_json():
+    geometry = frame(checkpoint(900, {0: [0.0] + inverse()[1:]}))  # s(1) = 0: the ratio is undefined
+    row = c1_step_sizes_shrink(geometry)
+    assert row["detail"]["groups"][0]["ratio_10_to_1"] is None
+    json.dumps(row, allow_nan=False)
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(TwoscaleError, match="geometry table is empty"):
+        c1_step_sizes_shrink(pl.DataFrame())
+    no_dlr = frame(checkpoint(900, {0: inverse()}))
+    with pytest.raises(TwoscaleError, match="no drift_to_loop_ratio rows"):
+        c4_drift_to_loop(no_dlr)
+    with pytest.raises(TwoscaleError, match="no geometry table"):
+        claims_table({})
+
+
+# --- C6 -----------------------------------------------------------------------------------------------------
+
+FULL_PPL, FULL_MS, MAX_LOOPS = 10.0, 300.0, 30
+INF = math.inf
+SWEPT = {"fixed": "loops", "argmax": "hits"}
+CRITERION = {"kl_head": "kl", "kl_rest": "kl", "step_norm_relative": "step_norm"}
+
+
+def paper_like() -> dict[str, list[tuple[float, float, float]]]:
+    """(setting, perplexity, ms/token) per strategy, built so that every C6 sub-test passes:
+    full depth 10.0 ppl / 300 ms; the 1% band is ppl <= 10.1."""
+    return {
+        "fixed": [(10.0, 12.0, 100.0), (30.0, FULL_PPL, FULL_MS)],
+        "acceleration": [  # flat over [1e-5, 1e-2]: 10.08 / 10.00 - 1 = 0.8%; best 1e-2 at 190 ms: cut 36.7%
+            (0.0, 10.0, 300.0), (1e-5, 10.0, 290.0), (1e-4, 10.02, 260.0), (1e-3, 10.05, 200.0),
+            (1e-2, 10.08, 190.0), (1.0, 11.0, 150.0), (INF, 20.0, 100.0)],  # 1.0 is faster but +10%: ignored
+        "step_norm": [  # within 1% up to 1e-3, +5% at 1e-2
+            (0.0, 10.0, 300.0), (1e-4, 10.01, 280.0), (1e-3, 10.05, 250.0), (1e-2, 10.5, 200.0),
+            (INF, 25.0, 100.0)],
+        "kl_head": [(5e-4, 10.03, 240.0), (1e-2, 10.9, 150.0)],  # best 240 ms > 190
+        "kl_rest": [(5e-4, 10.02, 400.0)],                      # best 400 ms > 190
+        "argmax": [(2.0, 10.2, 120.0)],                         # nothing within 1%
+    }
+
+
+def sweep_frame(points: dict[str, list[tuple[float, float, float]]]) -> pl.DataFrame:
+    rows = [
+        {"strategy": name, "criterion": CRITERION.get(name, name), "swept": SWEPT.get(name, "threshold"),
+         "setting": setting, "cross_entropy": math.log(ppl), "perplexity": ppl, "compute_fraction": 1.0,
+         "mean_loops": 1.0, "ms_per_token": ms, "generated_mean_loops": 1.0, "max_loops": MAX_LOOPS}
+        for name, pts in points.items() for setting, ppl, ms in pts
+    ]
+    return pl.DataFrame(rows, schema={
+        "strategy": pl.String, "criterion": pl.String, "swept": pl.String, "setting": pl.Float64,
+        "cross_entropy": pl.Float64, "perplexity": pl.Float64, "compute_fraction": pl.Float64,
+        "mean_loops": pl.Float64, "ms_per_token": pl.Float64, "generated_mean_loops": pl.Float64,
+        "max_loops": pl.Int64})
+
+
+def c6_with(**changes: list[tuple[float, float, float]] | None) -> dict:
+    points = paper_like()
+    for name, pts in changes.items():
+        if pts is None:
+            points.pop(name)
+        else:
+            points[name] = pts
+    return claims.c6_acceleration_exit(sweep_frame(points))
+
+
+def passes(row: dict) -> dict[str, bool | None]:
+    return {name: t["passes"] for name, t in row["detail"]["tests"].items()}
+
+
+def test_best_within_picks_the_fastest_row_inside_the_band():
+    sweep = sweep_frame(paper_like())
+    best = claims.best_within(sweep, "acceleration")
+    assert best["setting"] == 1e-2 and best["ms_per_token"] == 190.0 and best["perplexity"] == 10.08
+    assert best["latency_cut"] == pytest.approx(1 - 190 / 300)
+    assert best["perplexity_increase"] == pytest.approx(0.008)
+    # a wider band lets in the faster 1.0 row (ppl 11.0 <= 1.2 x 10)
+    assert claims.best_within(sweep, "acceleration", tolerance=0.2)["setting"] == 1.0
+    assert claims.best_within(sweep, "argmax") is None        # 10.2 > 10.1
+    assert claims.best_within(sweep, "no_such_rule") is None
+    assert claims.best_within(sweep, "fixed")["setting"] == 30.0  # full depth is its own best point
+    # a row without a latency (NaN) cannot be the best, however fast it would be
+    points = paper_like()
+    points["acceleration"].append((3e-2, 10.0, math.nan))
+    assert claims.best_within(sweep_frame(points), "acceleration")["setting"] == 1e-2
+
+
+def test_best_within_breaks_ties_by_perplexity():
+    best = claims.best_within(sweep_frame({"fixed": [(30.0, 10.0, 300.0)],
+                                           "acceleration": [(1e-3, 10.05, 200.0), (1e-2, 10.02, 200.0)]}),
+                              "acceleration")
+    assert best["setting"] == 1e-2
+
+
+def test_c6_paper_like_sweep_reproduces_with_hand_numbers():
+    row = c6_with()
+    assert row["claim"] == "C6" and row["reproduced"] is True and row["verdict"] == "reproduced"
+    assert passes(row) == {"latency_cut": True, "flat": True, "first_order": True, "kl_slower": True}
+    d = row["detail"]
+    assert d["full_depth"] == {"max_loops": 30, "perplexity": 10.0, "ms_per_token": 300.0, "mean_loops": 1.0}
+    flat = d["tests"]["flat"]
+    assert [p["setting"] for p in flat["points"]] == [1e-5, 1e-4, 1e-3, 1e-2]  # 0, 1.0 and inf are outside
+    assert flat["spread"] == pytest.approx(0.008)
+    fo = d["tests"]["first_order"]
+    assert [p["setting"] for p in fo["below"]] == [0.0, 1e-4, 1e-3]
+    assert [p["setting"] for p in fo["above"]] == [1e-2]  # inf is not "beyond 1e-3" in the paper's range
+    assert fo["worst_above"]["increase"] == pytest.approx(0.05)
+    kl = {k["strategy"]: k for k in d["tests"]["kl_slower"]["kl"]}
+    assert kl["kl_head"]["best"]["ms_per_token"] == 240.0 and kl["kl_rest"]["best"]["ms_per_token"] == 400.0
+    # every strategy reported, not only the four tested
+    best = {s["strategy"]: s["best"] for s in d["strategies"]}
+    assert set(best) == {"fixed", "acceleration", "step_norm", "kl_head", "kl_rest", "argmax"}
+    assert best["argmax"] is None and best["step_norm"]["setting"] == 1e-3
+    m = row["measured"]
+    assert "full depth (30 loops): 300 ms/token, ppl 10.000" in m
+    assert "acceleration τ 0.01: 190 ms (cut +36.7%), ppl 10.080" in m
+    assert "argmax: none within 1%" in m and "fixed loops 30" in m
+    assert "spread +0.8%" in m and "+5.0% at τ 0.01" in m
+    json.dumps(row, allow_nan=False)
+
+
+def test_c6_each_sub_test_fails():
+    slow = c6_with(acceleration=[(1e-5, 10.0, 295.0), (1e-2, 10.05, 280.0)])  # cut 1 - 280/300 = 6.7%
+    assert passes(slow)["latency_cut"] is False
+    assert slow["detail"]["tests"]["latency_cut"]["best"]["latency_cut"] == pytest.approx(1 / 15)
+    worse = c6_with(acceleration=[(1e-5, 10.2, 100.0), (1e-2, 10.3, 90.0)])  # never within 1%
+    assert passes(worse)["latency_cut"] is False and passes(worse)["kl_slower"] is None
+    bumpy = c6_with(acceleration=[(1e-5, 10.0, 290.0), (1e-3, 10.05, 200.0), (1e-2, 10.3, 150.0)])
+    assert passes(bumpy)["flat"] is False  # 10.3 / 10.0 - 1 = 3%
+    assert bumpy["detail"]["tests"]["flat"]["spread"] == pytest.approx(0.03)
+    no_knee = c6_with(step_norm=[(1e-4, 10.0, 290.0), (1e-3, 10.05, 250.0), (1e-2, 10.08, 200.0),
+                                 (INF, 25.0, 100.0)])  # flat through 1e-2: degrades only at inf
+    assert passes(no_knee)["first_order"] is False
+    assert no_knee["detail"]["tests"]["first_order"]["degrades_above"] is False
+    early_knee = c6_with(step_norm=[(1e-4, 10.5, 290.0), (1e-3, 10.6, 250.0), (1e-2, 11.0, 200.0)])
+    assert passes(early_knee)["first_order"] is False
+    assert early_knee["detail"]["tests"]["first_order"]["within_below"] is False
+    fast_kl = c6_with(kl_rest=[(5e-4, 10.05, 150.0)])  # 150 ms < acceleration's 190
+    assert passes(fast_kl)["kl_slower"] is False
+    for row in (slow, bumpy, no_knee, early_knee, fast_kl):
+        assert row["verdict"] == "mixed" and row["reproduced"] is None
+
+
+def test_c6_nothing_holds_is_not_reproduced():
+    row = c6_with(acceleration=[(1e-5, 10.0, 295.0), (1e-3, 10.05, 290.0), (1e-2, 10.09, 280.0)],  # cut 6.7%
+                  step_norm=[(1e-4, 10.0, 280.0), (1e-2, 10.0, 250.0)],                             # no knee
+                  kl_head=[(5e-4, 10.0, 200.0)])                                                    # faster
+    assert passes(row) == {"latency_cut": False, "flat": True, "first_order": False, "kl_slower": False}
+    assert row["verdict"] == "mixed"
+    row = c6_with(acceleration=[(1e-5, 10.0, 295.0), (1e-2, 10.5, 280.0)],  # cut 1/60; spread 5%
+                  step_norm=[(1e-4, 10.0, 280.0), (1e-2, 10.0, 250.0)],
+                  kl_head=[(5e-4, 10.0, 200.0)])
+    assert passes(row) == {"latency_cut": False, "flat": False, "first_order": False, "kl_slower": False}
+    assert row["reproduced"] is False and row["verdict"] == "not reproduced"
+
+
+def test_c6_undecided_sub_tests():
+    # (a) and (b): no acceleration rows at all; (d) then has no reference point
+    none = c6_with(acceleration=None)
+    assert passes(none) == {"latency_cut": None, "flat": None, "first_order": True, "kl_slower": None}
+    assert none["reproduced"] is None and none["verdict"] == "inconclusive"
+    # (b): thresholds only outside [1e-5, 1e-2], or a single one inside: nothing to call flat
+    outside = c6_with(acceleration=[(0.0, 10.0, 300.0), (1.0, 10.05, 150.0), (INF, 20.0, 100.0)])
+    assert passes(outside)["flat"] is None and passes(outside)["latency_cut"] is True
+    assert "undecided, 0 swept acceleration threshold(s) in [1e-5, 1e-2]" in outside["measured"]
+    single = c6_with(acceleration=[(1e-3, 10.05, 200.0), (1.0, 10.5, 150.0)])
+    assert passes(single)["flat"] is None
+    # (c): no step_norm threshold in (1e-3, 1e-2] (inf does not count), or none <= 1e-3, or no step_norm
+    for pts in ([(0.0, 10.0, 300.0), (1e-4, 10.0, 280.0), (INF, 25.0, 100.0)],
+                [(1e-2, 10.5, 200.0), (0.1, 12.0, 150.0)], None):
+        row = c6_with(step_norm=pts)
+        assert passes(row)["first_order"] is None and row["verdict"] == "inconclusive"
+    # (d): no KL strategy; or one KL strategy without a point within 1%
+    assert passes(c6_with(kl_head=None, kl_rest=None))["kl_slower"] is None
+    assert passes(c6_with(kl_rest=[(5e-4, 10.5, 400.0)]))["kl_slower"] is None
+    # ...but a KL strategy that is faster decides it, whatever the other one does
+    assert passes(c6_with(kl_head=[(5e-4, 10.0, 100.0)], kl_rest=[(5e-4, 10.5, 400.0)]))["kl_slower"] is False
+
+
+def test_c6_thresholds_forgive_round_off():
+    row = c6_with(step_norm=[(1.0000000000000002e-3, 10.05, 250.0), (9.999999999999998e-3, 10.5, 200.0)])
+    fo = row["detail"]["tests"]["first_order"]
+    assert len(fo["below"]) == 1 and len(fo["above"]) == 1 and fo["passes"] is True
+    assert len(row["detail"]["tests"]["flat"]["points"]) == 4
+
+
+def test_c6_pre_registered_text_names_every_threshold():
+    test = c6_with()["test"]
+    for text in ("≤ 1.01 × full-depth perplexity", "≥ 25%", "[1e-5, 1e-2]", "≤ 0.01", "τ ≤ 1e-3",
+                 "τ ∈ (1e-3, 1e-2]", "criterion 'kl'"):
+        assert text in test
+
+
+def test_c6_bad_input_is_a_clear_error():
+    with pytest.raises(TwoscaleError, match="C6: the sweep table has no full-depth row"):
+        claims.c6_acceleration_exit(sweep_frame({"acceleration": [(1e-3, 10.0, 200.0)],
+                                                 "fixed": [(10.0, 12.0, 100.0)]}))
+    with pytest.raises(TwoscaleError, match="C6: the sweep table lacks column"):
+        claims.best_within(sweep_frame(paper_like()).drop("ms_per_token"), "acceleration")
+    with pytest.raises(TwoscaleError, match="C6: the sweep table is empty"):
+        claims.c6_acceleration_exit(sweep_frame({}))
+
+
+# --- S: loop stability ----------------------------------------------------------------------------------------
+
+
+def loss_frame(curves: dict[int, dict[int, float]]) -> pl.DataFrame:
+    return pl.DataFrame([{"step": step, "loops": k, "val_loss": v}
+                         for step, curve in curves.items() for k, v in curve.items()])
+
+
+@pytest.mark.parametrize(
+    ("curve", "rise", "verdict"),
+    [
+        ({1: 5.0, 4: 4.20, 30: 4.24}, 0.04, "holds"),  # flat within 0.05 nats of the best
+        ({1: 5.0, 4: 4.20, 16: 4.30, 30: 4.60}, 0.40, "does not hold"),  # drifts away after 4 loops
+        ({1: 5.0, 4: 4.50, 30: 4.10}, 0.0, "holds"),  # still improving at 30
+        ({1: 5.0, 4: 4.20, 30: 4.26}, 0.06, "does not hold"),  # just past the tolerance
+    ],
+)
+def test_s_compares_the_most_loops_with_the_best_loop_count(curve, rise, verdict):
+    row = claims.s_loop_stability(loss_frame({100: {1: 9.0, 30: 1.0}, 900: curve}))  # last checkpoint only
+    assert row["claim"] == "S" and row["verdict"] == verdict
+    assert row["reproduced"] == (verdict == "holds")
+    assert row["detail"]["rise"] == pytest.approx(rise)
+    assert row["detail"]["loss_at_most_loops_by_step"] == {"100": 1.0, "900": curve[30]}  # JSON keys
+    assert "+ 0.05 nats" in row["test"]
+
+
+def test_claims_table_leads_with_s_given_the_loss_curves():
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
+    rows = claims_table({"geometry": geometry, "loss_vs_loops": loss_frame({900: {1: 5.0, 30: 4.0}})})
+    assert [r["claim"] for r in rows] == ["S", "C1", "C2", "C3", "C4", "C5"]
+    assert rows[0]["verdict"] == "holds"
+    assert rows[0]["headline"]["rise to the most loops"] == pytest.approx(0.0)  # 30 loops is the best
+
+
+def test_claims_table_adds_c6_only_with_a_sweep():
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
+    without = claims_table({"geometry": geometry})
+    assert [r["claim"] for r in without] == ["C1", "C2", "C3", "C4", "C5"]
+    rows = claims_table({"geometry": geometry, "sweep": sweep_frame(paper_like())})
+    assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
+    json.dumps(rows, allow_nan=False)
+    assert rows[-2]["verdict"] == "reproduced"
+
+
+# --- C6b: against the best fixed depth -----------------------------------------------------------------------
+
+FULL_DEPTH_WORST = {  # K* = 2 (ppl 10.0, 2 ms); full depth K = 30 is the worst point (ppl 14)
+    "fixed": [(1.0, 12.0, 1.0), (2.0, 10.0, 2.0), (3.0, 10.5, 3.0), (30.0, 14.0, 30.0)],
+}
+
+
+def c6_prime(acceleration, kl_head, kl_rest=((1e-3, 10.5, 1.0),)) -> dict:
+    points = {**FULL_DEPTH_WORST, "acceleration": list(acceleration), "kl_head": list(kl_head),
+              "kl_rest": list(kl_rest)}
+    return claims.c6_against_best_fixed_depth(sweep_frame(points))
+
+
+def test_c6_prime_measures_against_the_best_fixed_depth():
+    # acceleration 1.4 ms at ppl 10.05 (within 1% of 10.0): cut 1 - 1.4/2 = 30%; kl_head 1.6 ms: slower;
+    # kl_rest's only point (ppl 10.5) is not within 1%: it cannot match the quality
+    row = c6_prime(acceleration=[(1e-2, 10.05, 1.4), (1.0, 11.0, 0.5)], kl_head=[(1e-3, 10.08, 1.6)])
+    assert row["claim"] == "C6b" and row["verdict"] == "reproduced"
+    assert row["detail"]["reference"]["loops"] == 2
+    assert row["detail"]["acceleration"]["latency_cut"] == pytest.approx(0.3)
+    assert row["detail"]["kl"]["kl_rest"] is None
+    assert "K* = 2 loops" in row["measured"] and "full depth 30 loops: ppl 14" in row["measured"]
+
+
+def test_c6_prime_fails_on_a_small_cut_and_a_faster_kl():
+    small_cut = c6_prime(acceleration=[(1e-2, 10.05, 1.6)], kl_head=[(1e-3, 10.08, 1.7)])
+    assert small_cut["verdict"] == "mixed"  # cut 20% < 25%; KL slower
+    kl_faster = c6_prime(acceleration=[(1e-2, 10.05, 1.4)], kl_head=[(1e-3, 10.08, 1.2)])
+    assert kl_faster["verdict"] == "mixed"  # cut 30%; KL faster
+    neither = c6_prime(acceleration=[(1e-2, 10.2, 1.0)], kl_head=[(1e-3, 10.08, 1.2)])
+    assert neither["verdict"] == "inconclusive"  # acceleration never within 1% of K*

@@ -1,0 +1,83 @@
+"""Claims read per recipe across seeds: verdicts and the spread of headline numbers on hand-built rows."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from twoscale.report.claims_by_recipe import number, recipe_verdict, spread, spread_text, summarise, to_json, to_markdown
+
+
+def row(claim: str, verdict: str, **headline: float | None) -> dict:
+    return {"claim": claim, "statement": f"{claim} says | something", "test": f"test of {claim}",
+            "measured": f"{claim} measured", "reproduced": None, "verdict": verdict, "headline": headline}
+
+
+RUNS = {
+    ("paper", 1): [row("C1", "not reproduced", ratio=0.62), row("C4", "mixed", dlr=1.8)],
+    ("paper", 2): [row("C1", "not reproduced", ratio=0.50), row("C4", "mixed", dlr=2.4)],
+    ("paper", 3): [row("C1", "mixed", ratio=0.80), row("C4", "mixed", dlr=None)],
+    ("huginn", 1): [row("C1", "reproduced", ratio=0.002), row("C4", "reproduced", dlr=40.0)],
+}
+
+
+def test_spread_is_mean_min_max_of_the_finite_values():
+    assert spread([0.62, 0.50, 0.80]) == {"mean": pytest.approx(1.92 / 3), "min": 0.50, "max": 0.80, "n": 3,
+                                           "seeds": 3}
+    assert spread([1.8, 2.4, None]) == {"mean": pytest.approx(2.1), "min": 1.8, "max": 2.4, "n": 2, "seeds": 3}
+    assert spread([None, float("nan")]) == {"mean": None, "min": None, "max": None, "n": 0, "seeds": 2}
+
+
+def test_verdicts_agree_or_split_with_counts():
+    assert recipe_verdict(["reproduced"]) == "reproduced"
+    assert recipe_verdict(["mixed", "mixed"]) == "mixed"
+    assert recipe_verdict(["not reproduced", "not reproduced", "mixed"]) == "split: not reproduced 2/3, mixed 1/3"
+
+
+def test_summary_per_claim_and_recipe():
+    summary = summarise(RUNS)
+    assert [r["claim"] for r in summary] == ["C1", "C4"]
+    c1, c4 = summary
+    assert list(c1["recipes"]) == ["paper", "huginn"]
+    paper = c1["recipes"]["paper"]
+    assert paper["seeds"] == [1, 2, 3]
+    assert paper["verdicts"] == ["not reproduced", "not reproduced", "mixed"]
+    assert paper["verdict"] == "split: not reproduced 2/3, mixed 1/3"
+    assert paper["headline"]["ratio"]["mean"] == pytest.approx((0.62 + 0.50 + 0.80) / 3)
+    assert c4["recipes"]["paper"]["headline"]["dlr"]["n"] == 2
+    assert c4["recipes"]["huginn"] == {"seeds": [1], "verdict": "reproduced", "verdicts": ["reproduced"],
+                                       "headline": {"dlr": spread([40.0])}}
+
+
+def test_numbers_and_spreads_as_text():
+    assert [number(x) for x in (0.001234, 4.7654, 145.25, 12345.6, None, float("inf"))] == [
+        "0.001234", "4.765", "145.2", "12,346", "n/a", "n/a"]
+    assert spread_text(spread([4.765])) == "4.765"
+    assert spread_text(spread([0.5, 0.8, 0.62])) == "0.64 (0.5–0.8)"
+    assert spread_text(spread([1.8, 2.4, None])) == "2.1 (1.8–2.4) [2 of 3 seeds]"
+    assert spread_text(spread([None])) == "n/a"
+
+
+def test_markdown_has_a_column_per_recipe_and_a_section_per_run():
+    summary = summarise(RUNS)
+    md = to_markdown(summary, RUNS)
+    lines = md.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| claim | paper says |"))
+    assert lines[header] == "| claim | paper says | paper | huginn |"
+    table = lines[header + 2: header + 4]
+    assert all(len(re.split(r"(?<!\\)\|", line)) == 6 for line in table)  # 4 cells; pipes in text escaped
+    assert table[0].startswith("| C1 | C1 says \\| something |")
+    assert "**split: not reproduced 2/3, mixed 1/3**<br>ratio 0.64 (0.5–0.8)" in table[0]
+    assert "**reproduced**<br>dlr 40" in table[1]
+    assert "Seeds: paper 1, 2, 3; huginn 1." in md
+    sections = [line for line in lines if line.startswith("## ")]
+    assert sections == ["## The tests (fixed before the numbers)", "## paper, seed 1", "## paper, seed 2",
+                        "## paper, seed 3", "## huginn, seed 1"]
+
+
+def test_json_is_strict_and_keeps_every_run():
+    payload = json.loads(to_json(summarise(RUNS), RUNS))
+    assert [(r["recipe"], r["seed"]) for r in payload["runs"]] == list(RUNS)
+    assert payload["summary"][1]["recipes"]["paper"]["headline"]["dlr"]["min"] == 1.8

@@ -1,0 +1,199 @@
+"""Figures: each writes a readable PNG of sensible size from small synthetic frames of two recipes (one with two
+seeds) and two checkpoints, writes it atomically, and fails with a clear error on empty or incomplete input."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from PIL import Image
+
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.report import plots
+
+STEPS = [50, 400]
+GROUPS = [0, 1]
+K = 8
+METRICS_K1 = ["step_size", "relative_step_size"]
+METRICS_K2 = ["step_cosine", "turning_angle", "acceleration", "acceleration_by_step", "acceleration_by_state",
+              "step_size_difference"]
+METRICS_K0 = ["state_norm", "cross_token_cosine"]
+METRICS_SIGNED = ["radial_fraction", "at_fixed_point"]
+RUNS = [("paper", 1), ("paper", 2), ("huginn", 1)]
+
+
+def with_runs(rows: list[dict]) -> pl.DataFrame:
+    """The same rows for every run, a run's values scaled so that the runs differ."""
+    out = []
+    for i, (recipe, seed) in enumerate(RUNS):
+        for row in rows:
+            scaled = {k: v * (1 + 0.1 * i) if k in ("mean", "median", "q10", "q90", "val_loss") else v
+                      for k, v in row.items()}
+            out.append({"recipe": recipe, "seed": seed, **scaled})
+    return pl.DataFrame(out).with_columns(pl.col("step").cast(pl.Int32))
+
+
+@pytest.fixture(scope="module")
+def frames() -> dict[str, pl.DataFrame]:
+    rng = np.random.default_rng(0)
+    geometry, loss, depth, similarity, trajectory = [], [], [], [], []
+    # layout: embedding + layer 0 single-pass, group 0 (layer 1) x K, group 1 (layer 2) x K, layer 3 once
+    positions = ([(None, None, None), (0, None, None)] + [(1, 0, k) for k in range(1, K + 1)]
+                 + [(2, 1, k) for k in range(1, K + 1)] + [(3, None, None)])
+    layout = [0, 0] + [1] * K + [2] * K + [3]
+    D = len(positions)
+    for i, step in enumerate(STEPS):
+        scale = 1.0 + i
+        for g in GROUPS:
+            for metric in METRICS_K0 + METRICS_K1 + METRICS_SIGNED + METRICS_K2:
+                first = 0 if metric in METRICS_K0 else 2 if metric in METRICS_K2 else 1
+                for k in range(first, K + 1):
+                    v = (0.6 + 0.1 * rng.standard_normal() if metric in ("step_cosine", "radial_fraction",
+                                                                         "cross_token_cosine", "at_fixed_point")
+                         else 3.0 / ((k + 1) ** scale))
+                    geometry.append({"step": step, "metric": metric, "group": g, "k": k, "n": 64, "mean": v,
+                                     "median": v, "q10": 0.7 * v, "q90": 1.3 * v})
+            if g < GROUPS[-1]:
+                v = 8.0 + 10 * i
+                geometry.append({"step": step, "metric": "drift_to_loop_ratio", "group": g, "k": None,
+                                 "n": 64, "mean": v, "median": v, "q10": v / 2, "q90": 2 * v})
+            x0, y0 = 10.0 * g, 5.0 * g
+            for k in range(K + 1):
+                angle, radius = k * 0.9, 2.0 / (k + 1)
+                trajectory.append({"step": step, "point": g * (K + 1) + k, "group": g, "k": k,
+                                   "pc1": x0 + radius * np.cos(angle), "pc2": y0 + radius * np.sin(angle),
+                                   "explained_pc1": 0.7, "explained_pc2": 0.2})
+        for loops in [1, 2, 4, 8]:
+            loss.append({"step": step, "loops": loops, "val_loss": 5.0 - i - 0.1 * np.log2(loops)})
+        for p, (layer, group, loop) in enumerate(positions):
+            depth.append({"step": step, "position": p, "layer": layer, "group": group, "loop": loop,
+                          "phase": layout[p] if i else min(layout[p], 2), "layout_phase": layout[p]})
+        for a in range(D):
+            for b in range(D):
+                similarity.append({"step": step, "i": a, "j": b,
+                                   "similarity": 1.0 if layout[a] == layout[b] else 0.3 + 0.01 * abs(a - b)})
+    return {"geometry": with_runs(geometry), "loss_vs_loops": with_runs(loss), "depth": with_runs(depth),
+            "similarity": with_runs(similarity), "trajectory": with_runs(trajectory)}
+
+
+FIGURES = {
+    "fig1_trajectory": ("trajectory",),
+    "fig2_drift_to_loop": ("geometry",),
+    "fig3a_step_size": ("geometry",),
+    "fig3b_step_cosine": ("geometry",),
+    "fig_similarity": ("similarity", "depth"),
+    "fig_loss_vs_loops": ("loss_vs_loops",),
+    "fig_acceleration": ("geometry",),
+    "fig_diagnostics": ("geometry",),
+}
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_figure_is_a_readable_png(name, frames, tmp_path):
+    path = tmp_path / "figures" / f"{name}.png"  # the folder does not exist yet
+    getattr(plots, name)(*(frames[f] for f in FIGURES[name]), path)
+    assert path.stat().st_size > 10_000
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        width, height = image.size
+    assert 600 <= width <= 4000 and 400 <= height <= 3000
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_one_checkpoint_is_enough(frames, tmp_path):
+    last = {k: v.filter(pl.col("step") == STEPS[-1]) for k, v in frames.items()}
+    for name, needs in FIGURES.items():
+        getattr(plots, name)(*(last[f] for f in needs), tmp_path / f"{name}.png")
+    assert len(list(tmp_path.glob("*.png"))) == len(FIGURES)
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_empty_frame_is_a_clear_error_and_writes_nothing(name, frames, tmp_path):
+    path = tmp_path / f"{name}.png"
+    args = [frames[f].clear() if i == 0 else frames[f] for i, f in enumerate(FIGURES[name])]
+    with pytest.raises(TwoscaleError, match=rf"{name}: the {FIGURES[name][0]} table is empty"):
+        getattr(plots, name)(*args, path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_metric_and_mismatched_depth_are_clear_errors(frames, tmp_path):
+    no_dlr = frames["geometry"].filter(pl.col("metric") != "drift_to_loop_ratio")
+    with pytest.raises(TwoscaleError, match="no drift_to_loop_ratio rows"):
+        plots.fig2_drift_to_loop(no_dlr, tmp_path / "f.png")
+    with pytest.raises(TwoscaleError, match="depth table is empty"):
+        plots.fig_similarity(frames["similarity"], frames["depth"].clear(), tmp_path / "f.png")
+    short = frames["depth"].filter(pl.col("position") > 0)
+    with pytest.raises(TwoscaleError, match="positions"):
+        plots.fig_similarity(frames["similarity"], short, tmp_path / "f.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- the early-exit sweep -----------------------------------------------------------------------------------
+
+SWEEP_FIGURES = ["fig4_exit_sweep", "fig_exit_tradeoff"]
+MAX_LOOPS = 6
+
+
+@pytest.fixture(scope="module")
+def sweep() -> pl.DataFrame:
+    """Fixed depth 1..6, two threshold rules with the τ = 0 (never exit) and τ = ∞ (exit at once) ends, and
+    the argmax rule swept by hits."""
+    rows = []
+
+    def add(run, strategy, criterion, swept, setting, loops):
+        ce = 3.0 + 2.0 / loops + 0.05 * run
+        rows.append({"recipe": RUNS[run][0], "seed": RUNS[run][1], "strategy": strategy, "criterion": criterion,
+                     "swept": swept, "setting": float(setting), "cross_entropy": ce, "perplexity": float(np.exp(ce)),
+                     "compute_fraction": loops / MAX_LOOPS, "mean_loops": loops, "ms_per_token": 2.0 + loops,
+                     "generated_mean_loops": loops, "max_loops": MAX_LOOPS})
+
+    for run in range(len(RUNS)):
+        for k in range(1, MAX_LOOPS + 1):
+            add(run, "fixed", "fixed", "loops", k, float(k))
+        for strategy, scale in [("acceleration", 1.0), ("kl_head", 0.01)]:
+            for tau, loops in [(0.0, 6.0), (0.1, 5.0), (1.0, 3.5), (10.0, 1.5), (np.inf, 1.0)]:
+                add(run, strategy, strategy, "threshold", scale * tau, loops)
+        for hits, loops in [(1, 2.0), (2, 3.0), (3, 4.5)]:
+            add(run, "argmax", "argmax", "hits", hits, loops)
+    return pl.DataFrame(rows)
+
+
+@pytest.mark.parametrize("name", SWEEP_FIGURES)
+def test_sweep_figure_is_a_readable_png(name, sweep, tmp_path):
+    path = tmp_path / "figures" / f"{name}.png"
+    getattr(plots, name)(sweep, path)
+    assert path.stat().st_size > 10_000
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        width, height = image.size
+    assert 600 <= width <= 4000 and 400 <= height <= 3000
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("name", SWEEP_FIGURES)
+def test_sweep_without_full_depth_row_still_plots(name, sweep, tmp_path):
+    getattr(plots, name)(sweep.filter(pl.col("setting") != MAX_LOOPS), tmp_path / "f.png")
+    assert (tmp_path / "f.png").exists()
+
+
+@pytest.mark.parametrize("name", SWEEP_FIGURES)
+def test_incomplete_sweep_is_a_clear_error_and_writes_nothing(name, sweep, tmp_path):
+    with pytest.raises(TwoscaleError, match=rf"{name}: the sweep table lacks column\(s\) cross_entropy"):
+        getattr(plots, name)(sweep.drop("cross_entropy"), tmp_path / "f.png")
+    with pytest.raises(TwoscaleError, match=rf"{name}: the sweep table is empty"):
+        getattr(plots, name)(sweep.clear(), tmp_path / "f.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fig4_needs_a_threshold_rule_on_the_log_axis(sweep, tmp_path):
+    ends_only = sweep.filter((pl.col("swept") != "threshold") | pl.col("setting").is_in([0.0, np.inf]))
+    with pytest.raises(TwoscaleError, match="no threshold-swept rows"):
+        plots.fig4_exit_sweep(ends_only, tmp_path / "f.png")
+
+
+def test_strategy_colours_do_not_depend_on_order_and_fixed_is_black():
+    names = ["kl_head", "fixed", "acceleration", "argmax"]
+    forward, backward = plots._strategy_styles(names), plots._strategy_styles(names[::-1])
+    assert forward == backward
+    assert forward["fixed"]["color"] == "black"
+    assert len({tuple(forward[n]["color"]) for n in names}) == len(names)

@@ -1,0 +1,172 @@
+"""Bad input to a stage: one clear line on stderr, exit code 2, and no output written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def smoke_params(tmp_path: Path, **sections) -> Path:
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    for name, changes in sections.items():
+        raw[name].update(changes)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+RUN = ("--recipe", "paper", "--seed", "1337")  # a training run of the smoke parameters
+
+
+def stage(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    return subprocess.run(
+        [sys.executable, "-m", "twoscale", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, stage_name: str, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("twoscale ")]
+    assert len(lines) == 1 and lines[0].startswith(f"twoscale {stage_name}: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_corpus_from_empty_text_files(tmp_path):
+    (tmp_path / "empty.txt").write_text("  \n")
+    params = smoke_params(tmp_path, data={"source": "text", "text_files": ["empty.txt"]})
+    result = stage(tmp_path, "corpus", "--params", str(params), "--out-dir", "raw")
+    assert_one_line_error(result, "corpus", "corpus is empty")
+    assert not (tmp_path / "raw").exists()
+
+
+def test_corpus_from_missing_text_files(tmp_path):
+    params = smoke_params(tmp_path, data={"source": "text", "text_files": ["books/*.txt"]})
+    result = stage(tmp_path, "corpus", "--params", str(params), "--out-dir", "raw")
+    assert_one_line_error(result, "corpus", "books/*.txt")
+
+
+def test_corpus_into_unwritable_directory(tmp_path):
+    (tmp_path / "a.txt").write_text("Some text.\n" * 50)
+    (tmp_path / "blocker").write_text("a file where a directory should be")
+    params = smoke_params(tmp_path, data={"source": "text", "text_files": ["a.txt"]})
+    result = stage(tmp_path, "corpus", "--params", str(params), "--out-dir", "blocker/raw")
+    assert_one_line_error(result, "corpus", "cannot write", "blocker/raw")
+
+
+def test_tokenize_without_corpus(tmp_path):
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "tokenize", "--params", str(params), "--corpus-dir", "raw", "--out-dir", "prepared")
+    assert_one_line_error(result, "tokenize", "corpus not found")
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_tokenize_with_corpus_not_matching_manifest(tmp_path):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw/corpus.txt").write_text("abc\n")
+    (tmp_path / "raw/manifest.json").write_text(json.dumps({"n_chars": 99, "documents": []}))
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "tokenize", "--params", str(params), "--corpus-dir", "raw", "--out-dir", "prepared")
+    assert_one_line_error(result, "tokenize", "does not match its manifest")
+
+
+@pytest.fixture
+def tiny_data(tmp_path) -> Path:
+    data = tmp_path / "prepared"
+    data.mkdir()
+    ids = np.arange(3000, dtype=np.uint16) % 300
+    np.save(data / "train.npy", ids)
+    np.save(data / "val.npy", ids[:100])
+    (data / "tokenizer.json").write_text("{}")
+    (data / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.7}))
+    return data
+
+
+def test_train_context_longer_than_corpus(tmp_path, tiny_data):
+    params = smoke_params(tmp_path, model={"block_size": 512})
+    result = stage(tmp_path, "train", "--params", str(params), *RUN, "--data-dir", "prepared", "--out-dir", "out")
+    assert_one_line_error(result, "train", "model.block_size = 512", "validation 100 tokens")
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_with_corrupt_token_array(tmp_path, tiny_data):
+    (tiny_data / "val.npy").write_bytes(b"not an array")
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "train", "--params", str(params), *RUN, "--data-dir", "prepared", "--out-dir", "out")
+    assert_one_line_error(result, "train", "val.npy", "not a token array")
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_without_data(tmp_path):
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "train", "--params", str(params), *RUN, "--data-dir", "prepared", "--out-dir", "out")
+    assert_one_line_error(result, "train", "stats.json", "not found")
+
+
+@pytest.mark.parametrize("run, message", [
+    (("--recipe", "loopy", "--seed", "1337"), "recipe 'loopy' is not under recipes (known: huginn, paper)"),
+    (("--recipe", "paper", "--seed", "7"), "seed 7 is not in runtime.seeds [1337]"),
+])
+def test_train_of_a_run_not_in_the_parameters(tmp_path, tiny_data, run, message):
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "train", "--params", str(params), *run, "--data-dir", "prepared", "--out-dir", "out")
+    assert_one_line_error(result, "train", message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_stage_is_rejected(tmp_path):
+    result = stage(tmp_path, "measure-everything")
+    assert result.returncode == 2
+    assert "invalid choice: 'measure-everything'" in result.stderr
+
+
+def measure(tmp_path: Path, checkpoint: Path, params: Path) -> subprocess.CompletedProcess:
+    return stage(tmp_path, "measure", "--params", str(params), *RUN, "--checkpoint", str(checkpoint),
+                 "--data-dir", "prepared", "--out-dir", "measured")
+
+
+def test_measure_with_corrupt_checkpoint(tmp_path, tiny_data):
+    checkpoint = tmp_path / "step_5.pt"
+    checkpoint.write_bytes(b"\x80\x02garbage")
+    result = measure(tmp_path, checkpoint, smoke_params(tmp_path))
+    assert_one_line_error(result, "measure", "step_5.pt", "not a readable checkpoint")
+    assert not (tmp_path / "measured").exists()
+
+
+def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
+    from twoscale.models.looped_gpt import ModelConfig
+    from twoscale.pipeline.params import load_params
+    from twoscale.training.trainer import build_state, save_checkpoint
+
+    trained = load_params(smoke_params(tmp_path, model={"n_embd": 16}))
+    config = ModelConfig.from_params(trained.model, vocab_size=300)
+    save_checkpoint(tmp_path / "step_5.pt", build_state(config, trained.train, 0, torch.device("cpu")), "fp")
+    result = measure(tmp_path, tmp_path / "step_5.pt", smoke_params(tmp_path))  # n_embd back to the smoke value
+    assert_one_line_error(result, "measure", "trained with other model parameters (n_embd)")
+    assert not (tmp_path / "measured").exists()
+
+
+def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):
+    result = stage(tmp_path, "sweep", "--params", str(smoke_params(tmp_path)), *RUN, "--strategy", "telepathy",
+                   "--checkpoint", "step_5.pt", "--data-dir", "prepared", "--out", "sweep/telepathy.parquet")
+    assert_one_line_error(result, "sweep", "'telepathy'", "known: acceleration, fixed")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_tradeoff_without_the_sweep_tables(tmp_path):
+    result = stage(tmp_path, "tradeoff", "--params", str(smoke_params(tmp_path)), "--strategies-dir", "sweep",
+                   "--out-dir", "out", "--figures-dir", "figures")
+    assert_one_line_error(result, "tradeoff", "sweep/huginn/seed_1337/acceleration.parquet", "not found")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()

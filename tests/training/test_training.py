@@ -1,0 +1,432 @@
+"""Training pieces against hand-computed values, checkpoints, and resume after a kill through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+import yaml
+
+from twoscale.models.looped_gpt import ModelConfig
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.params import LoopSchedule, TrainParams, params_hash
+from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows
+from twoscale.training.device import training_dtype
+from twoscale.training.trainer import (
+    build_state,
+    latest_resumable,
+    learning_rate,
+    load_model,
+    read_checkpoint,
+    restore_state,
+    sample_loop_counts,
+    save_checkpoint,
+    train,
+)
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU = torch.device("cpu")
+
+
+def schedule(distribution: str, mean: float = 3.0, sigma: float = 0.5, max: int = 8) -> LoopSchedule:
+    return LoopSchedule(distribution=distribution, mean=mean, sigma=sigma, max=max, backprop_depth=2,
+                        straight_through=False)
+
+
+def train_params(**overrides) -> TrainParams:
+    fields = dict(
+        steps=10, batch_size=4, learning_rate=1.0, min_lr_ratio=0.1, warmup_steps=2, weight_decay=0.1,
+        beta1=0.9, beta2=0.95, grad_clip=1.0, loops=schedule("uniform", max=3), eval_loops=2, eval_every=5,
+        eval_batches=1, checkpoint_steps=[5, 10],
+    )
+    return TrainParams(**{**fields, **overrides})
+
+
+def tiny_config(dropout: float = 0.0, block_size: int = 8) -> ModelConfig:
+    return ModelConfig(vocab_size=50, n_layer=3, n_head=2, n_embd=16, block_size=block_size, dropout=dropout,
+                       bias=False, groups=((1, 1),))
+
+
+def markov_tokens(n: int, vocab: int, seed: int) -> np.ndarray:
+    """Deterministic pseudo-text: every token has 3 likely successors, so a model can learn something."""
+    rng = np.random.default_rng(seed)
+    successors = rng.integers(0, vocab, (vocab, 3))
+    choice = rng.choice(3, size=n, p=[0.6, 0.3, 0.1])
+    ids = np.empty(n, dtype=np.uint16)
+    ids[0] = 0
+    for i in range(1, n):
+        ids[i] = successors[ids[i - 1], choice[i]]
+    return ids
+
+
+# --- loop counts ------------------------------------------------------------------------------------------
+
+
+def test_fixed_loop_counts_are_always_the_max():
+    generator = torch.Generator().manual_seed(0)
+    assert all(sample_loop_counts(schedule("fixed", max=7), 3, generator) == [7, 7, 7] for _ in range(20))
+
+
+def test_uniform_loop_counts_cover_one_to_max():
+    generator = torch.Generator().manual_seed(0)
+    draws = [c for _ in range(300) for c in sample_loop_counts(schedule("uniform", max=5), 3, generator)]
+    assert set(draws) == {1, 2, 3, 4, 5}
+
+
+def test_poisson_lognormal_mean_is_mean_plus_one():
+    # r = Poisson(exp t) + 1 with t ~ N(log 3 - 0.5^2/2, 0.5): E[exp t] = 3, so E[r] = 4, and
+    # Var[r] = E[rate] + Var[rate] = 3 + 9 (exp(0.25) - 1) = 5.556. max=1000 makes clipping negligible.
+    counts = np.array(sample_loop_counts(schedule("poisson_lognormal", 3.0, 0.5, max=1000), 100_000,
+                                         torch.Generator().manual_seed(0)))
+    assert counts.min() >= 1
+    standard_error = counts.std() / math.sqrt(len(counts))
+    assert abs(counts.mean() - 4.0) < 4 * standard_error
+    assert counts.var() == pytest.approx(3 + 9 * (math.exp(0.25) - 1), rel=0.05)
+
+
+def test_poisson_lognormal_is_clipped_to_max():
+    generator = torch.Generator().manual_seed(1)
+    counts = sample_loop_counts(schedule("poisson_lognormal", 6.0, 0.5, max=3), 2000, generator)
+    assert set(counts) == {1, 2, 3}
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "poisson_lognormal"])
+def test_same_seed_same_loop_counts(distribution):
+    def draw(seed):
+        generator = torch.Generator().manual_seed(seed)
+        return [sample_loop_counts(schedule(distribution), 3, generator) for _ in range(50)]
+
+    assert draw(5) == draw(5)
+    assert draw(5) != draw(6)
+
+
+# --- learning-rate schedule -------------------------------------------------------------------------------
+
+# peak 1.0, floor 0.1, warmup 2 of 10 steps: warmup (k+1)/2, then 0.1 + 0.45 (1 + cos(pi (k-2)/8))
+HAND_LR = [0.5, 1.0, 1.0, 0.96574579, 0.86819805, 0.72220754, 0.55, 0.37779246, 0.23180195, 0.13425421]
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"), [(0, 0.5), (1, 1.0), (2, 1.0), (6, 0.55), (9, 0.13425421), (10, 0.1)]
+)
+def test_learning_rate_hand_values(step, expected):
+    assert learning_rate(step, train_params()) == pytest.approx(expected, abs=1e-8)
+
+
+def test_learning_rate_without_warmup_starts_at_the_peak():
+    assert learning_rate(0, train_params(warmup_steps=0)) == pytest.approx(1.0)
+    assert learning_rate(5, train_params(warmup_steps=0)) == pytest.approx(0.55)
+
+
+def test_training_uses_the_schedule_step_by_step(tmp_path):
+    ids = markov_tokens(400, 50, seed=0)
+    state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+    train(state, ids, ids[:100], train_params(), CPU, tmp_path / "out", tmp_path / "resume", "fp")
+    assert [row["step"] for row in state.history] == list(range(1, 11))
+    assert [row["lr"] for row in state.history] == pytest.approx(HAND_LR, abs=1e-8)
+
+
+# --- precision --------------------------------------------------------------------------------------------
+
+BF16_TOLERANCE = 0.05  # nats: bf16 autocast may move a short run's held-out loss this much against float32
+
+
+def test_bf16_training_ends_within_tolerance_of_float32(tmp_path):
+    params = train_params(steps=60, batch_size=8, learning_rate=1e-2, warmup_steps=5, eval_every=60,
+                          checkpoint_steps=[60])
+    chain = markov_tokens(4800, 50, seed=0)
+    ids, val = chain[:4000], chain[4000:]
+    untrained, losses = {}, {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        state = build_state(tiny_config(), params, seed=0, device=CPU)
+        untrained[name] = evaluate_loss(state.model, val, [2], 16, 8, CPU)
+        train(state, ids, val, params, CPU, tmp_path / name, tmp_path / f"{name}-resume", "fp", dtype=dtype)
+        losses[name] = evaluate_loss(state.model, val, [2], 16, 8, CPU)  # both read in float32
+    assert untrained["fp32"] - losses["fp32"] > 0.5  # it learned, so the comparison means something
+    assert losses["bf16"] != losses["fp32"]  # and bf16 really ran
+    assert abs(losses["bf16"] - losses["fp32"]) < BF16_TOLERANCE
+
+
+@pytest.mark.parametrize(("precision", "capabilities", "expected"), [
+    ("auto", {"avx512_bf16": True}, torch.bfloat16),
+    ("auto", {"amx_bf16": True}, torch.bfloat16),
+    ("auto", {"avx512_bf16": False, "avx2": True}, torch.float32),
+    ("fp32", {"avx512_bf16": True}, torch.float32),
+    ("bf16", {}, torch.bfloat16),
+])
+def test_training_precision_on_the_cpu(monkeypatch, precision, capabilities, expected):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
+    assert training_dtype(precision, CPU) == expected
+
+
+# --- batches and evaluation windows -----------------------------------------------------------------------
+
+
+def test_windows_targets_are_inputs_shifted_by_one():
+    ids = (np.arange(30, dtype=np.uint16) * 7) % 31  # 0, 7, 14, 21, 28, 4, 11, ...
+    x, y = windows(ids, [0, 3, 26], block_size=3)
+    assert x.dtype == y.dtype == torch.int64
+    assert x.tolist() == [[0, 7, 14], [21, 28, 4], [27, 3, 10]]
+    assert y.tolist() == [[7, 14, 21], [28, 4, 11], [3, 10, 17]]
+
+
+def test_random_batch_windows_are_in_range_and_reach_the_last_one():
+    ids = np.arange(20, dtype=np.uint16)  # each token is its own position
+    generator = torch.Generator().manual_seed(0)
+    starts = set()
+    for _ in range(200):
+        x, y = random_batch(ids, batch_size=4, block_size=8, generator=generator)
+        assert torch.equal(y, x + 1)
+        assert torch.equal(x, x[:, :1] + torch.arange(8))
+        starts.update(x[:, 0].tolist())
+    assert starts == set(range(12))  # 20 tokens, windows of 8 + 1 target: starts 0..11
+
+
+def test_evaluation_starts_are_evenly_spread_over_the_whole_split():
+    # last start 100 - 8 - 1 = 91; linspace 0, 22.75, 45.5, 68.25, 91 rounded
+    assert evaluation_starts(100, 8, 5) == [0, 23, 46, 68, 91]
+    assert evaluation_starts(9, 8, 2) == [0, 0]  # exactly one window fits
+
+
+def test_evaluation_starts_on_too_short_validation_is_an_error():
+    expected = r"validation split has 8 tokens, fewer than model.block_size \+ 1 = 9"
+    with pytest.raises(TwoscaleError, match=expected):
+        evaluation_starts(8, 8, 1)
+
+
+def test_evaluate_loss_averages_fixed_windows_and_keeps_the_mode():
+    torch.manual_seed(0)
+    state = build_state(tiny_config(dropout=0.2), train_params(), seed=0, device=CPU)
+    model, val = state.model, markov_tokens(40, 50, seed=3)
+    model.train()
+    got = evaluate_loss(model, val, [2], n_windows=4, batch_size=3, device=CPU)  # a partial last batch
+    assert model.training
+    model.eval()
+    losses = []
+    with torch.no_grad():
+        for start in [0, 10, 21, 31]:  # linspace(0, 40 - 8 - 1, 4) rounded
+            window = torch.from_numpy(val[start : start + 9].astype(np.int64))[None]
+            logp = torch.log_softmax(model(window[:, :-1], [2]).logits, dim=-1)
+            losses.append(-logp[0, torch.arange(8), window[0, 1:]].mean().item())
+    assert got == pytest.approx(sum(losses) / 4, rel=1e-5)
+
+
+def test_train_rejects_a_split_without_one_window(tmp_path):
+    state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+    ids = markov_tokens(100, 50, seed=0)
+    with pytest.raises(TwoscaleError, match="training split has 8 tokens"):
+        train(state, ids[:8], ids, train_params(), CPU, tmp_path / "out", tmp_path / "resume", "fp")
+
+
+def test_train_accepts_a_split_of_exactly_one_window(tmp_path):
+    state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+    ids = markov_tokens(100, 50, seed=0)
+    train(state, ids[:9], ids, train_params(), CPU, tmp_path / "out", tmp_path / "resume", "fp")
+    assert state.step == 10
+
+
+# --- checkpoints ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved(tmp_path) -> tuple[Path, torch.nn.Module]:
+    state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+    state.step, state.history = 7, [{"step": 7, "train_loss": 3.5, "val_loss": math.nan}]
+    path = tmp_path / "ckpt" / "step_7.pt"
+    save_checkpoint(path, state, "fingerprint-a")
+    return path, state.model
+
+
+def test_checkpoint_round_trip_with_weights_only(saved):
+    path, model = saved
+    assert isinstance(torch.load(path, weights_only=True), dict)  # nothing that needs unpickling of code
+    payload = read_checkpoint(path)
+    assert (payload["step"], payload["fingerprint"], payload["format"]) == (7, "fingerprint-a", 1)
+    assert payload["history"][0]["train_loss"] == 3.5 and math.isnan(payload["history"][0]["val_loss"])
+    assert ModelConfig.from_dict(payload["model_config"]) == model.config
+
+
+def test_load_model_reproduces_the_saved_models_logits(saved):
+    path, model = saved
+    idx = torch.tensor([[1, 5, 9, 2, 49, 0]])
+    with torch.no_grad():
+        expected = model.eval()(idx, [3]).logits
+        loaded, meta = load_model(path)
+        got = loaded(idx, [3]).logits
+    assert not loaded.training and meta["step"] == 7
+    assert loaded.wte.weight is loaded.lm_head.weight
+    assert torch.equal(got, expected)
+
+
+def test_truncated_checkpoint_is_an_error_naming_the_path(saved, tmp_path):
+    path, _ = saved
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(TwoscaleError, match=f"{truncated}: not a readable checkpoint"):
+        read_checkpoint(truncated)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_bytes(np.random.default_rng(0).bytes(5000)), "not a readable checkpoint"),
+        (lambda p: p.write_text("hello"), "not a readable checkpoint"),
+        (lambda p: torch.save({"format": 99, "model": {}}, p), "not a twoscale checkpoint"),
+        (lambda p: torch.save([1, 2, 3], p), "not a twoscale checkpoint"),
+        (lambda p: None, "checkpoint not found"),
+    ],
+)
+def test_foreign_or_missing_file_is_an_error_naming_the_path(tmp_path, make, message):
+    path = tmp_path / "step_3.pt"
+    make(path)
+    with pytest.raises(TwoscaleError, match=f"^{path}: {message}"):
+        read_checkpoint(path)
+
+
+def test_resume_ignores_checkpoints_of_other_parameters(tmp_path):
+    old, new = train_params(), train_params(learning_rate=0.5)
+    old_fp, new_fp = params_hash(old), params_hash(new)
+    assert old_fp != new_fp
+    state = build_state(tiny_config(), old, seed=0, device=CPU)
+    for step in (5, 10):
+        state.step = step
+        save_checkpoint(tmp_path / f"step_{step}.pt", state, old_fp)
+    assert latest_resumable(tmp_path, new_fp) is None  # another learning rate: start from step 0
+    assert latest_resumable(tmp_path, old_fp)["step"] == 10  # the same parameters: the newest checkpoint
+
+
+def test_resume_takes_the_newest_readable_matching_checkpoint(tmp_path):
+    state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+    for step, fingerprint in [(2, "a"), (9, "a"), (10, "b")]:
+        state.step = step
+        save_checkpoint(tmp_path / f"step_{step}.pt", state, fingerprint)
+    (tmp_path / "step_30.pt").write_bytes(b"half a checkpoint")
+    assert latest_resumable(tmp_path, "a")["step"] == 9  # not 2 (older), not 10 (other), not 30 (unreadable)
+    assert latest_resumable(tmp_path / "missing", "a") is None
+
+
+class Interrupt(Exception):
+    pass
+
+
+def differing_tensors(got: dict, expected: dict) -> list[str]:
+    assert got.keys() == expected.keys()
+    return [key for key, value in expected.items() if not torch.equal(got[key], value)]
+
+
+def test_restored_state_continues_exactly_like_an_uninterrupted_run(tmp_path):
+    # dropout > 0 so the global torch RNG matters as well as the batch/loop generator and the optimizer state
+    params = train_params(steps=12, checkpoint_steps=[4, 8, 12], loops=schedule("poisson_lognormal", max=4),
+                          learning_rate=3e-3)
+    ids, val = markov_tokens(600, 50, seed=0), markov_tokens(100, 50, seed=1)
+
+    def run(out: str, interrupt_at: int | None = None):
+        state = build_state(tiny_config(dropout=0.1), params, seed=3, device=CPU)
+        payload = latest_resumable(tmp_path / f"{out}-resume", "fp")
+        if payload is not None:
+            restore_state(state, payload)
+
+        def progress(step, row):
+            if step == interrupt_at:
+                raise Interrupt
+
+        try:
+            train(state, ids, val, params, CPU, tmp_path / out, tmp_path / f"{out}-resume", "fp", progress)
+        except Interrupt:
+            return None
+        return state
+
+    reference = run("a")
+    assert run("b", interrupt_at=10) is None  # killed after step 10: the newest checkpoint is step 8
+    assert read_checkpoint(tmp_path / "b" / "step_8.pt")["step"] == 8
+    resumed = run("b")
+    assert differing_tensors(resumed.model.state_dict(), reference.model.state_dict()) == []
+    assert [r["train_loss"] for r in resumed.history] == [r["train_loss"] for r in reference.history]
+    assert [r["mean_loops"] for r in resumed.history] == [r["mean_loops"] for r in reference.history]
+
+
+# --- resume after SIGKILL, through the real CLI -------------------------------------------------------------
+
+
+def write_data_dir(path: Path) -> None:
+    path.mkdir()
+    np.save(path / "train.npy", markov_tokens(20_000, 300, seed=0))
+    np.save(path / "val.npy", markov_tokens(3_000, 300, seed=1))
+    (path / "tokenizer.json").write_text("{}")  # only hashed into the resume fingerprint
+    (path / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.0}))
+
+
+def write_params(path: Path) -> None:
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw["runtime"].update(device="cpu", threads=1)
+    raw["model"]["dropout"] = 0.1  # the global RNG state must be restored too
+    # 80 steps after the checkpoint at 20: a wide window to kill the run before it ends
+    raw["train"].update(steps=100, checkpoint_steps=[10, 20, 50, 100])
+    path.write_text(yaml.safe_dump(raw))
+
+
+def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
+    write_data_dir(tmp_path / "data")
+    write_params(tmp_path / "params.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in ("TWOSCALE_MLFLOW_PARENT_RUN", "DVC_ROOT")}
+    env.update(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", MLFLOW_DISABLE_TELEMETRY="true",
+               OMP_NUM_THREADS="1")
+
+    def command(run: str) -> list[str]:
+        return [sys.executable, "-m", "twoscale", "train", "--params", "params.yaml", "--recipe", "paper",
+                "--seed", "1337", "--data-dir", "data", "--out-dir", f"out-{run}", "--resume-dir", f"resume-{run}",
+                "--log", f"{run}.log"]
+
+    def complete(run: str) -> None:
+        done = subprocess.run(command(run), cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    complete("a")  # uninterrupted
+    assert "resuming" not in (tmp_path / "a.log").read_text()
+
+    resume_b = tmp_path / "resume-b"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    proc = subprocess.Popen(command("b"), cwd=tmp_path, env=env, **quiet)
+    try:
+        deadline = time.monotonic() + 240
+        while not (resume_b / "step_20.pt").exists():
+            assert proc.poll() is None, "run b ended before its step-20 checkpoint"
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # also when the wait failed: leave no process behind
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    left = sorted(int(p.stem.split("_")[1]) for p in resume_b.glob("step_*.pt"))
+    assert left[-1] < 100 and not (tmp_path / "out-b/checkpoints/step_100.pt").exists(), "killed too late"
+    shutil.rmtree(tmp_path / "out-b")  # what an orchestrator does with a failed job's outputs
+
+    complete("b")
+    assert f"resuming from step {left[-1]} of an interrupted run" in (tmp_path / "b.log").read_text()
+    assert not resume_b.exists() and not (tmp_path / "resume-a").exists()
+    assert sorted(p.name for p in (tmp_path / "out-b/checkpoints").iterdir()) == [
+        "step_10.pt", "step_100.pt", "step_20.pt", "step_50.pt"]
+
+    final_a = read_checkpoint(tmp_path / "out-a/checkpoints/step_100.pt")
+    final_b = read_checkpoint(tmp_path / "out-b/checkpoints/step_100.pt")
+    assert differing_tensors(final_b["model"], final_a["model"]) == []
+    history_a, history_b = (pl.read_parquet(tmp_path / f"out-{r}/history.parquet") for r in "ab")
+    assert history_b["step"].to_list() == list(range(1, 101))
+    for column in ("train_loss", "val_loss", "lr", "mean_loops"):
+        assert history_b[column].to_list() == history_a[column].to_list(), column
+    losses = history_a["train_loss"]
+    assert losses.head(10).mean() > losses.tail(10).mean() + 0.1  # it learned something
