@@ -14,6 +14,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/measure.smk"
 include: "workflow/rules/sweep.smk"
+include: "workflow/rules/sample.smk"
 include: "workflow/rules/claims.smk"
 
 
@@ -36,4 +37,5 @@ rule all:
         every_run(rules.train.output),
         rules.geometry.output,
         rules.tradeoff.output,
+        every_sampled_run(rules.sample.output),
         rules.claims.output,

@@ -137,15 +137,36 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
 
 def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run):
     claims = json.loads((first_run / "results/claims.json").read_text())
-    names = ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
-    assert [row["claim"] for row in claims["summary"]] == names
-    recipes = [recipe for recipe, _ in smoke_runs(first_run)]
+    names, sampler_claims = ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b"], ["C7", "C7b"]
+    assert [row["claim"] for row in claims["summary"]] == names + sampler_claims
+    recipes = list(dict.fromkeys(recipe for recipe, _ in smoke_runs(first_run)))
+    sampled = yaml.safe_load((first_run / "params.yaml").read_text())["sample"]["recipes"]
     for row in claims["summary"]:
-        assert list(row["recipes"]) == recipes
+        assert list(row["recipes"]) == (sampled if row["claim"] in sampler_claims else recipes)
     assert [(r["recipe"], r["seed"]) for r in claims["runs"]] == smoke_runs(first_run)
-    assert all([row["claim"] for row in r["rows"]] == names for r in claims["runs"])
+    assert all([row["claim"] for row in r["rows"]] == names + (sampler_claims if r["recipe"] in sampled else [])
+               for r in claims["runs"])
     table = (first_run / "results/claims.md").read_text()
     assert "| claim | paper says | " + " | ".join(recipes) + " |" in table
+    assert "not measured" in table.split("| C7 |")[1].splitlines()[0]  # the recipe without injection
+
+
+def test_the_sample_stage_measures_every_setting_on_every_prompt(first_run):
+    sample = yaml.safe_load((first_run / "params.yaml").read_text())["sample"]
+    settings = len(sample["inner_loops"]) * len(sample["tolerances"]) * len(sample["freezes"])
+    for recipe, seed in smoke_runs(first_run):
+        out = first_run / f"results/sample/{recipe}/seed_{seed}"
+        if recipe not in sample["recipes"]:
+            assert not out.exists()
+            continue
+        rows = pl.read_parquet(out / "sample.parquet")
+        assert rows.height == sample["n_prompts"] * (settings + len(sample["baseline_loops"]))
+        assert (rows["new_tokens"] == sample["new_tokens"]).all()
+        summary = pl.read_csv(out / "summary.csv")
+        reference = summary.filter((pl.col("method") == "autoregressive") & (pl.col("loops") == sample["loops"]))
+        assert reference["agreement"].to_list() == [1.0] and reference["cross_entropy_gap"].to_list() == [0.0]
+        assert summary.filter(pl.col("method") == "sampler").height == settings
+        assert (out / "tradeoff.png").stat().st_size > 10_000
 
 
 def test_benchmark_prints_a_row_per_strategy_in_both_tables(first_run):
@@ -160,6 +181,12 @@ def test_benchmark_prints_a_row_per_strategy_in_both_tables(first_run):
         (recipe, strategy) for recipe in recipes for strategy in strategies]
     assert [(row["recipe"], row["precision"]) for row in report["training"]] == [
         (recipe, precision) for recipe in recipes for precision in ("fp32", "bf16")]
+    sampled = yaml.safe_load((first_run / "params.yaml").read_text())["sample"]["recipes"]
+    methods = ["ordinary, full recurrence", "ordinary, matched quality", "sampler"]
+    threads = sorted({1, os.cpu_count() or 1})
+    assert [(row["recipe"], row["threads"], row["method"]) for row in report["sampler"]] == [
+        (recipe, n, method) for recipe in sampled for n in threads for method in methods]
+    assert all(row["vs_full_recurrence"] == 1 for row in report["sampler"] if row["method"] == methods[0])
     assert "1 thread(s)" in out and sum(line.startswith("| paper | fixed |") for line in out.splitlines()) == 2
     (first_run / "bench.json").unlink()
 
@@ -168,6 +195,19 @@ def test_dvc_sees_the_snakemake_results_as_current(first_run):
     assert dvc_changed_stages(first_run) == set()
     assert "Data and pipelines are up to date" in run(["dvc", "status"], first_run)
     assert planned_jobs(first_run) == {}
+
+
+def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_run):
+    """A newer input reruns a job whose outputs come out identical to what the DVC cache holds; the commit at the
+    end links them to the cache, and they must not look older than their input afterwards."""
+    smoke = yaml.safe_load((first_run / "params.yaml").read_text())
+    first = smoke["train"]["checkpoint_steps"][0]
+    checkpoint = first_run / f"results/train/paper/seed_1337/checkpoints/step_{first}.pt"
+    os.utime(checkpoint)
+    assert planned_jobs(first_run) == {"measure": 1, "geometry": 1, "claims": 1}
+    run(["snakemake", "--cores", "2"], first_run)
+    assert planned_jobs(first_run) == {}
+    assert dvc_changed_stages(first_run) == set()
 
 
 def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
@@ -187,7 +227,7 @@ def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
     recipes, steps, strategies = (len(raw["recipes"]), len(raw["train"]["checkpoint_steps"]),
                                   len(raw["sweep"]["strategies"]))
     assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * (strategies + done),
-                    "geometry": 1, "tradeoff": 1, "claims": 1}
+                    "sample": len(raw["sample"]["recipes"]), "geometry": 1, "tradeoff": 1, "claims": 1}
 
 
 @pytest.fixture(scope="module")
@@ -210,13 +250,14 @@ def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_
     smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
     steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
     assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "sweep": len(strategies),
-                                                     "geometry": 1, "tradeoff": 1, "claims": 1}
+                                                     "sample": 1, "geometry": 1, "tradeoff": 1, "claims": 1}
     # DVC lists the stages whose own parameters changed; those after them follow in repro
     assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "tradeoff"}
     out = after_recipe_change["dvc_repro"]
     reran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
     assert reran == {"train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
-                     *(f"sweep@huginn-1337-{name}" for name in strategies), "geometry", "tradeoff", "claims"}
+                     *(f"sweep@huginn-1337-{name}" for name in strategies), "sample@huginn-1337", "geometry",
+                     "tradeoff", "claims"}
     assert after_recipe_change["snakemake_after"] == {}
     assert after_recipe_change["dvc_after"] == set()
 
@@ -228,7 +269,9 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     runs = client.search_runs([experiment.experiment_id])
     parents = {r.info.run_id: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    by_orchestrator = {r.data.tags["orchestrator"]: r for r in parents.values()}
+    # each orchestrator's first invocation (Snakemake ran again to rebuild outputs byte for byte)
+    by_orchestrator = {r.data.tags["orchestrator"]: r
+                       for r in sorted(parents.values(), key=lambda r: r.info.start_time, reverse=True)}
     assert set(by_orchestrator) == {"snakemake", "dvc"}
     assert all(r.info.status == "FINISHED" for r in runs)
 
@@ -238,8 +281,11 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     n_strategies = len(smoke["sweep"]["strategies"])
     per_run = ["train", *["measure"] * n_checkpoints, *["sweep"] * n_strategies]
     gathering = ["geometry", "tradeoff", "claims"]
+    sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
     stages = sorted(r.data.tags["stage"] for r in snakemake_children)
-    assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering])
+    assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering,
+                             *["sample"] * len(sampled)])
+    per_run.append("sample")  # the recipe changed below (huginn) is sampled
     dvc_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["dvc"].info.run_id]
     assert sorted(r.data.tags["stage"] for r in dvc_children) == sorted(per_run + gathering)
     assert {r.data.tags["recipe"] for r in dvc_children if r.data.tags["stage"] in per_run} == {"huginn"}

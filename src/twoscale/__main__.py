@@ -18,6 +18,7 @@ STAGES = {
     "geometry": "gather the measurements across training and draw Figures 1-3",
     "sweep": "sweep one early-exit strategy over its settings on the final checkpoint",
     "tradeoff": "gather the sweeps, summarise each strategy's trade-off and draw Figure 4",
+    "sample": "the parallel sampler against ordinary cached decoding on one run's final checkpoint",
     "claims": "put the paper's findings beside our numbers, with verdicts",
     "benchmark": "print per-step criterion costs and ms per token of each strategy at its best setting",
     "schema": "write the JSON schema of params.yaml",

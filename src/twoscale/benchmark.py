@@ -1,6 +1,6 @@
 """Timings for the benchmark command: training throughput against the machine's matmul peak, the per-step cost of
-each exit criterion (its decode included) beside the cost of one loop step of a group, and ms per generated token
-of each strategy at a given setting.
+each exit criterion (its decode included) beside the cost of one loop step of a group, ms per generated token
+of each strategy at a given setting, and tokens/s of the parallel sampler beside ordinary cached decoding.
 
 The exit timings run as in cached generation: batch size 1, one new token attending to a real KV cache of a
 prompt. Training runs real optimizer steps (`training.train_step`) on a fresh model.
@@ -18,6 +18,7 @@ import torch
 
 from twoscale.inference.exits import head_decode
 from twoscale.inference.generation import LayerCache, block_step, decode_rest, new_cache, step_token
+from twoscale.inference.sampler import SamplerSettings, autoregressive, prefill, sample
 from twoscale.inference.sweep import latency_ms_per_token, never_exit_setting, rules_at
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig, segments
 from twoscale.pipeline.params import TrainParams
@@ -101,6 +102,38 @@ def strategy_latency(
         loops.append(mean_loops)
     return {"ms_per_token": statistics.median(medians), "spread_ms": max(medians) - min(medians),
             "generated_mean_loops": statistics.fmean(loops)}
+
+
+# --- the parallel sampler -----------------------------------------------------------------------------------
+
+
+def sampler_throughput(model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, full_loops: int,
+                       matched_loops: int, settings: SamplerSettings, repeats: int) -> dict[str, dict[str, float]]:
+    """Tokens/s after the prefill of ordinary decoding at `full_loops` and at `matched_loops`, and of the sampler,
+    timed side by side: every repeat runs the three on every prompt in turn. Per method, the median over repeats
+    of all tokens over all seconds, and the spread (max − min)."""
+    def ordinary(loops: int) -> Callable[[Sequence[int], Any], Any]:
+        return lambda prompt, ready: autoregressive(model, prompt, new_tokens, loops,
+                                                    prefilled=ready if loops == full_loops else None)
+
+    methods = {
+        "ordinary, full recurrence": ordinary(full_loops),
+        "ordinary, matched quality": ordinary(matched_loops),
+        "sampler": lambda prompt, ready: sample(model, prompt, new_tokens, settings, prefilled=ready),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(repeats):
+        totals = {name: [0, 0.0] for name in methods}
+        for prompt in prompts:
+            ready = prefill(model, prompt, full_loops, len(prompt) + new_tokens)
+            for name, generate_with in methods.items():
+                out = generate_with(prompt, ready)
+                totals[name][0] += out.new_tokens
+                totals[name][1] += out.seconds
+        for name, (tokens, seconds) in totals.items():
+            rates[name].append(tokens / seconds)
+    return {name: {"tokens_per_s": statistics.median(values), "spread": max(values) - min(values)}
+            for name, values in rates.items()}
 
 
 # --- training throughput ------------------------------------------------------------------------------------

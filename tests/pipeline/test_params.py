@@ -190,6 +190,7 @@ def test_bad_sweep_strategies_name_the_problem(strategies, fragment):
 def with_recipes(**recipes) -> dict:
     raw = default_raw()
     raw["recipes"] = recipes
+    raw["sample"]["recipes"] = []
     return raw
 
 
@@ -250,3 +251,28 @@ def test_a_run_outside_the_file_is_one_line():
         params.run("loopy", 1337)
     with pytest.raises(ParamsError, match=r"seed 5 is not in runtime.seeds \[1337\]"):
         params.run("paper", 5)
+
+
+# --- the sample stage ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    ("sample.recipes", ["paper"], "sample.recipes: 'paper' has no input injection (model.injection: none)"),
+    ("sample.recipes", ["loopy"], "sample.recipes: 'loopy' is not under recipes (known: paper, huginn)"),
+    ("sample.inner_loops", [0, 4], "sample.inner_loops.0 = 0: Input should be greater than 0"),
+    ("sample.inner_loops", [4, 31], "sample: inner_loops 31 exceeds loops (30)"),
+    ("sample.tolerances", [0.03, -0.1], "sample.tolerances.1 = -0.1: Input should be greater than or equal to 0"),
+    ("sample.baseline_loops", [1, 2], "sample: baseline_loops must include loops (30)"),
+    ("sample.freezes", ["vibes"], "sample.freezes.0 = 'vibes': Input should be 'latent_diff' or 'acceleration'"),
+    ("sample.new_tokens", 200, "sample.prompt_tokens + sample.new_tokens (216) exceeds model.block_size (128)"),
+])
+def test_bad_sample_settings_name_the_key(path, value, expected):
+    with pytest.raises(ParamsError) as info:
+        parse_params(with_change(path, value), "params.yaml")
+    assert str(info.value).startswith(f"params.yaml: {expected}")
+    assert "\n" not in str(info.value)
+
+
+def test_the_sample_stage_runs_on_the_recipes_with_injection_only():
+    params = load_params(ROOT / "params.yaml")
+    assert params.sample_runs() == [("huginn", seed) for seed in params.runtime.seeds]

@@ -170,3 +170,19 @@ def test_tradeoff_without_the_sweep_tables(tmp_path):
                    "--out-dir", "out", "--figures-dir", "figures")
     assert_one_line_error(result, "tradeoff", "sweep/huginn/seed_1337/acceleration.parquet", "not found")
     assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()
+
+
+def test_sample_on_a_recipe_it_does_not_sample(tmp_path):
+    params = smoke_params(tmp_path)
+    result = stage(tmp_path, "sample", "--params", str(params), *RUN, "--checkpoint", "none.pt",
+                   "--data-dir", "prepared", "--out-dir", "sampled")
+    assert_one_line_error(result, "sample", "--recipe 'paper' is not under sample.recipes (huginn)")
+    assert not (tmp_path / "sampled").exists()
+
+
+def test_sample_with_a_bad_setting_names_the_key(tmp_path):
+    params = smoke_params(tmp_path, sample={"inner_loops": [0]})
+    result = stage(tmp_path, "sample", "--params", str(params), "--recipe", "huginn", "--seed", "1337",
+                   "--checkpoint", "none.pt", "--data-dir", "prepared", "--out-dir", "sampled")
+    assert_one_line_error(result, "sample", "sample.inner_loops.0 = 0")
+    assert not (tmp_path / "sampled").exists()

@@ -1,4 +1,4 @@
-# The claims table: the paper's findings C1-C6 beside our numbers.
+# The claims table: the paper's findings C1-C6 and the sampler's C7 beside our numbers.
 
 
 rule claims:
@@ -7,6 +7,7 @@ rule claims:
         multiext("results/geometry/", "geometry.parquet", "loss_vs_loops.parquet", "depth.parquet",
                  "similarity.parquet", "trajectory.parquet"),
         "results/sweep/sweep.parquet",
+        every_sampled_run("results/sample/{recipe}/seed_{seed}/summary.csv"),
     output:
         report("results/claims.md", caption="../report/claims.rst", category="Claims"),
         "results/claims.json",
@@ -21,4 +22,5 @@ rule claims:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale claims --params {params.file} --geometry-dir results/geometry --sweep results/sweep/sweep.parquet --out-dir results --log {log}"
+        "python -m twoscale claims --params {params.file} --geometry-dir results/geometry --sweep results/sweep/sweep.parquet"
+        " --sample-dir results/sample --out-dir results --log {log}"

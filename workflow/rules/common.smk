@@ -48,9 +48,17 @@ STEPS = config["train"]["checkpoint_steps"]
 STRATEGIES = list(config["sweep"]["strategies"])
 
 
+SAMPLE_RECIPES = config["sample"]["recipes"]
+
+
 def every_run(pattern, **more):
     """pattern expanded over every recipe and seed (and the other given wildcards)."""
     return expand(pattern, recipe=RECIPES, seed=SEEDS, **more)
+
+
+def every_sampled_run(pattern):
+    """pattern expanded over the runs of the recipes the sample stage works on."""
+    return expand(pattern, recipe=SAMPLE_RECIPES, seed=SEEDS)
 
 
 wildcard_constraints:
@@ -72,7 +80,19 @@ def pipeline_finished(status):
     if run_id:
         tracking.end_pipeline_run(run_id, status)
     if status == "FINISHED" and PARAMS_FILE == "params.yaml" and os.path.isdir(".dvc"):
-        # record the results in dvc.lock so `dvc repro` sees them current
-        done = subprocess.run(["dvc", "commit", "--force", "--quiet"], capture_output=True, text=True)
-        if done.returncode:
-            print("note: dvc commit skipped:", (done.stderr.strip().splitlines() or ["?"])[-1])
+        dvc_commit_keeping_mtimes()
+
+
+def dvc_commit_keeping_mtimes():
+    """Record the results in dvc.lock so `dvc repro` sees them current. `dvc commit` replaces an output whose
+    content its cache already holds by a link to that cache file, which carries the mtime of whenever those bytes
+    were first cached; an output rebuilt byte for byte would then look older than its inputs, and Snakemake would
+    rebuild it on every run. The outputs get their own mtimes back."""
+    mtimes = {path: path.stat().st_mtime_ns for top in ("data", "results") for path in Path(top).rglob("*")
+              if path.is_file() and not path.is_symlink()}
+    done = subprocess.run(["dvc", "commit", "--force", "--quiet"], capture_output=True, text=True)
+    if done.returncode:
+        print("note: dvc commit skipped:", (done.stderr.strip().splitlines() or ["?"])[-1])
+    for path, mtime in mtimes.items():
+        if path.is_file() and path.stat().st_mtime_ns != mtime:
+            os.utime(path, ns=(mtime, mtime), follow_symlinks=False)

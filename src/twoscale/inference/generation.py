@@ -30,6 +30,9 @@ class LayerCache:
     values: Tensor
     depth: Tensor  # (positions,) long: deepest loop step each position has an entry for (0: none yet)
 
+    def copy(self) -> LayerCache:
+        return LayerCache(self.keys.clone(), self.values.clone(), self.depth.clone())
+
     def visible(self, step: int, count: int) -> tuple[Tensor, Tensor]:
         """The first `count` positions' entries at loop step min(step, their deepest step) (1-based): (P, H, D)."""
         index = self.depth[:count].clamp(max=step) - 1

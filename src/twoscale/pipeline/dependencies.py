@@ -77,6 +77,23 @@ STAGES: dict[str, dict[str, list[str]]] = {
             "src/twoscale/pipeline/dependencies.py",
         ],
     },
+    "sample": {
+        "params": ["runtime.device", "sample"],
+        "sources": [
+            "src/twoscale/stages/sample.py",
+            "src/twoscale/inference/sampling.py",
+            "src/twoscale/inference/sampler.py",
+            "src/twoscale/inference/generation.py",
+            "src/twoscale/inference/exits.py",
+            "src/twoscale/inference/sweep.py",
+            "src/twoscale/report/tables.py",
+            "src/twoscale/report/plots.py",
+            "src/twoscale/models/looped_gpt.py",
+            "src/twoscale/training/trainer.py",
+            "src/twoscale/training/batches.py",
+            "src/twoscale/training/device.py",
+        ],
+    },
     "claims": {
         "params": [],
         "sources": [
@@ -84,6 +101,7 @@ STAGES: dict[str, dict[str, list[str]]] = {
             "src/twoscale/report/claims.py",
             "src/twoscale/report/claims_by_recipe.py",
             "src/twoscale/report/tables.py",
+            "src/twoscale/pipeline/dependencies.py",
         ],
     },
 }

@@ -241,6 +241,53 @@ class SweepParams(Section):
         return self
 
 
+class SampleParams(Section):
+    recipes: list[str] = Field(
+        description="recipes to sample from (may be none); each needs input injection (model.injection)"
+    )
+    threads: PositiveInt = Field(description="torch threads per sample job (one job per recipe and seed)")
+    loops: PositiveInt = Field(
+        description="the full recurrence: the prompt's prefill, the most iterations a position runs before it "
+        "freezes, and the ordinary decoding the sampler is compared with (the paper: 32)"
+    )
+    n_prompts: PositiveInt = Field(description="held-out prompts, greedy decoding at batch size 1")
+    prompt_tokens: PositiveInt = Field(description="tokens per prompt")
+    new_tokens: PositiveInt = Field(description="tokens generated per prompt")
+    baseline_loops: list[PositiveInt] = Field(
+        min_length=1, description="ordinary cached decoding at these loop counts (must include loops)"
+    )
+    inner_loops: list[PositiveInt] = Field(min_length=1, description="r': iterations per outer step (the grid)")
+    tolerances: list[Annotated[float, Field(ge=0)]] = Field(
+        min_length=1, description="freeze tolerance epsilon on the relative change of a position's state (the grid)"
+    )
+    freezes: list[Literal["latent_diff", "acceleration"]] = Field(
+        min_length=1, description="freeze criteria (the grid): latent_diff ||s_t - s_t-1|| / ||s_t||, or the "
+        "second difference (acceleration)"
+    )
+    embedding_ema: float = Field(ge=0, le=1, description="eta: e = eta e_prev + (1 - eta) P(y)")
+    state_noise: float = Field(ge=0, le=1, description="beta: noise mixed into states, dampened by iterations")
+    headway: PositiveInt = Field(description="new positions per outer step")
+    max_wavefront: PositiveInt = Field(description="most active positions")
+    init: Literal["input", "random"] = Field(
+        description="how new positions start: input (the group input, as our models are trained) or random "
+        "(Huginn's truncated normal)"
+    )
+    state_std: float = Field(ge=0, description="std of random states and of the noise (Huginn: 0.63)")
+    quality_tolerance: float = Field(
+        ge=0, description="nats: 'about equal quality' = mean re-scored cross-entropy at most this much above "
+        "ordinary decoding at full recurrence (C7)"
+    )
+
+    @model_validator(mode="after")
+    def _grid_fits(self) -> SampleParams:
+        if self.loops not in self.baseline_loops:
+            raise ValueError(f"baseline_loops must include loops ({self.loops}): the full-recurrence reference")
+        too_many = [r for r in self.inner_loops if r > self.loops]
+        if too_many:
+            raise ValueError(f"inner_loops {too_many[0]} exceeds loops ({self.loops})")
+        return self
+
+
 class Params(Section):
     runtime: RuntimeParams
     data: DataParams
@@ -253,6 +300,7 @@ class Params(Section):
     )
     measure: MeasureParams
     sweep: SweepParams
+    sample: SampleParams
 
     @model_validator(mode="after")
     def _recipes_build(self) -> Params:
@@ -265,6 +313,12 @@ class Params(Section):
                 raise ValueError(f"recipes.{name}.train.{shared[0]}: shared by every recipe, set it in train")
             model, _ = self._resolve(name)
             self._check_stages_fit(model, f"recipes.{name}: " if recipe.model else "")
+        for name in self.sample.recipes:
+            if name not in self.recipes:
+                raise ValueError(f"sample.recipes: {name!r} is not under recipes (known: {', '.join(self.recipes)})")
+            if self._resolve(name)[0].injection == "none":
+                raise ValueError(f"sample.recipes: {name!r} has no input injection (model.injection: none), "
+                                 "which the parallel sampler needs")
         return self
 
     def _resolve(self, name: str) -> tuple[ModelParams, TrainParams]:
@@ -292,9 +346,20 @@ class Params(Section):
                 f"exceeds model.block_size ({model.block_size})"
             )
 
+        sample = self.sample
+        if sample.prompt_tokens + sample.new_tokens > model.block_size:
+            raise ValueError(
+                f"{where}sample.prompt_tokens + sample.new_tokens ({sample.prompt_tokens + sample.new_tokens}) "
+                f"exceeds model.block_size ({model.block_size})"
+            )
+
     def runs(self) -> list[tuple[str, int]]:
         """Every (recipe, seed) pair, recipes in file order, then seeds."""
         return [(recipe, seed) for recipe in self.recipes for seed in self.runtime.seeds]
+
+    def sample_runs(self) -> list[tuple[str, int]]:
+        """The runs the sample stage works on: those of the recipes under sample.recipes, in run order."""
+        return [(recipe, seed) for recipe, seed in self.runs() if recipe in self.sample.recipes]
 
     def run(self, recipe: str, seed: int) -> RunParams:
         """The parameters of one run; one line naming what is wrong if the recipe or seed is not in the file."""

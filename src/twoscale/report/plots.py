@@ -56,12 +56,6 @@ RESIDUAL_UNITS = "residual-stream units"
 # --- shared helpers -----------------------------------------------------------------------------------------
 
 
-
-
-
-
-
-
 def _last(frame: pl.DataFrame) -> tuple[int, pl.DataFrame]:
     step = training_steps(frame)[-1]
     return step, frame.filter(pl.col("step") == step)
@@ -708,4 +702,51 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
         _strategy_legend(fig, styles, sorted(rules["strategy"].unique()), frontier)
         fig.suptitle("Early exit: loss vs compute and latency, every setting of every exit rule, per recipe\n"
                      "(points joined in order of mean loops, including the τ = 0 and τ = ∞ ends)")
+        _save(fig, path)
+
+
+# --- the parallel sampler -----------------------------------------------------------------------------------
+
+
+def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
+    """One run's sampler against ordinary decoding: quality (the paired gap in re-scored cross-entropy to ordinary
+    decoding at full recurrence) and greedy agreement against tokens/s. Ordinary decoding is one black line over
+    its loop counts; the sampler one line per freeze criterion and ε over r′ (labelled)."""
+    require(summary, "sampling summary", ("method", "loops", "inner_loops", "tolerance", "freeze", "tokens_per_s",
+                                          "cross_entropy_gap", "agreement", "quality_tolerance"), "sampler figure")
+    ordinary = summary.filter(pl.col("method") == "autoregressive").sort("loops")
+    sampler = summary.filter(pl.col("method") == "sampler").sort("inner_loops")
+    lines = list(sampler.select("freeze", "tolerance").unique(maintain_order=True).iter_rows())
+    palette = dict(zip(lines, sns.color_palette("deep", len(lines)), strict=True))
+    markers = {"latent_diff": "o", "acceleration": "s"}
+    with _style():
+        fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.2), layout="constrained")
+        panels = ((axes[0], "cross_entropy_gap", "re-scored cross-entropy − full recurrence's (nats)"),
+                  (axes[1], "agreement", "greedy agreement with full recurrence"))
+        for ax, column, label in panels:
+            ax.plot(ordinary["tokens_per_s"], ordinary[column], color="black", marker="D", ms=5, lw=1.6)
+            for x, y, loops in ordinary.select("tokens_per_s", column, "loops").iter_rows():
+                ax.annotate(f"{loops}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            for freeze, tolerance in lines:
+                rows = sampler.filter((pl.col("freeze") == freeze) & (pl.col("tolerance") == tolerance))
+                ax.plot(rows["tokens_per_s"], rows[column], color=palette[(freeze, tolerance)],
+                        marker=markers.get(freeze, "o"), ms=5, lw=1.3, alpha=0.9)
+                for x, y, r in rows.select("tokens_per_s", column, "inner_loops").iter_rows():
+                    ax.annotate(f"{r}", (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6,
+                                color=palette[(freeze, tolerance)])
+            ax.set_xscale("log")
+            _plain_log_ticks(ax, "x")
+            ax.set_xlabel("tokens / s (batch size 1, after the prefill)")
+            ax.set_ylabel(label)
+        tolerance = float(summary["quality_tolerance"][0])
+        axes[0].axhspan(axes[0].get_ylim()[0], tolerance, color="tab:green", alpha=0.08, lw=0)
+        axes[0].axhline(tolerance, color="tab:green", lw=0.8, ls="--")
+        axes[1].set_ylim(0, 1.02)
+        handles = [Line2D([], [], color="black", marker="D", ms=5, label="ordinary decoding (labels: loops)")]
+        handles += [Line2D([], [], color=palette[key], marker=markers.get(key[0], "o"), ms=5,
+                           label=f"sampler, {key[0]}, ε {key[1]:g} (labels: r′)") for key in lines]
+        handles += [Patch(color="tab:green", alpha=0.2, label=f"about equal quality (≤ {tolerance:g} nats)")]
+        fig.legend(handles=handles, loc="outside right upper", frameon=False, fontsize=7)
+        recipe, seed = summary["recipe"][0], summary["seed"][0]
+        fig.suptitle(f"Parallel sampler vs ordinary cached decoding: {recipe}, seed {seed}")
         _save(fig, path)

@@ -59,3 +59,38 @@ def recipes_in(frame: pl.DataFrame) -> list[str]:
 def of_run(frame: pl.DataFrame, recipe: str, seed: int) -> pl.DataFrame:
     """The rows of one training run."""
     return frame.filter((pl.col("recipe") == recipe) & (pl.col("seed") == seed))
+
+
+# the sample stage's table: one row per prompt and setting, method "sampler" or "autoregressive" (ordinary
+# decoding, whose row at loops == full recurrence is the reference)
+SAMPLE_SETTING = ("method", "loops", "inner_loops", "tolerance", "freeze")
+SAMPLE_COLUMNS = (*SAMPLE_SETTING, "prompt", "new_tokens", "seconds", "forward_passes", "group_iterations",
+                  "agreement", "cross_entropy")
+
+
+def sampling_summary(rows: pl.DataFrame, full_loops: int) -> pl.DataFrame:
+    """One row per setting: tokens/s (all tokens over all seconds), forward passes and group applications per
+    token, the mean greedy agreement, the token-weighted mean cross-entropy, and its paired gap to ordinary
+    decoding at `full_loops` (mean over prompts of the per-prompt difference, with its standard error)."""
+    require(rows, "sample", SAMPLE_COLUMNS, "sampling summary")
+    reference = rows.filter((pl.col("method") == "autoregressive") & (pl.col("loops") == full_loops))
+    if reference.height == 0:
+        raise TwoscaleError(f"sampling summary: no ordinary decoding at {full_loops} loops (the reference)")
+    keys = [c for c in rows.columns if c in (*RUN_KEYS, *SAMPLE_SETTING)]
+    paired = rows.join(reference.select("prompt", pl.col("cross_entropy").alias("reference_cross_entropy")),
+                       on="prompt", how="left")
+    gap = pl.col("cross_entropy") - pl.col("reference_cross_entropy")
+    return (
+        paired.group_by(keys, maintain_order=True)
+        .agg(
+            (pl.col("new_tokens").sum() / pl.col("seconds").sum()).alias("tokens_per_s"),
+            (pl.col("forward_passes").sum() / pl.col("new_tokens").sum()).alias("forward_passes_per_token"),
+            (pl.col("group_iterations").sum() / pl.col("new_tokens").sum()).alias("group_iterations_per_token"),
+            pl.col("agreement").mean().alias("agreement"),
+            ((pl.col("cross_entropy") * pl.col("new_tokens")).sum() / pl.col("new_tokens").sum())
+            .alias("cross_entropy"),
+            gap.mean().alias("cross_entropy_gap"),
+            (gap.std() / pl.len().sqrt()).alias("cross_entropy_gap_sem"),
+            pl.len().alias("n_prompts"),
+        )
+    )

@@ -1,7 +1,9 @@
 """`benchmark`: print, on this machine, the matmul peak in fp32 and bf16, the training throughput of every recipe in
-both precisions against that peak, and for each recipe the per-step cost of every exit criterion and ms per
+both precisions against that peak, for each recipe the per-step cost of every exit criterion and ms per
 generated token of every strategy at its best setting (the fastest within 1% of the perplexity of the best fixed
-depth, or of full depth, from the tradeoff stage's summary)."""
+depth, or of full depth, from the tradeoff stage's summary), and for each sampled recipe the parallel sampler's
+tokens/s beside ordinary decoding at full recurrence and at the fewest loops of about equal quality (the settings
+from the sample stage's summary), on one thread and on every core."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.benchmark import matmul_gflops, step_costs, strategy_latency, training_throughput
+from twoscale.benchmark import (matmul_gflops, sampler_throughput, step_costs, strategy_latency,
+                                training_throughput)
+from twoscale.inference.sampler import SamplerSettings
 from twoscale.inference.sweep import held_out_prompts, never_exit_setting
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline.dependencies import run_subdir
@@ -42,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reads train.npy, val.npy and stats.json")
     parser.add_argument("--summary", type=Path, default=Path("results/sweep/summary.csv"),
                         help="the tradeoff stage's per-run, per-strategy summary (best settings)")
+    parser.add_argument("--sample-dir", type=Path, default=Path("results/sample"),
+                        help="reads <recipe>/seed_<seed>/summary.csv of the sample stage (the settings to time)")
     parser.add_argument("--reference", choices=REFERENCES, default="best_fixed",
                         help="best settings within 1%% of the best fixed depth K* (default) or of full depth")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats; medians are reported")
@@ -65,11 +71,11 @@ def best_settings(summary: pl.DataFrame, reference: str, run: RunParams, strateg
             else fallback[name] for name in strategies}
 
 
-def read_summary(path: Path) -> pl.DataFrame:
+def read_summary(path: Path, stage: str = "tradeoff") -> pl.DataFrame:
     try:
         return pl.read_csv(path)
     except FileNotFoundError:
-        raise TwoscaleError(f"{path}: not found (run the pipeline's tradeoff stage first)") from None
+        raise TwoscaleError(f"{path}: not found (run the pipeline's {stage} stage first)") from None
 
 
 def markdown(rows: list[dict], columns: list[str]) -> str:
@@ -132,6 +138,54 @@ def exit_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, d
     return costs, latency
 
 
+def fastest_within(summary: pl.DataFrame, method: str) -> dict | None:
+    """The method's row with the most tokens/s among those within the quality tolerance, or None."""
+    tolerance = summary["quality_tolerance"][0]
+    rows = summary.filter((pl.col("method") == method) & (pl.col("cross_entropy_gap") <= tolerance))
+    return None if rows.height == 0 else rows.sort("tokens_per_s", descending=True).row(0, named=True)
+
+
+def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, device: torch.device
+                 ) -> list[dict]:
+    """Per sampled recipe and thread count: tokens/s of the sampler at its fastest setting of about equal quality
+    (else the paper's defaults), of ordinary decoding at full recurrence, and of the fastest ordinary decoding of
+    about equal quality, timed side by side."""
+    sample = params.sample
+    stats = read_json(args.data_dir / "stats.json")
+    prompts = held_out_prompts(load_token_array(args.data_dir / "val.npy"), sample.n_prompts, sample.prompt_tokens)
+    rows = []
+    for run in (r for r in runs if r.recipe in sample.recipes):
+        summary = read_summary(args.sample_dir / run_subdir(run.recipe, run.seed) / "summary.csv", "sample")
+        chosen, matched = fastest_within(summary, "sampler"), fastest_within(summary, "autoregressive")
+        setting = ({"inner_loops": 4, "tolerance": 0.03, "freeze": "latent_diff"} if chosen is None else
+                   {key: chosen[key] for key in ("inner_loops", "tolerance", "freeze")})
+        settings = SamplerSettings(**setting, max_iterations=sample.loops, embedding_ema=sample.embedding_ema,
+                                   state_noise=sample.state_noise, headway=sample.headway,
+                                   max_wavefront=sample.max_wavefront, init=sample.init,
+                                   state_std=sample.state_std)
+        matched_loops = sample.loops if matched is None else int(matched["loops"])
+        checkpoint = (args.train_dir / run_subdir(run.recipe, run.seed) / "checkpoints"
+                      / checkpoint_name(run.train.steps))
+        model, _ = load_model_matching(checkpoint, run.model, stats["vocab_size"], device)
+        labels = {"ordinary, full recurrence": f"{sample.loops} loops",
+                  "ordinary, matched quality": f"{matched_loops} loops",
+                  "sampler": f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}"
+                  + ("" if chosen else " (none within the tolerance: the paper's defaults)")}
+        for threads in sorted({sample.threads, os.cpu_count() or 1}):
+            torch.set_num_threads(threads)
+            timing = sampler_throughput(model, prompts, sample.new_tokens, sample.loops, matched_loops, settings,
+                                        args.repeats)
+            full, same = timing["ordinary, full recurrence"], timing["ordinary, matched quality"]
+            for method, numbers in timing.items():
+                rows.append({
+                    "recipe": run.recipe, "threads": threads, "method": method, "setting": labels[method],
+                    **numbers,
+                    "vs_full_recurrence": numbers["tokens_per_s"] / full["tokens_per_s"],
+                    "vs_matched_quality": numbers["tokens_per_s"] / same["tokens_per_s"],
+                })
+    return rows
+
+
 def run(args: argparse.Namespace) -> None:
     for flag, value in (("--repeats", args.repeats), ("--training-steps", args.training_steps)):
         if value < 1:
@@ -146,6 +200,7 @@ def run(args: argparse.Namespace) -> None:
     training = training_rows(runs, args.data_dir, device, args.training_steps, peaks)
     configure_torch(params.sweep.threads, seed)
     costs, latency = exit_rows(params, runs, args, device)
+    sampling = sampler_rows(params, runs, args, device)
 
     print(f"machine: {machine(device)}; medians of {args.repeats} repeats")
     print(f"\nmatmul peak ({params.runtime.threads} thread(s), 1024 x 1024): "
@@ -161,6 +216,12 @@ def run(args: argparse.Namespace) -> None:
           f"{params.sweep.new_tokens} tokens)\n")
     print(markdown(latency, ["recipe", "strategy", "setting", "chosen", "ms_per_token", "spread_ms",
                              "generated_mean_loops", "vs_full_depth"]))
+    if sampling:
+        print(f"\nparallel sampler vs ordinary cached decoding, tokens/s after the prefill "
+              f"({params.sample.n_prompts} prompts x {params.sample.new_tokens} tokens, greedy, batch 1)\n")
+        print(markdown(sampling, ["recipe", "threads", "method", "setting", "tokens_per_s", "spread",
+                                  "vs_full_recurrence", "vs_matched_quality"]))
     if args.out:
         write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_gflops": peaks,
-                              "training": training, "step_costs": costs, "latency": latency})
+                              "training": training, "step_costs": costs, "latency": latency,
+                              "sampler": sampling})

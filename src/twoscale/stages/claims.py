@@ -1,5 +1,5 @@
-"""Stage `claims`: the paper's findings beside our numbers for every training run, read per recipe with the spread
-over seeds, with a verdict for each (Markdown and JSON)."""
+"""Stage `claims`: the paper's findings (and the sampler's) beside our numbers for every training run, read per
+recipe with the spread over seeds, with a verdict for each (Markdown and JSON)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 import polars as pl
 
 from twoscale.pipeline import tracking
+from twoscale.pipeline.dependencies import run_subdir
+from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import read_parquet, write_text
 from twoscale.pipeline.params import params_hash
 from twoscale.report.claims import claims_table
@@ -24,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--geometry-dir", type=Path, required=True, help="reads the tables across training")
     parser.add_argument("--sweep", type=Path, required=True, help="the early-exit sweep table of every run")
+    parser.add_argument("--sample-dir", type=Path, required=True,
+                        help="reads <recipe>/seed_<seed>/summary.csv of the sample stage (the recipes it ran on)")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
 
 
@@ -33,13 +37,28 @@ def read_tables(directory: Path, sweep: Path) -> dict[str, pl.DataFrame]:
     return tables | {"sweep": read_parquet(sweep, "the tradeoff stage")}
 
 
+def read_sample_summaries(directory: Path, runs: list[tuple[str, int]]) -> pl.DataFrame | None:
+    """The sample stage's summaries of these runs, stacked (None for no runs)."""
+    if not runs:
+        return None
+    frames = []
+    for recipe, seed in runs:
+        path = directory / run_subdir(recipe, seed) / "summary.csv"
+        if not path.exists():
+            raise TwoscaleError(f"{path}: not found (run the sample stage first)")
+        frames.append(pl.read_csv(path))
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     tables = read_tables(args.geometry_dir, args.sweep)
+    sample = read_sample_summaries(args.sample_dir, params.sample_runs())
+    tables |= {} if sample is None else {"sample": sample}
     runs = {(recipe, seed): claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()})
             for recipe, seed in params.runs()}
     summary = summarise(runs)
-    with tracking.stage_run("claims", params_hash(params.measure, params.sweep)):
+    with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample)):
         import mlflow
 
         write_text(args.out_dir / "claims.md", to_markdown(summary, runs))

@@ -1,0 +1,78 @@
+"""Stage `sample`: the parallel sampler against ordinary cached decoding on one run's final checkpoint (one job per
+recipe under sample.recipes and seed): tokens/s, forward passes per token, greedy agreement and re-scored quality
+for every setting of the grid, with a figure."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+from tqdm import tqdm
+
+from twoscale.inference.sampling import measure_prompt, settings_grid
+from twoscale.inference.sweep import held_out_prompts
+from twoscale.pipeline import tracking
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import load_token_array, read_json, write_parquet, write_text
+from twoscale.pipeline.params import params_hash
+from twoscale.report import plots
+from twoscale.report.tables import sampling_summary
+from twoscale.stages.common import add_run_arguments, load_run, log_sections
+from twoscale.training.device import configure_torch, resolve_device
+from twoscale.training.trainer import load_model_matching
+
+log = logging.getLogger("twoscale.inference.sampling")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--out-dir", type=Path, required=True,
+                        help="writes sample.parquet (per prompt), summary.csv (per setting) and tradeoff.png")
+
+
+def run(args: argparse.Namespace) -> None:
+    params, run = load_run(args)
+    sample = params.sample
+    if run.recipe not in sample.recipes:
+        raise TwoscaleError(f"--recipe {run.recipe!r} is not under sample.recipes ({', '.join(sample.recipes)})")
+    stats = read_json(args.data_dir / "stats.json")
+    val_ids = load_token_array(args.data_dir / "val.npy")
+    configure_torch(sample.threads, run.seed)
+    device = resolve_device(params.runtime.device)
+    model, meta = load_model_matching(args.checkpoint, run.model, stats["vocab_size"], device)
+    prompts = held_out_prompts(val_ids, sample.n_prompts, sample.prompt_tokens)
+    grid = settings_grid(sample.inner_loops, sample.tolerances, sample.freezes, max_iterations=sample.loops,
+                         embedding_ema=sample.embedding_ema, state_noise=sample.state_noise,
+                         headway=sample.headway, max_wavefront=sample.max_wavefront, init=sample.init,
+                         state_std=sample.state_std)
+    log.info("sampling %s, seed %d, step %d: %d prompts x (%d sampler settings + %d loop counts)", run.recipe,
+             run.seed, meta["step"], len(prompts), len(grid), len(sample.baseline_loops))
+    with tracking.stage_run("sample", params_hash(params.sample), run.tags):
+        import mlflow
+
+        log_sections(params, "sample")
+        rows = []
+        for index, prompt in enumerate(tqdm(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")):
+            rows += measure_prompt(model, index, prompt, sample.new_tokens, sample.loops, sample.baseline_loops,
+                                   grid)
+        table = pl.DataFrame(rows, infer_schema_length=None).select(
+            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.all(),
+            pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
+        )
+        summary = sampling_summary(table, sample.loops).with_columns(
+            pl.lit(sample.loops).alias("full_loops"), pl.lit(sample.quality_tolerance).alias("quality_tolerance"))
+        write_parquet(args.out_dir / "sample.parquet", table)
+        write_text(args.out_dir / "summary.csv", summary.write_csv(float_precision=6))
+        plots.fig_sampler_tradeoff(summary, args.out_dir / "tradeoff.png")
+        for name in ("summary.csv", "tradeoff.png"):
+            mlflow.log_artifact(str(args.out_dir / name))
+        for index, row in enumerate(summary.iter_rows(named=True)):
+            mlflow.log_metrics({key: row[key] for key in ("tokens_per_s", "forward_passes_per_token",
+                                                          "agreement", "cross_entropy_gap")}, step=index)
+            log.info("%s loops %d r' %s eps %s %s: %.0f tokens/s, gap %+.3f nats, agreement %.2f", row["method"],
+                     row["loops"], row["inner_loops"], row["tolerance"], row["freeze"], row["tokens_per_s"],
+                     row["cross_entropy_gap"], row["agreement"])
