@@ -171,7 +171,8 @@ def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace
                   "ordinary, matched quality": f"{matched_loops} loops",
                   "sampler": f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}"
                   + ("" if chosen else " (none within the tolerance: the paper's defaults)")}
-        for threads in sorted({sample.threads, os.cpu_count() or 1}):
+        thread_counts = sorted({sample.threads, os.cpu_count() or 1})
+        for threads in tqdm(thread_counts, desc=f"benchmark sampler {run.recipe}", unit="thread count"):
             torch.set_num_threads(threads)
             timing = sampler_throughput(model, prompts, sample.new_tokens, sample.loops, matched_loops, settings,
                                         args.repeats)
