@@ -121,11 +121,11 @@ def sampler_throughput(model: LoopedGPT, prompts: Sequence[Sequence[int]], new_t
         "ordinary, matched quality": ordinary(matched_loops),
         "sampler": lambda prompt, ready: sample(model, prompt, new_tokens, settings, prefilled=ready),
     }
+    prefills = [prefill(model, prompt, full_loops, len(prompt) + new_tokens) for prompt in prompts]  # untimed
     rates: dict[str, list[float]] = {name: [] for name in methods}
     for _ in range(repeats):
         totals = {name: [0, 0.0] for name in methods}
-        for prompt in prompts:
-            ready = prefill(model, prompt, full_loops, len(prompt) + new_tokens)
+        for prompt, ready in zip(prompts, prefills, strict=True):
             for name, generate_with in methods.items():
                 out = generate_with(prompt, ready)
                 totals[name][0] += out.new_tokens

@@ -37,7 +37,6 @@ noise of step 2 is drawn from the same distribution.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -216,11 +215,16 @@ class Prefill:
         return Prefill(self.prompt, self.loops, self.positions, [c.copy() for c in self.caches], self.logits)
 
 
+def fixed_rules(model: LoopedGPT, loops: int) -> list:
+    """Every group looped `loops` times: ordinary decoding's exit rules."""
+    return [make_rule({"criterion": "fixed", "loops": loops}) for _ in range(model.n_groups)]
+
+
 @torch.no_grad()
 def prefill(model: LoopedGPT, prompt: Sequence[int], loops: int, positions: int) -> Prefill:
     model.eval()
     caches = new_cache(model, loops, positions)
-    rules = [make_rule({"criterion": "fixed", "loops": loops}) for _ in range(model.n_groups)]
+    rules = fixed_rules(model, loops)
     logits = None
     for position, token in enumerate(prompt):
         logits, _ = step_token(model, token, position, caches, rules)
@@ -249,7 +253,7 @@ def autoregressive(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, loo
     total = len(prompt) + new_tokens
     ready = _prefilled(model, prompt, loops, total, prefilled)
     caches, logits = ready.caches, ready.logits
-    rules = [make_rule({"criterion": "fixed", "loops": loops}) for _ in range(model.n_groups)]
+    rules = fixed_rules(model, loops)
     tokens = [*prompt, int(logits.argmax())]
     started = time.perf_counter()
     while len(tokens) < total and tokens[-1] not in stop_tokens:
@@ -265,24 +269,27 @@ class _Window:
     """The active positions start..start+size−1 and what the sampler keeps for each (rows in position order)."""
 
     start: int
+    inner_loops: int  # r′: iterations of every group per outer step
     embeds: Tensor  # (W, C) prelude output after the EMA
     states: list[Tensor]  # per looped group, (W, C)
     history: list[list[Tensor]]  # per looped group, the states after each of the last three outer steps
-    iterations: Tensor  # (W,) long, iterations each position has had
-    steps_active: Tensor  # (W,) long, outer steps each position has been through
-    has_state: Tensor  # (W,) bool: False for positions that joined and have not run yet
+    steps_active: Tensor  # (W,) long, outer steps each position has been through (0: joined, not run yet)
 
     @property
     def size(self) -> int:
-        return len(self.iterations)
+        return len(self.steps_active)
+
+    @property
+    def iterations(self) -> Tensor:
+        """(W,) iterations of every group each position has had."""
+        return self.steps_active * self.inner_loops
 
     def drop_first(self, count: int) -> None:
         self.start += count
         self.embeds = self.embeds[count:]
         self.states = [s[count:] for s in self.states]
         self.history = [[h[count:] for h in hist] for hist in self.history]
-        self.iterations, self.steps_active = self.iterations[count:], self.steps_active[count:]
-        self.has_state = self.has_state[count:]
+        self.steps_active = self.steps_active[count:]
 
     def append(self, count: int, width: int, dtype: torch.dtype, device: torch.device) -> None:
         def pad(t: Tensor, rows: int) -> Tensor:
@@ -291,8 +298,7 @@ class _Window:
         self.embeds = pad(self.embeds, count)
         self.states = [pad(s, count) for s in self.states]
         self.history = [[pad(h, count) for h in hist] for hist in self.history]
-        self.iterations, self.steps_active = pad(self.iterations, count), pad(self.steps_active, count)
-        self.has_state = torch.cat([self.has_state, torch.zeros(count, dtype=torch.bool, device=device)])
+        self.steps_active = pad(self.steps_active, count)
 
 
 def _settled(window: _Window, settings: SamplerSettings) -> Tensor:
@@ -317,8 +323,8 @@ def _refine(model: LoopedGPT, window: _Window, tokens: list[int], caches: list[L
     first_group = next(i for i, segment in enumerate(model.segments) if segment.group is not None)
     for segment in model.segments[:first_group]:  # the prelude
         x = run_once(model, segment, x, caches, start, fresh_from)
-    x = window.embeds = mix_embeddings(x, window.embeds, window.has_state, settings.embedding_ema)
-    new = ~window.has_state
+    new = window.steps_active == 0  # joined and not run yet
+    x = window.embeds = mix_embeddings(x, window.embeds, ~new, settings.embedding_ema)
     for segment in model.segments[first_group:]:
         if segment.group is None:
             x = run_once(model, segment, x, caches, start, fresh_from)
@@ -334,9 +340,7 @@ def _refine(model: LoopedGPT, window: _Window, tokens: list[int], caches: list[L
                               fresh_from)
         window.states[g], window.history[g] = state, [*window.history[g][1:], state]
         x = state
-    window.iterations = window.iterations + settings.inner_loops
     window.steps_active = window.steps_active + 1
-    window.has_state = torch.ones_like(window.has_state)
     return model.lm_head(model.ln_f(x))
 
 
@@ -375,9 +379,8 @@ def sample(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, settings: S
     groups = [s for s in model.segments if s.group is not None]
     width = model.config.n_embd
     empty = torch.zeros((0, width), dtype=dtype, device=device)
-    no_rows = torch.zeros(0, dtype=torch.long, device=device)
-    window = _Window(len(prompt), empty, [empty] * len(groups), [[empty] * 3 for _ in groups], no_rows, no_rows,
-                     no_rows.bool())
+    window = _Window(len(prompt), settings.inner_loops, empty, [empty] * len(groups), [[empty] * 3 for _ in groups],
+                     torch.zeros(0, dtype=torch.long, device=device))
     fresh_from = torch.ones(total, dtype=torch.long, device=device)  # per position: first iteration of its token
     end = total - 1  # positions before it run: the logits of position end − 1 pick the last token
     if tokens[-1] in stop_tokens:  # the prefill's token is final at once

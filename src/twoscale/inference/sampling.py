@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from twoscale.inference.sampler import Prefill, Sampled, SamplerSettings, autoregressive, prefill, sample
 from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.pipeline.params import SampleParams
 
 SAMPLER, AUTOREGRESSIVE = "sampler", "autoregressive"
 
@@ -51,6 +52,13 @@ def _row(out: Sampled, prompt: int, model: LoopedGPT, prompt_length: int, full_l
         "agreement": agreement(out.tokens, reference, prompt_length),
         "cross_entropy": rescored_cross_entropy(model, out.tokens, prompt_length, full_loops),
     }
+
+
+def shared_settings(sample: SampleParams) -> dict[str, Any]:
+    """The sampler's knobs that the sample section fixes for every setting of its grid."""
+    return {"max_iterations": sample.loops, "embedding_ema": sample.embedding_ema, "state_noise": sample.state_noise,
+            "headway": sample.headway, "max_wavefront": sample.max_wavefront, "init": sample.init,
+            "state_std": sample.state_std}
 
 
 def settings_grid(inner_loops: Iterable[int], tolerances: Iterable[float], freezes: Iterable[str],

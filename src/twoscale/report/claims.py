@@ -28,7 +28,7 @@ from typing import Any
 import polars as pl
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report.tables import full_depth_rows, metric_rows, require, training_steps
+from twoscale.report.tables import fastest_of_equal_quality, full_depth_rows, metric_rows, require, training_steps
 
 # --- C1: step sizes shrink quickly with k, within about 5-10 steps -----------------------------------------
 C1_K_SETTLED = 10        # "within about 5-10 steps": read at the upper end, k = 10
@@ -785,13 +785,6 @@ def c6_against_best_fixed_depth(sweep: pl.DataFrame) -> dict[str, Any]:
     )
 
 
-def _fastest_within(summary: pl.DataFrame, method: str) -> dict[str, Any] | None:
-    """The method's setting with the most tokens/s among those of about equal quality, or None."""
-    tolerance = float(summary["quality_tolerance"][0])
-    rows = summary.filter((pl.col("method") == method) & (pl.col("cross_entropy_gap") <= tolerance))
-    return None if rows.height == 0 else rows.sort("tokens_per_s", descending=True).row(0, named=True)
-
-
 def _sampler_setting(row: Mapping[str, Any]) -> str:
     return f"r′ {row['inner_loops']}, ε {row['tolerance']:g}, {row['freeze']}"
 
@@ -800,7 +793,7 @@ def _sampling_points(summary: pl.DataFrame) -> tuple[dict[str, Any], dict[str, A
     full_loops = int(summary["full_loops"][0])
     full = summary.filter((pl.col("method") == "autoregressive") & (pl.col("loops") == full_loops))
     full = full.row(0, named=True)
-    return full, _fastest_within(summary, "sampler"), _fastest_within(summary, "autoregressive")
+    return full, fastest_of_equal_quality(summary, "sampler"), fastest_of_equal_quality(summary, "autoregressive")
 
 
 def c7_parallel_sampler(summary: pl.DataFrame) -> dict[str, Any]:

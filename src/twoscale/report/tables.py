@@ -68,6 +68,14 @@ SAMPLE_COLUMNS = (*SAMPLE_SETTING, "prompt", "new_tokens", "seconds", "forward_p
                   "agreement", "cross_entropy")
 
 
+def fastest_of_equal_quality(summary: pl.DataFrame, method: str) -> dict | None:
+    """The method's setting with the most tokens/s among those of about equal quality (cross-entropy gap at most
+    the summary's quality_tolerance), or None."""
+    tolerance = float(summary["quality_tolerance"][0])
+    rows = summary.filter((pl.col("method") == method) & (pl.col("cross_entropy_gap") <= tolerance))
+    return None if rows.height == 0 else rows.sort("tokens_per_s", descending=True).row(0, named=True)
+
+
 def sampling_summary(rows: pl.DataFrame, full_loops: int) -> pl.DataFrame:
     """One row per setting: tokens/s (all tokens over all seconds), forward passes and group applications per
     token, the mean greedy agreement, the token-weighted mean cross-entropy, and its paired gap to ordinary

@@ -20,12 +20,14 @@ from tqdm import tqdm
 from twoscale.benchmark import (matmul_gflops, sampler_throughput, step_costs, strategy_latency,
                                 training_throughput)
 from twoscale.inference.sampler import SamplerSettings
+from twoscale.inference.sampling import shared_settings
 from twoscale.inference.sweep import held_out_prompts, never_exit_setting
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline.dependencies import run_subdir
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, write_json
 from twoscale.pipeline.params import Params, RunParams
+from twoscale.report.tables import fastest_of_equal_quality
 from twoscale.stages.common import add_params_argument, load
 from twoscale.training.device import configure_torch, resolve_device
 from twoscale.training.trainer import checkpoint_name, load_model_matching
@@ -138,13 +140,6 @@ def exit_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, d
     return costs, latency
 
 
-def fastest_within(summary: pl.DataFrame, method: str) -> dict | None:
-    """The method's row with the most tokens/s among those within the quality tolerance, or None."""
-    tolerance = summary["quality_tolerance"][0]
-    rows = summary.filter((pl.col("method") == method) & (pl.col("cross_entropy_gap") <= tolerance))
-    return None if rows.height == 0 else rows.sort("tokens_per_s", descending=True).row(0, named=True)
-
-
 def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, device: torch.device
                  ) -> list[dict]:
     """Per sampled recipe and thread count: tokens/s of the sampler at its fastest setting of about equal quality
@@ -156,13 +151,11 @@ def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace
     rows = []
     for run in (r for r in runs if r.recipe in sample.recipes):
         summary = read_summary(args.sample_dir / run_subdir(run.recipe, run.seed) / "summary.csv", "sample")
-        chosen, matched = fastest_within(summary, "sampler"), fastest_within(summary, "autoregressive")
+        chosen = fastest_of_equal_quality(summary, "sampler")
+        matched = fastest_of_equal_quality(summary, "autoregressive")
         setting = ({"inner_loops": 4, "tolerance": 0.03, "freeze": "latent_diff"} if chosen is None else
                    {key: chosen[key] for key in ("inner_loops", "tolerance", "freeze")})
-        settings = SamplerSettings(**setting, max_iterations=sample.loops, embedding_ema=sample.embedding_ema,
-                                   state_noise=sample.state_noise, headway=sample.headway,
-                                   max_wavefront=sample.max_wavefront, init=sample.init,
-                                   state_std=sample.state_std)
+        settings = SamplerSettings(**setting, **shared_settings(sample))
         matched_loops = sample.loops if matched is None else int(matched["loops"])
         checkpoint = (args.train_dir / run_subdir(run.recipe, run.seed) / "checkpoints"
                       / checkpoint_name(run.train.steps))

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> None:
     params = load(args)
     tables = read_tables(args.geometry_dir, args.sweep)
     sample = read_sample_summaries(args.sample_dir, params.sample_runs())
-    tables |= {} if sample is None else {"sample": sample}
+    if sample is not None:
+        tables["sample"] = sample
     runs = {(recipe, seed): claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()})
             for recipe, seed in params.runs()}
     summary = summarise(runs)

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 from tqdm import tqdm
 
-from twoscale.inference.sampling import measure_prompt, settings_grid
+from twoscale.inference.sampling import measure_prompt, settings_grid, shared_settings
 from twoscale.inference.sweep import held_out_prompts
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
@@ -45,10 +45,7 @@ def run(args: argparse.Namespace) -> None:
     device = resolve_device(params.runtime.device)
     model, meta = load_model_matching(args.checkpoint, run.model, stats["vocab_size"], device)
     prompts = held_out_prompts(val_ids, sample.n_prompts, sample.prompt_tokens)
-    grid = settings_grid(sample.inner_loops, sample.tolerances, sample.freezes, max_iterations=sample.loops,
-                         embedding_ema=sample.embedding_ema, state_noise=sample.state_noise,
-                         headway=sample.headway, max_wavefront=sample.max_wavefront, init=sample.init,
-                         state_std=sample.state_std)
+    grid = settings_grid(sample.inner_loops, sample.tolerances, sample.freezes, **shared_settings(sample))
     log.info("sampling %s, seed %d, step %d: %d prompts x (%d sampler settings + %d loop counts)", run.recipe,
              run.seed, meta["step"], len(prompts), len(grid), len(sample.baseline_loops))
     with tracking.stage_run("sample", params_hash(params.sample), run.tags):
