@@ -15,6 +15,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/measure.smk"
 include: "workflow/rules/sweep.smk"
 include: "workflow/rules/sample.smk"
+include: "workflow/rules/distill.smk"
 include: "workflow/rules/claims.smk"
 
 
@@ -38,4 +39,6 @@ rule all:
         rules.geometry.output,
         rules.tradeoff.output,
         every_sampled_run(rules.sample.output),
+        every_teacher_run(rules.phases.output),
+        rules.surrogates.output,
         rules.claims.output,

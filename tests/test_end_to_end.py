@@ -82,6 +82,11 @@ def smoke_runs(repo: Path) -> list[tuple[str, int]]:
     return [(recipe, seed) for recipe in smoke["recipes"] for seed in smoke["runtime"]["seeds"]]
 
 
+def teacher_runs(repo: Path) -> list[tuple[str, int]]:
+    smoke = yaml.safe_load((repo / "params.yaml").read_text())
+    return [(teacher, seed) for teacher in smoke["teachers"] for seed in smoke["runtime"]["seeds"]]
+
+
 def test_snakemake_writes_every_output_and_benchmark_of_every_run(first_run):
     smoke = yaml.safe_load((first_run / "params.yaml").read_text())
     assert len(smoke_runs(first_run)) == 2
@@ -137,18 +142,81 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
 
 def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run):
     claims = json.loads((first_run / "results/claims.json").read_text())
-    names, sampler_claims = ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b"], ["C7", "C7b"]
-    assert [row["claim"] for row in claims["summary"]] == names + sampler_claims
+    names, sampler_claims, raptor_claims = ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b"], ["C7", "C7b"], ["C8",
+                                                                                                         "C8b"]
+    assert [row["claim"] for row in claims["summary"]] == names + sampler_claims + raptor_claims
     recipes = list(dict.fromkeys(recipe for recipe, _ in smoke_runs(first_run)))
+    teachers = list(dict.fromkeys(teacher for teacher, _ in teacher_runs(first_run)))
     sampled = yaml.safe_load((first_run / "params.yaml").read_text())["sample"]["recipes"]
     for row in claims["summary"]:
-        assert list(row["recipes"]) == (sampled if row["claim"] in sampler_claims else recipes)
-    assert [(r["recipe"], r["seed"]) for r in claims["runs"]] == smoke_runs(first_run)
-    assert all([row["claim"] for row in r["rows"]] == names + (sampler_claims if r["recipe"] in sampled else [])
-               for r in claims["runs"])
+        expected = (sampled if row["claim"] in sampler_claims else teachers if row["claim"] in raptor_claims
+                    else recipes)
+        assert list(row["recipes"]) == expected
+    assert [(r["recipe"], r["seed"]) for r in claims["runs"]] == smoke_runs(first_run) + teacher_runs(first_run)
+    for r in claims["runs"]:
+        expected = (raptor_claims if r["recipe"] in teachers else
+                    names + (sampler_claims if r["recipe"] in sampled else []))
+        assert [row["claim"] for row in r["rows"]] == expected
     table = (first_run / "results/claims.md").read_text()
-    assert "| claim | paper says | " + " | ".join(recipes) + " |" in table
+    assert "| claim | paper says | " + " | ".join(recipes + teachers) + " |" in table
     assert "not measured" in table.split("| C7 |")[1].splitlines()[0]  # the recipe without injection
+
+
+def test_the_distill_stages_write_phases_surrogates_and_their_recovery(first_run):
+    """Phases tile the teacher's layers for every k; the recovered fraction in the evaluation is what the saved
+    surrogate gives when recomputed here, through the teacher's head, against the unigram baseline counted here."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from twoscale.training.batches import held_out_batches
+    from twoscale.training.distillation import load_surrogate
+    from twoscale.training.trainer import load_model
+
+    smoke = yaml.safe_load((first_run / "params.yaml").read_text())
+    distill, steps = smoke["distill"], smoke["train"]["steps"]
+    train_ids = np.load(first_run / "data/prepared/train.npy")
+    val_ids = np.load(first_run / "data/prepared/val.npy")
+    recovery = pl.read_csv(first_run / "results/surrogates/recovery.csv")
+    assert recovery.select("teacher", "seed").unique(maintain_order=True).rows() == teacher_runs(first_run)
+    for teacher_name, seed in teacher_runs(first_run):
+        out = first_run / f"results/distill/{teacher_name}/seed_{seed}"
+        teacher, _ = load_model(first_run / f"results/train/{teacher_name}/seed_{seed}/checkpoints/step_{steps}.pt")
+        phases = json.loads((out / "phases.json").read_text())["phases"]
+        assert sorted(map(int, phases)) == sorted(distill["blocks"])
+        for k in distill["blocks"]:
+            assert len(phases[str(k)]) == k and phases[str(k)][0][0] == 0
+            assert phases[str(k)][-1][1] == teacher.config.n_layer - 1
+            surrogate, _ = load_surrogate(out / f"k_{k}/surrogate.pt")
+            losses, targets = [], []
+            with torch.no_grad():
+                for idx, y in held_out_batches(val_ids, distill["n_windows"], distill["batch_size"],
+                                               teacher.config.block_size):
+                    state = teacher.embed(idx)
+                    for layer in range(teacher.config.n_layer):
+                        state = surrogate.step(state, layer)
+                    logits = teacher.lm_head(teacher.ln_f(state))
+                    losses.append(F.cross_entropy(logits.flatten(0, 1).double(), y.flatten(), reduction="none"))
+                    targets.append(y.flatten().numpy())
+            counts = np.bincount(train_ids, minlength=teacher.config.vocab_size) + 1.0
+            unigram = -np.log(counts / counts.sum())[np.concatenate(targets)].mean()
+            evaluation = json.loads((out / f"k_{k}/evaluation.json").read_text())
+            surrogate_ce = torch.cat(losses).mean().item()
+            assert evaluation["surrogate"]["cross_entropy"] == pytest.approx(surrogate_ce, rel=1e-5)
+            assert evaluation["unigram_cross_entropy"] == pytest.approx(unigram, rel=1e-9)
+            teacher_ce = evaluation["teacher"]["cross_entropy"]
+            if unigram > teacher_ce:
+                assert evaluation["surrogate"]["recovered"] == pytest.approx(
+                    (unigram - surrogate_ce) / (unigram - teacher_ce), rel=1e-5)
+            assert len(evaluation["layer_r2"]) == teacher.config.n_layer
+            assert (out / f"k_{k}/control.pt").is_file()
+    dynamics = pl.read_parquet(first_run / "results/surrogates/dynamics.parquet")
+    models = dynamics.select("model", "name", "seed", "blocks").unique(maintain_order=True).rows()
+    assert models == [row for name, seed in teacher_runs(first_run) for row in
+                      [("teacher", name, seed, None), *[("surrogate", name, seed, k) for k in distill["blocks"]]]
+                      ] + [("looped", recipe, seed, None) for recipe, seed in smoke_runs(first_run)]
+    for name in ("surrogate_recovery.png", "depth_dynamics.png"):
+        assert (first_run / "results/figures" / name).stat().st_size > 10_000
 
 
 def test_the_sample_stage_measures_every_setting_on_every_prompt(first_run):
@@ -227,8 +295,11 @@ def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
         extended.unlink()
     recipes, steps, strategies = (len(raw["recipes"]), len(raw["train"]["checkpoint_steps"]),
                                   len(raw["sweep"]["strategies"]))
+    teachers = len(raw["teachers"])
     assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * (strategies + done),
-                    "sample": len(raw["sample"]["recipes"]), "geometry": 1, "tradeoff": 1, "claims": 1}
+                    "sample": len(raw["sample"]["recipes"]), "geometry": 1, "tradeoff": 1, "claims": 1,
+                    "train_teacher": teachers, "phases": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
+                    "surrogates": 1}
 
 
 @pytest.fixture(scope="module")
@@ -251,14 +322,15 @@ def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_
     smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
     steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
     assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "sweep": len(strategies),
-                                                     "sample": 1, "geometry": 1, "tradeoff": 1, "claims": 1}
+                                                     "sample": 1, "geometry": 1, "tradeoff": 1, "surrogates": 1,
+                                                     "claims": 1}
     # DVC lists the stages whose own parameters changed; those after them follow in repro
-    assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "tradeoff"}
+    assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "tradeoff", "surrogates"}
     out = after_recipe_change["dvc_repro"]
     reran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
     assert reran == {"train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
                      *(f"sweep@huginn-1337-{name}" for name in strategies), "sample@huginn-1337", "geometry",
-                     "tradeoff", "claims"}
+                     "tradeoff", "surrogates", "claims"}
     assert after_recipe_change["snakemake_after"] == {}
     assert after_recipe_change["dvc_after"] == set()
 
@@ -281,11 +353,12 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
     per_run = ["train", *["measure"] * n_checkpoints, *["sweep"] * n_strategies]
-    gathering = ["geometry", "tradeoff", "claims"]
+    gathering = ["geometry", "tradeoff", "surrogates", "claims"]
     sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
+    per_teacher = ["train", "phases", *["distill"] * len(smoke["distill"]["blocks"])]
     stages = sorted(r.data.tags["stage"] for r in snakemake_children)
     assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering,
-                             *["sample"] * len(sampled)])
+                             *["sample"] * len(sampled), *per_teacher * len(teacher_runs(first_run))])
     per_run.append("sample")  # the recipe changed below (huginn) is sampled
     dvc_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["dvc"].info.run_id]
     assert sorted(r.data.tags["stage"] for r in dvc_children) == sorted(per_run + gathering)

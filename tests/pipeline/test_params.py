@@ -79,7 +79,7 @@ def test_bad_value_names_key_value_and_expectation(path, value, expected):
         ([{"first": 3, "last": 3}, {"first": 1, "last": 1}], "overlaps or precedes"),
         ([{"first": 4, "last": 6}], "outside layers 0-5"),
         ([{"first": 3, "last": 2}], "last (2) is before first (3)"),
-        ([], "List should have at least 1 item"),
+        ([], "recipes.paper: a recipe loops (model.groups)"),
     ],
 )
 def test_impossible_group_layouts(groups, expected):
@@ -247,7 +247,8 @@ def test_bad_seed_lists(seeds, expected):
 
 def test_a_run_outside_the_file_is_one_line():
     params = load_params(ROOT / "params.yaml")
-    with pytest.raises(ParamsError, match=r"recipe 'loopy' is not under recipes \(known: paper, huginn\)"):
+    with pytest.raises(ParamsError, match=r"'loopy' is neither under recipes nor under teachers \(known: paper, "
+                                          r"huginn, plain\)"):
         params.run("loopy", 1337)
     with pytest.raises(ParamsError, match=r"seed 5 is not in runtime.seeds \[1337\]"):
         params.run("paper", 5)
@@ -276,3 +277,43 @@ def test_bad_sample_settings_name_the_key(path, value, expected):
 def test_the_sample_stage_runs_on_the_recipes_with_injection_only():
     params = load_params(ROOT / "params.yaml")
     assert params.sample_runs() == [("huginn", seed) for seed in params.runtime.seeds]
+
+
+# --- teachers and the distill stages ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("teachers", "blocks", "expected"), [
+    ({"plain": {"model": {"groups": [{"first": 1, "last": 2}]}}}, [2], "teachers.plain.model.groups: a teacher has no"),
+    ({"paper": {}}, [2], "teachers.paper: also a recipe name"),
+    ({"Plain": {}}, [2], "teachers.Plain: a teacher name is lower case letters"),
+    ({"plain": {"model": {"norm": "sandwich"}}}, [2], "teachers.plain.model.norm: a teacher is a pre-LN GPT"),
+    ({"plain": {"train": {"steps": 10}}}, [2], "teachers.plain.train.steps: shared by every run"),
+    ({"plain": {"model": {"n_layer": 3}}}, [2, 4], "distill.blocks: 4 blocks for the 3 layers of teacher 'plain'"),
+    ({"plain": {"model": {"n_head": 5}}}, [2], "teachers.plain.model: n_embd (128) is not divisible by n_head"),
+    ({"plain": {}}, [2, 2], "distill: blocks [2, 2] repeat a value"),
+])
+def test_bad_teachers_name_the_key(teachers, blocks, expected):
+    raw = default_raw()
+    raw["teachers"], raw["distill"]["blocks"] = teachers, blocks
+    with pytest.raises(ParamsError) as info:
+        parse_params(raw, "params.yaml")
+    assert str(info.value).startswith(f"params.yaml: {expected}")
+    assert "\n" not in str(info.value)
+
+
+def test_a_recipe_without_looped_groups_belongs_under_teachers():
+    with pytest.raises(ParamsError, match="recipes.flat: a recipe loops .* a plain GPT goes under teachers"):
+        parse_params(with_recipes(paper={}, flat={"model": {"groups": []}}))
+
+
+def test_a_teacher_is_the_shared_model_without_groups_plus_its_changes():
+    params = load_params(ROOT / "params.yaml")
+    run = params.run("plain", 1337)
+    assert run.model.groups == [] and run.model.n_layer == 8
+    assert run.model.model_dump(exclude={"groups", "n_layer"}) == params.model.model_dump(
+        exclude={"groups", "n_layer"})
+    assert run.train == params.train
+    assert params.teacher_runs() == [("plain", 1337)]
+    raw = default_raw()
+    raw["teachers"] = {}
+    assert parse_params(raw).teacher_runs() == []

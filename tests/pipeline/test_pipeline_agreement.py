@@ -102,7 +102,8 @@ def test_same_parameter_keys(dvc_stages):
         expected = [key.format(recipe=recipe and recipe.group(1), strategy=strategy and strategy.group(1))
                     for key in dependencies.STAGES[name]["params"]]
         assert stage["params"] == expected, name
-        rule = re.search(rf"^rule {name}:\n(.*?)(?=^rule |\Z)", rules, re.S | re.M).group(1)
+        rule = re.search(rf"^(?:rule {name}|use rule \w+ as {name} with):\n(.*?)(?=^(?:use )?rule |\Z)", rules,
+                         re.S | re.M).group(1)
         assert f'param_values("{name}")' in rule, f"rule {name} does not pass its parameter keys"
 
 

@@ -116,7 +116,8 @@ def test_train_without_data(tmp_path):
 
 
 @pytest.mark.parametrize("run, message", [
-    (("--recipe", "loopy", "--seed", "1337"), "recipe 'loopy' is not under recipes (known: huginn, paper)"),
+    (("--recipe", "loopy", "--seed", "1337"),
+     "'loopy' is neither under recipes nor under teachers (known: huginn, paper, plain)"),
     (("--recipe", "paper", "--seed", "7"), "seed 7 is not in runtime.seeds [1337]"),
 ])
 def test_train_of_a_run_not_in_the_parameters(tmp_path, tiny_data, run, message):
@@ -186,3 +187,35 @@ def test_sample_with_a_bad_setting_names_the_key(tmp_path):
                    "--checkpoint", "none.pt", "--data-dir", "prepared", "--out-dir", "sampled")
     assert_one_line_error(result, "sample", "sample.inner_loops.0 = 0")
     assert not (tmp_path / "sampled").exists()
+
+
+TEACHER = ("--recipe", "plain", "--seed", "1337")  # the smoke parameters' plain GPT
+
+
+def test_phases_of_a_looped_recipe(tmp_path):
+    result = stage(tmp_path, "phases", "--params", str(smoke_params(tmp_path)), *RUN, "--checkpoint", "none.pt",
+                   "--data-dir", "prepared", "--out-dir", "phased")
+    assert_one_line_error(result, "phases", "--recipe 'paper' is not under teachers (plain)")
+    assert not (tmp_path / "phased").exists()
+
+
+@pytest.mark.parametrize("blocks, phases, message", [
+    ("3", {"phases": {"1": [[0, 4]], "2": [[0, 0], [1, 4]]}}, "--blocks 3 is not in distill.blocks [1, 2]"),
+    ("2", {"phases": {"1": [[0, 4]]}}, "phases.json: no phases for k = 2"),
+    ("2", None, "phases.json: not found"),
+])
+def test_distill_without_its_phases(tmp_path, blocks, phases, message):
+    if phases is not None:
+        (tmp_path / "phases.json").write_text(json.dumps(phases))
+    result = stage(tmp_path, "distill", "--params", str(smoke_params(tmp_path)), *TEACHER, "--blocks", blocks,
+                   "--checkpoint", "none.pt", "--phases", "phases.json", "--data-dir", "prepared",
+                   "--out-dir", "distilled")
+    assert_one_line_error(result, "distill", message)
+    assert not (tmp_path / "distilled").exists()
+
+
+def test_surrogates_without_the_distill_outputs(tmp_path, tiny_data):
+    result = stage(tmp_path, "surrogates", "--params", str(smoke_params(tmp_path)), "--train-dir", "train",
+                   "--distill-dir", "distill", "--data-dir", "prepared", "--out-dir", "out", "--figures-dir", "figs")
+    assert_one_line_error(result, "surrogates", "distill/plain/seed_1337/k_1/evaluation.json", "not found")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "figs").exists()

@@ -1,4 +1,4 @@
-# The claims table: the paper's findings C1-C6 and the sampler's C7 beside our numbers.
+# The claims table: the paper's findings C1-C6, the sampler's C7 and Raptor's C8 beside our numbers.
 
 
 rule claims:
@@ -8,6 +8,7 @@ rule claims:
                  "similarity.parquet", "trajectory.parquet"),
         "results/sweep/sweep.parquet",
         every_sampled_run("results/sample/{recipe}/seed_{seed}/summary.csv"),
+        "results/surrogates/recovery.csv",
     output:
         report("results/claims.md", caption="../report/claims.rst", category="Claims"),
         "results/claims.json",
@@ -23,4 +24,4 @@ rule claims:
         "../envs/twoscale.yaml"
     shell:
         "python -m twoscale claims --params {params.file} --geometry-dir results/geometry --sweep results/sweep/sweep.parquet"
-        " --sample-dir results/sample --out-dir results --log {log}"
+        " --sample-dir results/sample --recovery results/surrogates/recovery.csv --out-dir results --log {log}"

@@ -49,6 +49,8 @@ STRATEGIES = list(config["sweep"]["strategies"])
 
 
 SAMPLE_RECIPES = config["sample"]["recipes"]
+TEACHERS = list(config["teachers"])
+BLOCKS = config["distill"]["blocks"]
 
 
 def every_run(pattern, **more):
@@ -61,8 +63,19 @@ def every_sampled_run(pattern):
     return expand(pattern, recipe=SAMPLE_RECIPES, seed=SEEDS)
 
 
+def every_teacher_run(pattern, **more):
+    """pattern expanded over every teacher (a plain GPT under `teachers`) and seed."""
+    return expand(pattern, recipe=TEACHERS, seed=SEEDS, **more)
+
+
+def one_of(names):
+    """A wildcard constraint matching exactly these names (none: matching nothing)."""
+    return "|".join(names) if names else "(?!)"
+
+
 wildcard_constraints:
-    recipe="|".join(RECIPES),
+    recipe=one_of(RECIPES + TEACHERS),
+    blocks=r"\d+",
     seed=r"\d+",
     step=r"\d+",
     strategy="|".join(STRATEGIES),

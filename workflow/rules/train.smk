@@ -1,4 +1,5 @@
-# Training of the looped GPT, one job per recipe and seed, with checkpoints across training.
+# Training of the looped GPT, one job per recipe and seed, with checkpoints across training; the plain GPTs under
+# `teachers` train the same way (rule train_teacher, workflow/rules/distill.smk).
 
 
 rule train:
@@ -14,6 +15,8 @@ rule train:
         report("results/train/{recipe}/seed_{seed}/history.csv", caption="../report/history.rst",
                category="Training", subcategory="{recipe}", labels={"recipe": "{recipe}", "seed": "{seed}"}),
         "results/train/{recipe}/seed_{seed}/metrics.json",
+    wildcard_constraints:
+        recipe=one_of(RECIPES),
     params:
         values=param_values("train"),
         file=PARAMS_PATH,

@@ -33,7 +33,7 @@ class ModelConfig:
     block_size: int
     dropout: float
     bias: bool
-    groups: tuple[tuple[int, int], ...]  # inclusive (first, last) layer ranges, sorted, disjoint
+    groups: tuple[tuple[int, int], ...]  # inclusive (first, last) layer ranges, sorted, disjoint; none: a plain GPT
     norm: str = "pre"  # "pre" (GPT-2) | "sandwich" (a norm after each residual sum) | "group" (LayerNorm after each
     # group step) | "rescale" (each group step's output rescaled per token to the norm of the group input)
     injection: str = "none"  # "none" | "add" (state + W x^(0)) | "adapter" (Huginn: W concat(state, x^(0)))
@@ -146,6 +146,24 @@ class Block(nn.Module):
         return self.feed_forward(self.add_attention(x, self.attn(self.ln_1(x))))
 
 
+def _init_linear_and_embedding(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+
+def init_gpt2_weights(module: nn.Module, n_layer: int) -> None:
+    """GPT-2's initialisation (nanoGPT): weights N(0, 0.02), zero biases, residual projections scaled down by
+    sqrt(2 n_layer)."""
+    module.apply(_init_linear_and_embedding)
+    for name, p in module.named_parameters():
+        if name.endswith("proj.weight"):
+            nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+
+
 def rescale_to(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """x rescaled per token to the norm of a reference state: x ‖ref‖ / ‖x‖."""
     return x * (reference.norm(dim=-1, keepdim=True) / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
@@ -225,21 +243,9 @@ class LoopedGPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
         self.group_steps = nn.ModuleList(GroupStep(config) for _ in config.groups)
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            if name.endswith("proj.weight"):  # GPT-2's scaled init of residual projections
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        init_gpt2_weights(self, config.n_layer)
         for group_step in self.group_steps:
             group_step.initialise()
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     @property
     def n_groups(self) -> int:
@@ -303,7 +309,7 @@ class LoopedGPT(nn.Module):
         straight_through: bool = False,
     ) -> ModelOutput:
         """Logits for `idx` (B, T) with group g applied `loops[g]` times (each >= 1)."""
-        if len(loops) != self.n_groups or min(loops) < 1:
+        if len(loops) != self.n_groups or any(count < 1 for count in loops):
             raise ValueError(f"need one loop count >= 1 per group ({self.n_groups} groups), got {list(loops)}")
         x = self.embed(idx)
         out = ModelOutput(logits=x)

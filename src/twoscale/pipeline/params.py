@@ -88,7 +88,9 @@ class ModelParams(Section):
     block_size: PositiveInt = Field(description="context length in tokens")
     dropout: float = Field(ge=0, lt=1)
     bias: bool = Field(description="biases in linear layers and layer norms")
-    groups: list[LoopGroup] = Field(min_length=1, description="looped groups as inclusive layer ranges")
+    groups: list[LoopGroup] = Field(
+        description="looped groups as inclusive layer ranges (recipes need one at least; teachers have none)"
+    )
     norm: Literal["pre", "sandwich", "group", "rescale"] = Field(
         description="pre: pre-LayerNorm blocks (GPT-2, the paper); sandwich: also normalise each residual sum "
         "(Geiping et al.); group: a LayerNorm on the output of every application of a looped group; rescale: "
@@ -288,6 +290,35 @@ class SampleParams(Section):
         return self
 
 
+class DistillParams(Section):
+    threads: PositiveInt = Field(description="torch threads per phases, distill and surrogates job")
+    blocks: list[PositiveInt] = Field(
+        min_length=1, description="k: shared blocks of a surrogate (one per phase); one distill job per k"
+    )
+    n_windows: PositiveInt = Field(
+        description="held-out windows of model.block_size tokens for the phases, the evaluation and the dynamics"
+    )
+    batch_size: PositiveInt = Field(description="held-out windows per forward pass")
+    train_batch_size: PositiveInt = Field(description="training windows per distillation step")
+    phase_steps: PositiveInt = Field(description="stage 1: every block on its own phase")
+    rollout_steps: PositiveInt = Field(description="stage 2: the whole surrogate rolled out from the embedding")
+    learning_rate: PositiveFloat = Field(description="AdamW peak, cosine down to a tenth in each stage")
+    anneal_fraction: float = Field(
+        ge=0, le=1, description="stage 1's teacher-forcing weight falls from 1 to 0 over this fraction of its steps"
+    )
+    depth_hidden: PositiveInt = Field(description="width of each block's depth-conditioning MLP")
+    layerscale_init: PositiveFloat = Field(description="initial LayerScale of both branches (Raptor: 1e-5)")
+    dynamics_loops: PositiveInt = Field(
+        description="loops per group of the looped recipes when their depth is compared with the teachers'"
+    )
+
+    @model_validator(mode="after")
+    def _distinct_blocks(self) -> DistillParams:
+        if len(set(self.blocks)) != len(self.blocks):
+            raise ValueError(f"blocks {self.blocks} repeat a value")
+        return self
+
+
 class Params(Section):
     runtime: RuntimeParams
     data: DataParams
@@ -298,9 +329,14 @@ class Params(Section):
         min_length=1, description="named model and training choices over the model and train sections; "
         "every stage after tokenize runs once per recipe and seed"
     )
+    teachers: dict[str, Recipe] = Field(
+        description="plain GPTs (no looped groups), trained like the recipes and distilled into block-recurrent "
+        "surrogates; keys of the model and train sections that a teacher changes (may be none)"
+    )
     measure: MeasureParams
     sweep: SweepParams
     sample: SampleParams
+    distill: DistillParams
 
     @model_validator(mode="after")
     def _recipes_build(self) -> Params:
@@ -312,7 +348,11 @@ class Params(Section):
             if shared:
                 raise ValueError(f"recipes.{name}.train.{shared[0]}: shared by every recipe, set it in train")
             model, _ = self._resolve(name)
+            if not model.groups:
+                raise ValueError(f"recipes.{name}: a recipe loops (model.groups); a plain GPT goes under teachers")
             self._check_stages_fit(model, f"recipes.{name}: " if recipe.model else "")
+        for name, teacher in self.teachers.items():
+            self._check_teacher(name, teacher)
         for name in self.sample.recipes:
             if name not in self.recipes:
                 raise ValueError(f"sample.recipes: {name!r} is not under recipes (known: {', '.join(self.recipes)})")
@@ -321,15 +361,39 @@ class Params(Section):
                                  "which the parallel sampler needs")
         return self
 
+    def _check_teacher(self, name: str, teacher: Recipe) -> None:
+        where = f"teachers.{name}"
+        if not RECIPE_NAME.fullmatch(name):
+            raise ValueError(f"{where}: a teacher name is lower case letters, digits and _, starting with a letter")
+        if name in self.recipes:
+            raise ValueError(f"{where}: also a recipe name (they share results/train/<name>)")
+        if "groups" in teacher.model:
+            raise ValueError(f"{where}.model.groups: a teacher has no looped groups")
+        shared = [key for key in SHARED_TRAIN_KEYS if key in teacher.train]
+        if shared:
+            raise ValueError(f"{where}.train.{shared[0]}: shared by every run, set it in train")
+        model, _ = self._resolve(name)
+        if model.norm != "pre":
+            raise ValueError(f"{where}.model.norm: a teacher is a pre-LN GPT (the surrogate's blocks are pre-LN)")
+        too_many = [k for k in self.distill.blocks if k > model.n_layer]
+        if too_many:
+            raise ValueError(f"distill.blocks: {too_many[0]} blocks for the {model.n_layer} layers of teacher {name!r}")
+
     def _resolve(self, name: str) -> tuple[ModelParams, TrainParams]:
-        recipe = self.recipes[name]
+        """A recipe's or a teacher's model and train sections (a teacher's model has no groups)."""
+        if name in self.recipes:
+            section_name, changes = "recipes", self.recipes[name]
+            model_changes = changes.model
+        else:
+            section_name, changes = "teachers", self.teachers[name]
+            model_changes = {**changes.model, "groups": []}
         sections = []
-        pairs = (("model", self.model, recipe.model), ("train", self.train, recipe.train))
-        for section, shared, changes in pairs:
+        pairs = (("model", self.model, model_changes), ("train", self.train, changes.train))
+        for section, shared, section_changes in pairs:
             try:
-                sections.append(type(shared).model_validate(merge(shared.model_dump(), changes)))
+                sections.append(type(shared).model_validate(merge(shared.model_dump(), section_changes)))
             except ValidationError as exc:
-                raise ValueError(_describe_error(exc.errors()[0], f"recipes.{name}.{section}")) from None
+                raise ValueError(_describe_error(exc.errors()[0], f"{section_name}.{name}.{section}")) from None
         model, train = sections
         return model, train
 
@@ -361,10 +425,16 @@ class Params(Section):
         """The runs the sample stage works on: those of the recipes under sample.recipes, in run order."""
         return [(recipe, seed) for recipe, seed in self.runs() if recipe in self.sample.recipes]
 
+    def teacher_runs(self) -> list[tuple[str, int]]:
+        """Every (teacher, seed) pair, teachers in file order, then seeds."""
+        return [(teacher, seed) for teacher in self.teachers for seed in self.runtime.seeds]
+
     def run(self, recipe: str, seed: int) -> RunParams:
-        """The parameters of one run; one line naming what is wrong if the recipe or seed is not in the file."""
-        if recipe not in self.recipes:
-            raise ParamsError(f"recipe {recipe!r} is not under recipes (known: {', '.join(self.recipes)})")
+        """The parameters of one run of a recipe or a teacher; one line naming what is wrong if the name or the
+        seed is not in the file."""
+        if recipe not in self.recipes and recipe not in self.teachers:
+            known = ", ".join([*self.recipes, *self.teachers])
+            raise ParamsError(f"{recipe!r} is neither under recipes nor under teachers (known: {known})")
         if seed not in self.runtime.seeds:
             raise ParamsError(f"seed {seed} is not in runtime.seeds {self.runtime.seeds}")
         model, train = self._resolve(recipe)

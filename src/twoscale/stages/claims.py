@@ -1,5 +1,5 @@
-"""Stage `claims`: the paper's findings (and the sampler's) beside our numbers for every training run, read per
-recipe with the spread over seeds, with a verdict for each (Markdown and JSON)."""
+"""Stage `claims`: the paper's findings (and the sampler's and Raptor's) beside our numbers for every training run,
+read per recipe (and per teacher) with the spread over seeds, with a verdict for each (Markdown and JSON)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from twoscale.pipeline.dependencies import run_subdir
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import read_parquet, write_text
 from twoscale.pipeline.params import params_hash
-from twoscale.report.claims import claims_table
+from twoscale.report.claims import claims_table, surrogate_claims
 from twoscale.report.claims_by_recipe import summarise, to_json, to_markdown
 from twoscale.report.tables import MEASUREMENT_TABLES, of_run
 from twoscale.stages.common import add_params_argument, load
@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", type=Path, required=True, help="the early-exit sweep table of every run")
     parser.add_argument("--sample-dir", type=Path, required=True,
                         help="reads <recipe>/seed_<seed>/summary.csv of the sample stage (the recipes it ran on)")
+    parser.add_argument("--recovery", type=Path, required=True,
+                        help="recovery.csv of the surrogates stage (every teacher, seed and k)")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
 
 
@@ -58,8 +60,15 @@ def run(args: argparse.Namespace) -> None:
         tables["sample"] = sample
     runs = {(recipe, seed): claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()})
             for recipe, seed in params.runs()}
+    if params.teachers:
+        if not args.recovery.exists():
+            raise TwoscaleError(f"{args.recovery}: not found (run the surrogates stage first)")
+        recovery = pl.read_csv(args.recovery)
+        runs |= {(teacher, seed): surrogate_claims(recovery.filter((pl.col("teacher") == teacher)
+                                                                   & (pl.col("seed") == seed)))
+                 for teacher, seed in params.teacher_runs()}
     summary = summarise(runs)
-    with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample)):
+    with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample, params.distill)):
         import mlflow
 
         write_text(args.out_dir / "claims.md", to_markdown(summary, runs))

@@ -15,13 +15,11 @@ from twoscale.inference.sampling import measure_prompt, settings_grid, shared_se
 from twoscale.inference.sweep import held_out_prompts
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import load_token_array, read_json, write_parquet, write_text
+from twoscale.pipeline.io import write_parquet, write_text
 from twoscale.pipeline.params import params_hash
 from twoscale.report import plots
 from twoscale.report.tables import sampling_summary
-from twoscale.stages.common import add_run_arguments, load_run, log_sections
-from twoscale.training.device import configure_torch, resolve_device
-from twoscale.training.trainer import load_model_matching
+from twoscale.stages.common import add_run_arguments, load_run, log_sections, open_checkpoint
 
 log = logging.getLogger("twoscale.inference.sampling")
 
@@ -39,11 +37,7 @@ def run(args: argparse.Namespace) -> None:
     sample = params.sample
     if run.recipe not in sample.recipes:
         raise TwoscaleError(f"--recipe {run.recipe!r} is not under sample.recipes ({', '.join(sample.recipes)})")
-    stats = read_json(args.data_dir / "stats.json")
-    val_ids = load_token_array(args.data_dir / "val.npy")
-    configure_torch(sample.threads, run.seed)
-    device = resolve_device(params.runtime.device)
-    model, meta = load_model_matching(args.checkpoint, run.model, stats["vocab_size"], device)
+    model, meta, val_ids, _ = open_checkpoint(args, params, run, sample.threads)
     prompts = held_out_prompts(val_ids, sample.n_prompts, sample.prompt_tokens)
     grid = settings_grid(sample.inner_loops, sample.tolerances, sample.freezes, **shared_settings(sample))
     log.info("sampling %s, seed %d, step %d: %d prompts x (%d sampler settings + %d loop counts)", run.recipe,

@@ -14,11 +14,9 @@ from tqdm import tqdm
 from twoscale.inference.sweep import held_out_prompts, latency_ms_per_token, sweep_point, swept_key
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import load_token_array, read_json, write_parquet
+from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import Params, params_hash
-from twoscale.stages.common import add_run_arguments, load_run, log_sections
-from twoscale.training.device import configure_torch, resolve_device
-from twoscale.training.trainer import load_model_matching
+from twoscale.stages.common import add_run_arguments, load_run, log_sections, open_checkpoint
 
 log = logging.getLogger("twoscale.inference.sweep")
 
@@ -43,11 +41,7 @@ def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
     sweep = params.sweep
     strategy = strategy_of(params, args.strategy)
-    stats = read_json(args.data_dir / "stats.json")
-    val_ids = load_token_array(args.data_dir / "val.npy")
-    configure_torch(sweep.threads, run.seed)
-    device = resolve_device(params.runtime.device)
-    model, meta = load_model_matching(args.checkpoint, run.model, stats["vocab_size"], device)
+    model, meta, val_ids, device = open_checkpoint(args, params, run, sweep.threads)
     prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     criterion = str(strategy.spec["criterion"])
     log.info("sweeping %s (%s) over %d settings on %s, seed %d, step %d", args.strategy, strategy.spec,

@@ -35,6 +35,13 @@ def evaluation_starts(n_tokens: int, block_size: int, n_windows: int) -> list[in
     return np.linspace(0, last_start, n_windows).round().astype(int).tolist()
 
 
+def held_out_batches(ids: np.ndarray, n_windows: int, batch_size: int, block_size: int
+                     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The `evaluation_starts` windows and their targets, in batches of at most batch_size."""
+    starts = evaluation_starts(len(ids), block_size, n_windows)
+    return [windows(ids, starts[i : i + batch_size], block_size) for i in range(0, len(starts), batch_size)]
+
+
 @torch.no_grad()
 def evaluate_loss(
     model: LoopedGPT, ids: np.ndarray, loops: Sequence[int], n_windows: int, batch_size: int, device: torch.device

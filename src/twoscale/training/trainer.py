@@ -228,7 +228,7 @@ def train(
             "val_loss": math.nan,
             "lr": lr,
             "grad_norm": grad_norm,
-            "mean_loops": sum(loops) / len(loops),
+            "mean_loops": sum(loops) / len(loops) if loops else None,  # None: a plain GPT
             "tokens_per_s": tokens_per_step / elapsed,
         }
         if state.step % train.eval_every == 0 or state.step in train.checkpoint_steps:

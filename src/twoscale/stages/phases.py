@@ -1,0 +1,74 @@
+"""Stage `phases`: the phases of a plain GPT's depth (one job per teacher and seed, on its final checkpoint).
+
+The layer-by-layer cosine-distance matrix of the teacher's layer outputs, from two summaries per held-out window
+(its mean token state and its last token state), and its split into k contiguous phases by exact max-cut for every
+k of distill.blocks: the phases the distill stage gives one shared block each. With a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from twoscale.analysis.dynamics import sequence_summaries
+from twoscale.analysis.phases import SimilarityAccumulator, cut_value, segment_phases
+from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import write_json, write_parquet
+from twoscale.pipeline.params import DistillParams, params_hash
+from twoscale.report import surrogate_plots
+from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections, open_checkpoint
+from twoscale.training.batches import held_out_batches
+
+log = logging.getLogger("twoscale.analysis.phases")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="the teacher's final checkpoint")
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--out-dir", type=Path, required=True,
+                        help="writes distance.parquet (the matrix), phases.json (the cuts) and phases.png")
+
+
+@torch.no_grad()
+def layer_distance(teacher: LoopedGPT, val_ids, distill: DistillParams, device: torch.device) -> torch.Tensor:
+    """(L, L): mean over held-out summaries of 1 − cos between the outputs of layers i and j."""
+    similarity = SimilarityAccumulator()
+    for idx, _ in held_out_batches(val_ids, distill.n_windows, distill.batch_size, teacher.config.block_size):
+        states = teacher(idx.to(device), [], record_trajectories=True).depth_states[1:]
+        similarity.add(sequence_summaries(torch.stack(states)))
+    return 1.0 - similarity.matrix()
+
+
+def run(args: argparse.Namespace) -> None:
+    params, run = load_teacher_run(args)
+    distill = params.distill
+    teacher, meta, val_ids, device = open_checkpoint(args, params, run, distill.threads)
+    with tracking.stage_run("phases", params_hash(distill), run.tags):
+        import mlflow
+
+        log_sections(params, "distill")
+        distance = layer_distance(teacher, val_ids, distill, device)
+        similarity = 1.0 - distance
+        phases = {k: segment_phases(similarity, k) for k in sorted(distill.blocks)}
+        cuts = {k: cut_value(similarity, p) for k, p in phases.items()}
+        L = distance.shape[0]
+        write_parquet(args.out_dir / "distance.parquet", pl.DataFrame(
+            {"i": [i for i in range(L) for _ in range(L)], "j": [j for _ in range(L) for j in range(L)],
+             "distance": distance.flatten().tolist()}))
+        write_json(args.out_dir / "phases.json", {
+            "teacher": run.recipe, "seed": run.seed, "train_step": meta["step"], "layers": L,
+            "phases": {str(k): [list(p) for p in v] for k, v in phases.items()},
+            "cut": {str(k): v for k, v in cuts.items()}})
+        surrogate_plots.fig_teacher_phases(distance.numpy(), phases, f"{run.recipe} (seed {run.seed})",
+                                           args.out_dir / "phases.png")
+        for name in ("phases.json", "phases.png"):
+            mlflow.log_artifact(str(args.out_dir / name))
+    for k, p in phases.items():
+        log.info("%s seed %d, k = %d: phases %s (cut %.2f)", run.recipe, run.seed, k,
+                 ", ".join(f"{a}-{b}" for a, b in p), cuts[k])

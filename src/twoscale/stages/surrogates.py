@@ -1,0 +1,133 @@
+"""Stage `surrogates`: gather every distill job into one recovery table and figure, and measure the dynamics of
+depth (SCIENCE §4) of every teacher, every surrogate and every looped recipe's final checkpoint on the same
+held-out windows, with one figure comparing them."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import torch
+from tqdm import tqdm
+
+from twoscale.analysis.dynamics import DepthDynamics
+from twoscale.pipeline import tracking
+from twoscale.pipeline.dependencies import run_subdir
+from twoscale.pipeline.io import atomic_path, load_token_array, read_json, write_parquet
+from twoscale.pipeline.params import Params, params_hash
+from twoscale.report import surrogate_plots
+from twoscale.report.tables import recovery_table
+from twoscale.stages.common import add_params_argument, load
+from twoscale.training.batches import held_out_batches
+from twoscale.training.device import configure_torch, resolve_device
+from twoscale.training.distillation import load_surrogate
+from twoscale.training.trainer import load_model_matching
+
+log = logging.getLogger("twoscale.analysis.dynamics")
+
+StatesOf = Callable[[torch.Tensor], list[torch.Tensor]]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--train-dir", type=Path, required=True,
+                        help="reads <name>/seed_<seed>/checkpoints/step_<steps>.pt of every recipe and teacher")
+    parser.add_argument("--distill-dir", type=Path, required=True,
+                        help="reads <teacher>/seed_<seed>/k_<k>/ (evaluation.json, surrogate.pt)")
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--out-dir", type=Path, required=True, help="writes recovery.csv, layer_r2.csv, dynamics.parquet")
+    parser.add_argument("--figures-dir", type=Path, required=True,
+                        help="writes surrogate_recovery.png and depth_dynamics.png")
+
+
+@torch.no_grad()
+def dynamics_rows(states_of: StatesOf, batches, labels: dict) -> list[dict]:
+    """One row per depth position: the three measures of `analysis.dynamics` (a measure of the step from this
+    position to the next is NaN at the last position) and the relative depth position / (D − 1)."""
+    dynamics = DepthDynamics()
+    for idx, _ in batches:
+        dynamics.add(torch.stack(states_of(idx)))
+    result = dynamics.result()
+    D = len(result["convergence"])
+    steps = {name: [*result[name], float("nan")] for name in ("angular_speed", "stable_rank")}
+    return [{**labels, "position": l, "relative_depth": l / (D - 1), "convergence": result["convergence"][l],
+             "angular_speed": steps["angular_speed"][l], "stable_rank": steps["stable_rank"][l]} for l in range(D)]
+
+
+def models_to_measure(params: Params, args: argparse.Namespace, vocab_size: int, device: torch.device
+                      ) -> list[tuple[dict, StatesOf]]:
+    """(labels, idx -> depth states) for every teacher run, its surrogates, and every looped run."""
+    final = f"checkpoints/step_{params.train.steps}.pt"
+    models: list[tuple[dict, StatesOf]] = []
+    for name, seed in params.teacher_runs():
+        run = params.run(name, seed)
+        teacher, _ = load_model_matching(args.train_dir / run_subdir(name, seed) / final, run.model, vocab_size,
+                                         device)
+        teacher_states = _states_of(teacher, [])
+        models.append(({"model": "teacher", "name": name, "seed": seed, "blocks": None}, teacher_states))
+        for k in sorted(params.distill.blocks):
+            surrogate, _ = load_surrogate(args.distill_dir / run_subdir(name, seed) / f"k_{k}" / "surrogate.pt",
+                                          device)
+            models.append(({"model": "surrogate", "name": name, "seed": seed, "blocks": k},
+                           _surrogate_states_of(teacher, surrogate)))
+    loops = params.distill.dynamics_loops
+    for name, seed in params.runs():
+        run = params.run(name, seed)
+        model, _ = load_model_matching(args.train_dir / run_subdir(name, seed) / final, run.model, vocab_size, device)
+        models.append(({"model": "looped", "name": name, "seed": seed, "blocks": None},
+                       _states_of(model, [loops] * model.n_groups)))
+    return models
+
+
+def _states_of(model, loops: list[int]) -> StatesOf:
+    return lambda idx: model(idx, loops, record_trajectories=True).depth_states
+
+
+def _surrogate_states_of(teacher, surrogate) -> StatesOf:
+    def states(idx: torch.Tensor) -> list[torch.Tensor]:
+        embedding = teacher.embed(idx)
+        return [embedding, *surrogate.rollout(embedding)]
+    return states
+
+
+def run(args: argparse.Namespace) -> None:
+    params = load(args)
+    settings = params.distill
+    stats = read_json(args.data_dir / "stats.json")
+    val_ids = load_token_array(args.data_dir / "val.npy")
+    configure_torch(settings.threads, params.runtime.seeds[0])
+    device = resolve_device(params.runtime.device)
+    evaluations = [read_json(args.distill_dir / run_subdir(name, seed) / f"k_{k}" / "evaluation.json")
+                   for name, seed in params.teacher_runs() for k in sorted(settings.blocks)]
+    recovery, layer_r2 = recovery_table(evaluations)
+    with tracking.stage_run("surrogates", params_hash(settings)):
+        import mlflow
+
+        rows = []
+        models = models_to_measure(params, args, stats["vocab_size"], device)
+        block_size = min(params.run(name, seed).model.block_size for name, seed in
+                         params.teacher_runs() + params.runs())  # the same tokens for every model
+        batches = [(idx.to(device), targets) for idx, targets in
+                   held_out_batches(val_ids, settings.n_windows, settings.batch_size, block_size)]
+        for labels, states_of in tqdm(models, desc="dynamics of depth", unit="model"):
+            rows += dynamics_rows(states_of, batches, labels)
+        dynamics = pl.DataFrame(rows, infer_schema_length=None)
+        for name, frame in (("recovery.csv", recovery), ("layer_r2.csv", layer_r2)):
+            with atomic_path(args.out_dir / name) as tmp:
+                frame.write_csv(tmp, float_precision=6)
+        write_parquet(args.out_dir / "dynamics.parquet", dynamics)
+        figures = {"surrogate_recovery.png": lambda path: surrogate_plots.fig_surrogate_recovery(recovery,
+                                                                                                 layer_r2, path),
+                   "depth_dynamics.png": lambda path: surrogate_plots.fig_depth_dynamics(dynamics, path)}
+        for filename, draw in figures.items():
+            draw(args.figures_dir / filename)
+            mlflow.log_artifact(str(args.figures_dir / filename), artifact_path="figures")
+        mlflow.log_artifact(str(args.out_dir / "recovery.csv"))
+    if recovery.height:
+        log.info("recovered fraction of the teacher by k (mean over seeds):\n%s",
+                 recovery.group_by("teacher", "blocks").agg(pl.col("surrogate_recovered").mean(),
+                                                             pl.col("control_recovered").mean()).sort("blocks"))
+    log.info("dynamics of depth of %d models: %s", len(models), ", ".join(sorted(figures)))
