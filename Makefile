@@ -23,7 +23,9 @@ reproduce: setup
 
 # the study (configs/study.yaml) writes to results/ like any parameter set; a copy of what it gathers across runs
 # is kept in results/study/ (committed), since the next `make reproduce` puts the default run's back
-STUDY_RESULTS := claims.md claims.json figures geometry/summary.csv sweep/summary.csv train/*/seed_*/metrics.json
+STUDY_RESULTS := claims.md claims.json figures geometry/summary.csv sweep/summary.csv train/*/seed_*/metrics.json \
+                 sample/*/seed_*/summary.csv surrogates/recovery.csv surrogates/layer_r2.csv \
+                 distill/*/seed_*/phases.json distill/*/seed_*/k_*/evaluation.json
 
 study: setup
 	$(RUN) snakemake --cores all --configfile configs/study.yaml

@@ -77,6 +77,12 @@ def test_the_three_figures_are_drawn(tmp_path):
         assert (tmp_path / name).stat().st_size > 10_000
 
 
+def test_a_parameter_set_without_teachers_gets_a_recovery_figure_saying_so(tmp_path):
+    table, r2 = recovery_table([])
+    surrogate_plots.fig_surrogate_recovery(table, r2, tmp_path / "recovery.png")
+    assert (tmp_path / "recovery.png").stat().st_size > 1_000
+
+
 def test_figures_refuse_empty_tables(tmp_path):
     with pytest.raises(TwoscaleError, match="recovery table is empty"):
         surrogate_plots.fig_surrogate_recovery(pl.DataFrame(), pl.DataFrame(), tmp_path / "x.png")

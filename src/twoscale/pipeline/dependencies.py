@@ -48,6 +48,7 @@ STAGES: dict[str, dict[str, list[str]]] = {
         "sources": [
             "src/twoscale/stages/geometry.py",
             "src/twoscale/report/plots.py",
+            "src/twoscale/report/claims.py",
             "src/twoscale/report/tables.py",
             "src/twoscale/pipeline/dependencies.py",
         ],
@@ -143,6 +144,7 @@ STAGES: dict[str, dict[str, list[str]]] = {
             "src/twoscale/analysis/dynamics.py",
             "src/twoscale/report/surrogate_plots.py",
             "src/twoscale/report/plots.py",
+            "src/twoscale/report/claims.py",
             "src/twoscale/report/tables.py",
             "src/twoscale/models/surrogate.py",
             "src/twoscale/models/looped_gpt.py",

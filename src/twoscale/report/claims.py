@@ -885,8 +885,8 @@ def c8_two_blocks_recover(recovery: pl.DataFrame) -> dict[str, Any]:
                 f"{_fmt(row['teacher_cross_entropy'], 3)}, surrogate {_fmt(row['surrogate_cross_entropy'], 3)}, "
                 f"unigram {_fmt(row['unigram_cross_entropy'], 3)} nats: the surrogate recovers {_share(recovered)}"
                 f" of the teacher (KL to it {_fmt(row['surrogate_kl_to_teacher'], 3)} nats); "
-                f"{row['surrogate_parameters']:,} parameters in its blocks against the teacher's "
-                f"{row['teacher_parameters']:,}.")
+                f"{row['surrogate_parameters']:,} parameters in its blocks (it reuses the teacher's embeddings "
+                f"and head) against the teacher's {row['teacher_parameters']:,} in all.")
     return _row(
         "C8",
         "A trained transformer's L layers can be rewritten as k ≪ L shared blocks applied recurrently: 2 blocks "

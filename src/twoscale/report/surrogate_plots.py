@@ -64,8 +64,16 @@ def fig_teacher_phases(distance: np.ndarray, phases: Mapping[int, Sequence[tuple
 
 def fig_surrogate_recovery(recovery: pl.DataFrame, layer_r2: pl.DataFrame, path: Path) -> None:
     """Per teacher (a row of panels): the recovered fraction and KL to the teacher against k for the surrogates
-    and the k-layer controls, every seed a point; and each surrogate's per-layer R²."""
+    and the k-layer controls, every seed a point; and each surrogate's per-layer R². Without teachers (a recovery
+    table with its columns and no rows), a figure saying so."""
     name = "fig_surrogate_recovery"
+    if recovery.height == 0 and "teacher" in recovery.columns:  # a parameter set without teachers
+        with _style():
+            fig, ax = plt.subplots(figsize=(6, 2), layout="constrained")
+            ax.axis("off")
+            ax.text(0.5, 0.5, "no plain GPT under `teachers`: nothing distilled", ha="center", va="center")
+            _save(fig, path)
+        return
     require(recovery, "recovery", ("teacher", "seed", "blocks", "surrogate_recovered", "control_recovered"), name)
     require(layer_r2, "layer_r2", ("teacher", "seed", "blocks", "layer", "r2"), name)
     teachers = list(dict.fromkeys(recovery["teacher"]))
