@@ -43,10 +43,6 @@ class SurrogateConfig:
         if self.teacher.norm != "pre":
             raise ValueError(f"the surrogate's blocks are pre-LN; the teacher has norm {self.teacher.norm!r}")
 
-    @property
-    def n_blocks(self) -> int:
-        return len(self.phases)
-
     def layer_blocks(self) -> list[int]:
         """Which block computes each teacher layer 0..L-1."""
         return [b for b, (first, last) in enumerate(self.phases) for _ in range(first, last + 1)]
