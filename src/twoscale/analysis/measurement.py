@@ -16,7 +16,7 @@ from twoscale.analysis.geometry import MetricAccumulator, measure_trajectories, 
 from twoscale.analysis.phases import SimilarityAccumulator, segment_phases
 from twoscale.models.looped_gpt import DepthPosition, LoopedGPT
 from twoscale.pipeline.params import MeasureParams
-from twoscale.training.batches import evaluate_loss, evaluation_starts, windows
+from twoscale.training.batches import evaluate_loss, held_out_batches
 
 
 @dataclass
@@ -63,13 +63,10 @@ def measure_checkpoint(
     model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, device: torch.device
 ) -> CheckpointMeasurement:
     model.eval()
-    block_size = model.config.block_size
     loops = [measure.max_loops] * model.n_groups
-    starts = evaluation_starts(len(val_ids), block_size, measure.n_sequences)
     metrics, similarity = MetricAccumulator(), SimilarityAccumulator()
     path = None
-    for i in range(0, len(starts), measure.batch_size):
-        x, _ = windows(val_ids, starts[i : i + measure.batch_size], block_size)
+    for x, _ in held_out_batches(val_ids, measure.n_sequences, measure.batch_size, model.config.block_size):
         out = model(x.to(device), loops, record_trajectories=True)
         metrics.add_measurements(measure_trajectories(out.trajectories))
         similarity.add(torch.stack(out.depth_states).float())

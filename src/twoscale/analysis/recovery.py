@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from twoscale.data.tokenization import unigram_cross_entropy
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.models.surrogate import RaptorSurrogate
+from twoscale.training.distillation import teacher_states
 
 Tensor = torch.Tensor
 
@@ -89,7 +90,7 @@ def evaluate_recovery(teacher: LoopedGPT, surrogate: RaptorSurrogate, control: L
     r2 = StateR2()
     for idx, targets in batches:
         idx, targets = idx.to(device), targets.to(device)
-        states = teacher(idx, [], record_trajectories=True).depth_states
+        states = teacher_states(teacher, idx)
         teacher_logits = teacher.lm_head(teacher.ln_f(states[-1]))
         predicted = surrogate.rollout(states[0])
         r2.add(predicted, states[1:])

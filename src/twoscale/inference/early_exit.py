@@ -20,7 +20,7 @@ import torch
 
 from twoscale.inference.exits import ExitRule, head_decode
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.training.batches import evaluation_starts, windows
+from twoscale.training.batches import held_out_batches
 
 Tensor = torch.Tensor
 
@@ -94,11 +94,8 @@ def evaluate_with_exits(
     """Cross-entropy and perplexity on fixed validation windows with exits active; mean loops per group and the
     fraction of the compute of every group at max_loops that was spent."""
     model.eval()
-    block_size = model.config.block_size
-    starts = evaluation_starts(len(ids), block_size, n_windows)
     total_nll, loop_sums, tokens = 0.0, torch.zeros(model.n_groups, dtype=torch.float64), 0
-    for i in range(0, len(starts), batch_size):
-        x, y = windows(ids, starts[i : i + batch_size], block_size)
+    for x, y in held_out_batches(ids, n_windows, batch_size, model.config.block_size):
         run = run_with_exits(model, x.to(device), rules)
         nll = torch.nn.functional.cross_entropy(run.logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum")
         total_nll += nll.item()

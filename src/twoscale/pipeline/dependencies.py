@@ -11,6 +11,14 @@ from typing import Any
 
 SHARED_SOURCES = ["src/twoscale/pipeline/params.py", "src/twoscale/stages/common.py"]
 
+TRAIN_SOURCES = [  # the train stage's code, for the recipes (train) and the teachers (train_teacher) alike
+    "src/twoscale/stages/train.py",
+    "src/twoscale/training/trainer.py",
+    "src/twoscale/training/batches.py",
+    "src/twoscale/training/device.py",
+    "src/twoscale/models/looped_gpt.py",
+]
+
 STAGES: dict[str, dict[str, list[str]]] = {
     "corpus": {
         "params": ["data"],
@@ -22,13 +30,7 @@ STAGES: dict[str, dict[str, list[str]]] = {
     },
     "train": {
         "params": ["runtime.device", "runtime.threads", "runtime.precision", "model", "train", "recipes.{recipe}"],
-        "sources": [
-            "src/twoscale/stages/train.py",
-            "src/twoscale/training/trainer.py",
-            "src/twoscale/training/batches.py",
-            "src/twoscale/training/device.py",
-            "src/twoscale/models/looped_gpt.py",
-        ],
+        "sources": TRAIN_SOURCES,
     },
     "measure": {
         "params": ["runtime.device", "measure"],
@@ -97,13 +99,7 @@ STAGES: dict[str, dict[str, list[str]]] = {
     },
     "train_teacher": {  # the train stage on the plain GPTs under `teachers`
         "params": ["runtime.device", "runtime.threads", "runtime.precision", "model", "train", "teachers.{recipe}"],
-        "sources": [
-            "src/twoscale/stages/train.py",
-            "src/twoscale/training/trainer.py",
-            "src/twoscale/training/batches.py",
-            "src/twoscale/training/device.py",
-            "src/twoscale/models/looped_gpt.py",
-        ],
+        "sources": TRAIN_SOURCES,
     },
     "phases": {
         "params": ["runtime.device", "distill.threads", "distill.blocks", "distill.n_windows", "distill.batch_size"],
@@ -115,6 +111,7 @@ STAGES: dict[str, dict[str, list[str]]] = {
             "src/twoscale/report/plots.py",
             "src/twoscale/report/tables.py",
             "src/twoscale/models/looped_gpt.py",
+            "src/twoscale/training/distillation.py",
             "src/twoscale/training/trainer.py",
             "src/twoscale/training/batches.py",
             "src/twoscale/training/device.py",

@@ -23,6 +23,7 @@ from twoscale.pipeline.params import DistillParams, params_hash
 from twoscale.report import surrogate_plots
 from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections, open_checkpoint
 from twoscale.training.batches import held_out_batches
+from twoscale.training.distillation import teacher_states
 
 log = logging.getLogger("twoscale.analysis.phases")
 
@@ -35,14 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="writes distance.parquet (the matrix), phases.json (the cuts) and phases.png")
 
 
-@torch.no_grad()
-def layer_distance(teacher: LoopedGPT, val_ids, distill: DistillParams, device: torch.device) -> torch.Tensor:
-    """(L, L): mean over held-out summaries of 1 − cos between the outputs of layers i and j."""
+def layer_similarity(teacher: LoopedGPT, val_ids, distill: DistillParams, device: torch.device) -> torch.Tensor:
+    """(L, L): mean over held-out summaries of the cosine between the outputs of layers i and j."""
     similarity = SimilarityAccumulator()
     for idx, _ in held_out_batches(val_ids, distill.n_windows, distill.batch_size, teacher.config.block_size):
-        states = teacher(idx.to(device), [], record_trajectories=True).depth_states[1:]
+        states = teacher_states(teacher, idx.to(device))[1:]
         similarity.add(sequence_summaries(torch.stack(states)))
-    return 1.0 - similarity.matrix()
+    return similarity.matrix()
 
 
 def run(args: argparse.Namespace) -> None:
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> None:
         import mlflow
 
         log_sections(params, "distill")
-        distance = layer_distance(teacher, val_ids, distill, device)
-        similarity = 1.0 - distance
+        similarity = layer_similarity(teacher, val_ids, distill, device)
+        distance = 1.0 - similarity
         phases = {k: segment_phases(similarity, k) for k in sorted(distill.blocks)}
         cuts = {k: cut_value(similarity, p) for k, p in phases.items()}
         L = distance.shape[0]

@@ -49,12 +49,9 @@ def evaluate_loss(
     """Mean next-token cross-entropy (nats) over n_windows fixed, evenly spaced validation windows."""
     was_training = model.training
     model.eval()
-    block_size = model.config.block_size
-    starts = evaluation_starts(len(ids), block_size, n_windows)
     total = 0.0
-    for i in range(0, len(starts), batch_size):
-        x, y = windows(ids, starts[i : i + batch_size], block_size)
+    for x, y in held_out_batches(ids, n_windows, batch_size, model.config.block_size):
         out = model(x.to(device), loops, targets=y.to(device))
         total += out.loss.item() * len(x)
     model.train(was_training)
-    return total / len(starts)
+    return total / n_windows

@@ -26,12 +26,11 @@ import torch.nn.functional as F
 
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.models.surrogate import RaptorSurrogate, SurrogateConfig
-from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
 from twoscale.pipeline.params import TrainParams
 from twoscale.training.batches import random_batch
 from twoscale.training.device import autocast
-from twoscale.training.trainer import build_state, checkpoint_name, publish, train
+from twoscale.training.trainer import build_state, checkpoint_name, load_payload, publish, train
 
 Tensor = torch.Tensor
 SURROGATE_FORMAT = 1
@@ -130,14 +129,7 @@ def save_surrogate(path: Path, surrogate: RaptorSurrogate, meta: dict) -> None:
 
 def load_surrogate(path: Path, device: str | torch.device = "cpu") -> tuple[RaptorSurrogate, dict]:
     """A saved surrogate in eval mode, and the rest of what was saved with it."""
-    try:
-        payload = torch.load(path, map_location=device, weights_only=True)
-    except FileNotFoundError:
-        raise TwoscaleError(f"{path}: surrogate not found") from None
-    except Exception as exc:  # torch raises many types for truncated or foreign files
-        raise TwoscaleError(f"{path}: not a readable surrogate ({type(exc).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("format") != SURROGATE_FORMAT:
-        raise TwoscaleError(f"{path}: not a twoscale surrogate (format {SURROGATE_FORMAT})")
+    payload = load_payload(path, "surrogate", SURROGATE_FORMAT, device)
     surrogate = RaptorSurrogate(SurrogateConfig.from_dict(payload["config"])).to(device)
     surrogate.load_state_dict(payload["model"])
     return surrogate.eval(), {k: v for k, v in payload.items() if k not in ("format", "config", "model")}

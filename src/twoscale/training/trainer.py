@@ -101,17 +101,23 @@ def save_checkpoint(path: Path, state: TrainState, fingerprint: str) -> None:
         torch.save(payload, tmp)
 
 
-def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict:
-    """Load a checkpoint safely (weights_only) and check it is one of ours."""
+def load_payload(path: Path, what: str, format: int, map_location: str | torch.device = "cpu") -> dict:
+    """Load a saved dict safely (weights_only) and check it is one of ours: `what` (a checkpoint, a surrogate) in
+    its `format`."""
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
-        raise TwoscaleError(f"{path}: checkpoint not found") from None
+        raise TwoscaleError(f"{path}: {what} not found") from None
     except Exception as exc:  # torch raises many types for truncated or foreign files
-        raise TwoscaleError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise TwoscaleError(f"{path}: not a twoscale checkpoint (format {CHECKPOINT_FORMAT})")
+        raise TwoscaleError(f"{path}: not a readable {what} ({type(exc).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != format:
+        raise TwoscaleError(f"{path}: not a twoscale {what} (format {format})")
     return payload
+
+
+def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict:
+    """Load a training checkpoint safely and check it is one of ours."""
+    return load_payload(path, "checkpoint", CHECKPOINT_FORMAT, map_location)
 
 
 def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[LoopedGPT, dict]:
