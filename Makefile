@@ -1,19 +1,34 @@
 # Two commands set everything up on a fresh machine with Python 3.11:
 #   make reproduce   the full reproduction on params.yaml (snakemake --cores all in .venv)
 #   make test        the test suite
+# On a GPU machine: make setup TORCH=system reuses the Python's own (CUDA) torch; make gpu runs configs/gpu.yaml
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup reproduce study smoke test benchmark report mlflow-ui schema clean
+.PHONY: setup reproduce study smoke gpu test benchmark report mlflow-ui schema dvc-yaml clean
+
+# TORCH=system: reuse the torch that $(PYTHON) already has (a CUDA build, say) instead of the lock's torch==2.13.0
+TORCH ?= lock
+ifeq ($(TORCH),system)
+VENV_OPTIONS := --system-site-packages
+else ifeq ($(TORCH),lock)
+VENV_OPTIONS :=
+else
+$(error TORCH must be lock or system, got '$(TORCH)')
+endif
 
 $(BIN)/.installed: pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=/path/to/python3.11)"; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	@[ "$(TORCH)" = lock ] || $(PYTHON) -c "import torch" 2>/dev/null \
+	  || { echo "error: TORCH=system, but $(PYTHON) cannot import torch"; exit 1; }
+	$(PYTHON) -m venv $(VENV_OPTIONS) $(VENV)
+	@grep -v $(if $(filter system,$(TORCH)),'^torch==','^$$') requirements.lock > $(VENV)/requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@$(BIN)/python -c "import torch; print('torch', torch.__version__, '(CUDA ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU build)', 'GPU:', torch.cuda.get_device_name() if torch.cuda.is_available() else 'none')"
 	@touch $@
 
 setup: $(BIN)/.installed
@@ -35,6 +50,9 @@ study: setup
 smoke: setup
 	$(RUN) snakemake --cores all --configfile configs/smoke.yaml
 
+gpu: setup
+	$(RUN) snakemake --profile profiles/gpu --cores all --configfile configs/gpu.yaml
+
 test: setup
 	$(RUN) pytest -q
 
@@ -44,11 +62,18 @@ benchmark: setup
 report: setup
 	$(RUN) snakemake --report report.html
 
+# the UI opens in its GenAI view unless asked for the model-training one: print the address of the runs table
+MLFLOW_PORT ?= 5000
 mlflow-ui: setup
-	$(RUN) mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlartifacts
+	@$(RUN) python -c "import mlflow; e = mlflow.MlflowClient('sqlite:///mlflow.db').get_experiment_by_name('twoscale'); \
+	  print('runs table: http://127.0.0.1:$(MLFLOW_PORT)/#/experiments/' + (e.experiment_id if e else '0') + '?workflowType=machine_learning')"
+	$(RUN) mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlartifacts --port $(MLFLOW_PORT)
 
 schema: setup
 	$(RUN) python -m twoscale schema
+
+dvc-yaml: setup
+	$(RUN) python -m twoscale dvc
 
 clean:
 	rm -rf data/raw data/prepared results/train/*/seed_*/checkpoints results/train/*/seed_*/history.parquet \

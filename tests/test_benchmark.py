@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from twoscale.benchmark import training_step_flops
+from twoscale.training.flops import training_step_flops
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline.params import load_params
 from twoscale.training.trainer import build_state, train_step

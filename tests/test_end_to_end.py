@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,20 +17,9 @@ import mlflow
 import polars as pl
 import pytest
 import yaml
-
-
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from workspace import ROOT, copy_repository, run
 
 pytestmark = pytest.mark.e2e
-
-
-def run(cmd: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result.stdout + result.stderr
 
 
 def planned_jobs(repo: Path, *options: str) -> dict[str, int]:
@@ -54,21 +41,7 @@ def dvc_changed_stages(repo: Path) -> set[str]:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """A clean copy of the working tree with the smoke parameters as params.yaml, committed to a fresh git repo."""
-    dest = tmp_path_factory.mktemp("workflow") / "repo"
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    if (ROOT / "data/cache").is_dir():  # a verified corpus download, if this checkout has one
-        shutil.copytree(ROOT / "data/cache", dest / "data/cache")
-    shutil.copy(dest / "configs/smoke.yaml", dest / "params.yaml")
-    run(["git", "init", "-q"], dest)
-    run(["git", "add", "-A"], dest)
-    run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-qm", "copy"], dest)
-    return dest
+    return copy_repository(tmp_path_factory.mktemp("workflow") / "repo", ROOT / "configs/smoke.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +235,26 @@ def test_benchmark_prints_a_row_per_strategy_in_both_tables(first_run):
 def test_dvc_sees_the_snakemake_results_as_current(first_run):
     assert dvc_changed_stages(first_run) == set()
     assert "Data and pipelines are up to date" in run(["dvc", "status"], first_run)
+    assert planned_jobs(first_run) == {}
+
+
+def test_editing_a_module_of_one_stage_reruns_that_stage_and_what_follows_only(first_run):
+    """analysis/recovery.py is imported by the distill stage alone: Snakemake plans the distill jobs and the
+    stages after them (surrogates, claims); DVC the distill jobs, whose changed outputs, if any, then rerun the
+    stages after them in repro. Nothing else in either."""
+    module = first_run / "src/twoscale/analysis/recovery.py"
+    original, stat = module.read_text(), module.stat()
+    module.write_text(original + "\n# edited\n")
+    try:
+        snakemake_plan = planned_jobs(first_run)
+        dvc_plan = run(["dvc", "repro", "--dry"], first_run)
+    finally:
+        module.write_text(original)
+        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    blocks = yaml.safe_load((first_run / "params.yaml").read_text())["distill"]["blocks"]
+    assert snakemake_plan == {"distill": len(blocks), "surrogates": 1, "claims": 1}
+    reran = {line.split("'")[1] for line in dvc_plan.splitlines() if line.startswith("Running stage '")}
+    assert reran == {f"distill@plain-1337-{k}" for k in blocks}
     assert planned_jobs(first_run) == {}
 
 

@@ -25,6 +25,7 @@ STAGES = {
     "claims": "put the paper's findings beside our numbers, with verdicts",
     "benchmark": "print per-step criterion costs and ms per token of each strategy at its best setting",
     "schema": "write the JSON schema of params.yaml",
+    "dvc": "write dvc.yaml from the pipeline's declaration (src/twoscale/pipeline/stages.yaml)",
 }
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,6 @@ prompt. Training runs real optimizer steps (`training.train_step`) on a fresh mo
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,20 +22,11 @@ from twoscale.inference.sweep import latency_ms_per_token, never_exit_setting, r
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig, segments
 from twoscale.pipeline.params import TrainParams
 from twoscale.training.batches import random_batch
-from twoscale.training.trainer import build_state, sample_loop_counts, train_step
+from twoscale.training.device import clock, median_ms
+from twoscale.training.flops import training_step_flops
+from twoscale.training.trainer import build_state, compile_blocks, sample_loop_counts, train_step
 
 Tensor = torch.Tensor
-
-
-def median_ms(work: Callable[[], Any], repeats: int) -> float:
-    """Median wall time of `work()` in milliseconds, after one untimed call."""
-    work()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        times.append(1000 * (time.perf_counter() - started))
-    return statistics.median(times)
 
 
 @torch.no_grad()
@@ -72,7 +62,8 @@ def step_costs(
             y = block_step(model.blocks[layer], y, caches[layer], 1, position, store=False)
         return step.leave(y, x)
 
-    group_ms = median_ms(loop_step, repeats)
+    device = x.device
+    group_ms = median_ms(loop_step, repeats, device)
     rows = []
     for name, spec in strategies.items():
         rule = never_exiting(spec, repeats + 1)
@@ -85,7 +76,7 @@ def step_costs(
                           else decode_rest(model, x, segment_index, caches, position))
             return rule.step(x, logits)
 
-        rows.append({"strategy": name, "criterion_ms_per_step": median_ms(decide, repeats),
+        rows.append({"strategy": name, "criterion_ms_per_step": median_ms(decide, repeats, device),
                      "group_step_ms": group_ms})
     return rows
 
@@ -139,48 +130,27 @@ def sampler_throughput(model: LoopedGPT, prompts: Sequence[Sequence[int]], new_t
 # --- training throughput ------------------------------------------------------------------------------------
 
 
-def matmul_gflops(dtype: torch.dtype, repeats: int, size: int = 1024) -> float:
-    """This machine's matmul throughput in dtype: a size x size product, median of `repeats` timings."""
-    a, b = (torch.randn(size, size, generator=torch.Generator().manual_seed(i)).to(dtype) for i in (0, 1))
-    return 2 * size**3 / median_ms(lambda: a @ b, max(repeats, 5)) / 1e6
-
-
-def training_step_flops(config: ModelConfig, loops: Sequence[int], backprop_depth: int, batch_size: int) -> float:
-    """Matmul FLOPs of one training step, the usual model-FLOPs count: 2 per multiply-add of every linear layer
-    (the input injection and the tied LM head included) and of attention's scores and mixing (the causal mask
-    not subtracted), for every layer application; the applications that keep gradients cost twice that again
-    backward. Normalisations, activations and the optimizer are left out."""
-    C, T = config.n_embd, config.block_size
-    tokens = batch_size * T
-    block = 2 * tokens * 12 * C * C + 4 * batch_size * T * T * C  # qkv 3C², proj C², MLP 8C²; QKᵀ and AV
-    inject = {"none": 0, "add": 2 * tokens * C * C, "adapter": 2 * tokens * 2 * C * C}[config.injection]
-    head = 2 * tokens * C * config.vocab_size
-    forward = with_grad = head
-    for segment in segments(config):
-        application = len(segment.layers) * block + (inject if segment.group is not None else 0)
-        runs = 1 if segment.group is None else loops[segment.group]
-        forward += runs * application
-        with_grad += min(runs, backprop_depth) * application
-    return forward + 2 * with_grad
-
-
 def training_throughput(config: ModelConfig, train: TrainParams, ids: np.ndarray, seed: int,
-                        device: torch.device, dtype: torch.dtype, steps: int) -> dict[str, float]:
-    """Real training steps of a fresh model in `dtype`: the batches and loop counts that `seed` draws (the same
-    for every dtype), one untimed step first; seconds per step (median), tokens/s and achieved GFLOP/s (total
-    over the timed steps)."""
+                        device: torch.device, dtype: torch.dtype, steps: int, compiled: bool = False,
+                        warmup: int = 1) -> dict[str, float]:
+    """Real training steps of a fresh model in `dtype` (its layers compiled if `compiled`): the batches and loop
+    counts that `seed` draws (the same for every variant), `warmup` untimed steps first; seconds per step
+    (median), tokens/s and achieved model TFLOP/s (totals over the timed steps)."""
     state = build_state(config, train, seed, device)
+    if compiled:
+        torch.compiler.reset()  # dynamo keeps 8 versions of Block.forward across models: start each variant afresh
+        compile_blocks(state.model)
     state.model.train()
     generator = torch.Generator().manual_seed(seed)
     times, flops = [], 0.0
-    for i in range(steps + 1):
+    for i in range(warmup + steps):
         x, y = random_batch(ids, train.batch_size, config.block_size, generator)
         loops = sample_loop_counts(train.loops, len(config.groups), generator)
-        started = time.perf_counter()
+        started = clock(device)
         train_step(state, x.to(device), y.to(device), loops, train, device, dtype)
-        if i:
-            times.append(time.perf_counter() - started)
+        if i >= warmup:
+            times.append(clock(device) - started)
             flops += training_step_flops(config, loops, train.loops.backprop_depth, train.batch_size)
     return {"s_per_step": statistics.median(times),
             "tokens_per_s": steps * train.batch_size * config.block_size / sum(times),
-            "gflops": flops / sum(times) / 1e9}
+            "tflops": flops / sum(times) / 1e12}

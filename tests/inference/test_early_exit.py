@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from twoscale.inference.early_exit import compute_fraction, decode_rest, evaluate_with_exits, run_with_exits
-from twoscale.inference.exits import exit_steps, head_decode, make_rule
+from twoscale.inference.exits import head_decode, make_rule
 from twoscale.models.looped_gpt import LoopedGPT
+from replay import exit_steps
 
 MAX_LOOPS = 6
 

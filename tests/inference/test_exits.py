@@ -18,13 +18,10 @@ from twoscale.inference.exits import (
     HitCounter,
     LatentDifference,
     StepNorm,
-    criterion_values,
-    exit_states,
-    exit_steps,
-    exit_steps_from_values,
     head_decode,
     make_rule,
 )
+from replay import criterion_values, exit_states, exit_steps, exit_steps_from_values
 
 torch.set_num_threads(1)
 

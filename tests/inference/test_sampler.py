@@ -15,11 +15,13 @@ from twoscale.inference.sampler import (
     SamplerSettings,
     autoregressive,
     frozen_prefix,
+    iterate_group,
     mix_embeddings,
     mix_noise,
     noise_weight,
     relative_acceleration,
     relative_change,
+    run_once,
     sample,
     window_block,
 )
@@ -174,6 +176,27 @@ def test_a_window_keeps_frozen_entries_rewrites_its_own_and_reads_the_fresh_ones
         expected.append(y.reshape(16))
     attended = block.attn.proj(torch.stack(expected))
     assert torch.allclose(out, block.feed_forward(block.add_attention(x, attended)), atol=1e-12)
+
+
+@pytest.mark.parametrize("loops", [1, 3])
+def test_a_window_over_the_whole_sequence_is_the_full_forward_pass(loops):
+    """Every position in one window from an empty cache, each group iterated `loops` times together: position t
+    attends to positions <= t at the same iteration, as in the model's own forward pass."""
+    model = injected_model()
+    tokens = torch.tensor([[5, 9, 2, 7, 30, 1, 4]])
+    T = tokens.shape[1]
+    caches = new_cache(model, loops, T)
+    fresh_from = torch.ones(T, dtype=torch.long)
+    with torch.no_grad():
+        x = model.embed(tokens)[0]
+        for segment in model.segments:
+            if segment.group is None:
+                x = run_once(model, segment, x, caches, 0, fresh_from)
+            else:
+                x = iterate_group(model, segment, x, x, caches, 0, torch.zeros(T, dtype=torch.long), loops,
+                                  fresh_from)
+        full = model(tokens, [loops] * model.n_groups).logits[0]
+    torch.testing.assert_close(model.lm_head(model.ln_f(x)), full, rtol=0, atol=1e-10)
 
 
 # --- bad settings -----------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from dvc.repo import Repo
 
 from twoscale.pipeline import dependencies
@@ -100,7 +101,7 @@ def test_same_parameter_keys(dvc_stages):
         name = stage["name"]
         recipe, strategy = (re.search(rf"--{flag} (\S+)", cmd) for flag in ("recipe", "strategy"))
         expected = [key.format(recipe=recipe and recipe.group(1), strategy=strategy and strategy.group(1))
-                    for key in dependencies.STAGES[name]["params"]]
+                    for key in dependencies.STAGES[name]]
         assert stage["params"] == expected, name
         rule = re.search(rf"^(?:rule {name}|use rule \w+ as {name} with):\n(.*?)(?=^(?:use )?rule |\Z)", rules,
                          re.S | re.M).group(1)
@@ -108,7 +109,35 @@ def test_same_parameter_keys(dvc_stages):
 
 
 def test_a_sweep_job_depends_on_every_sweep_setting_and_its_own_strategy():
-    keys = dependencies.STAGES["sweep"]["params"]
+    keys = dependencies.STAGES["sweep"]
     settings = {key for key in keys if key.startswith("sweep.") and "{" not in key}
     assert settings == {f"sweep.{name}" for name in SweepParams.model_fields} - {"sweep.strategies"}
     assert "sweep.strategies.{strategy}" in keys
+
+
+def planned_resources(*options: str) -> dict[str, set[str]]:
+    """Per rule, the resources of its jobs in a forced dry run."""
+    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--nolock", "--cores", "1", *options],
+                            cwd=ROOT, capture_output=True, text=True, check=True)
+    found: dict[str, set[str]] = {}
+    for block in re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]:
+        rule = block.split(":", 1)[0]
+        resources = re.search(r"^    resources: (.*)$", block, re.M)
+        found.setdefault(rule, set()).update(resources.group(1).split(", ") if resources else [])
+    return found
+
+
+MODEL_RULES = {"train", "train_teacher", "measure", "sweep", "sample", "phases", "distill", "surrogates"}
+
+
+def test_every_job_that_loads_a_model_asks_for_the_gpu_of_a_cuda_run():
+    resources = planned_resources("--configfile", "configs/gpu.yaml", "--profile", "profiles/gpu")
+    assert {rule for rule, found in resources.items() if "gpu=1" in found} == MODEL_RULES
+
+
+def test_a_cpu_run_asks_for_no_gpu(tmp_path):
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw["runtime"]["device"] = "cpu"
+    (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(raw))
+    resources = planned_resources("--configfile", str(tmp_path / "cpu.yaml"))
+    assert not any(value.startswith("gpu=") and value != "gpu=0" for found in resources.values() for value in found)

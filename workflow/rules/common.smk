@@ -8,7 +8,8 @@ import yaml
 from twoscale.pipeline import dependencies
 from twoscale.pipeline import tracking
 from twoscale.pipeline.params import ParamsError
-from twoscale.stages.common import read_params
+from twoscale.stages.validation import read_params
+from twoscale.training.device import uses_cuda
 
 # `--configfile X` picks another complete parameter set; stages read that same file through --params.
 PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
@@ -41,6 +42,10 @@ def param_values(stage):
         stage, config, wildcards.get("recipe"), wildcards.get("strategy")
     )
 
+
+# Jobs that load a model ask for one GPU when the run is on CUDA; the GPU profile (profiles/gpu) says one exists,
+# so those jobs never share it: their timings stay their own and their memory is the device's.
+GPU_PER_JOB = int(uses_cuda(PARAMS.runtime.device))
 
 RECIPES = list(config["recipes"])
 SEEDS = config["runtime"]["seeds"]

@@ -38,6 +38,8 @@ rule phases:
     benchmark:
         "results/benchmarks/phases/{recipe}/seed_{seed}.tsv"
     threads: config["distill"]["threads"]
+    resources:
+        gpu=GPU_PER_JOB,
     conda:
         "../envs/twoscale.yaml"
     shell:
@@ -68,6 +70,8 @@ rule distill:
     benchmark:
         "results/benchmarks/distill/{recipe}/seed_{seed}/k_{blocks}.tsv"
     threads: config["distill"]["threads"]
+    resources:
+        gpu=GPU_PER_JOB,
     conda:
         "../envs/twoscale.yaml"
     shell:
@@ -102,6 +106,8 @@ rule surrogates:
     benchmark:
         "results/benchmarks/surrogates.tsv"
     threads: config["distill"]["threads"]
+    resources:
+        gpu=GPU_PER_JOB,
     conda:
         "../envs/twoscale.yaml"
     shell:

@@ -18,6 +18,8 @@ rule measure:
     benchmark:
         "results/benchmarks/measure/{recipe}/seed_{seed}/step_{step}.tsv"
     threads: config["measure"]["threads"]
+    resources:
+        gpu=GPU_PER_JOB,
     conda:
         "../envs/twoscale.yaml"
     shell:

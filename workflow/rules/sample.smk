@@ -27,6 +27,8 @@ rule sample:
     benchmark:
         "results/benchmarks/sample/{recipe}/seed_{seed}.tsv"
     threads: config["sample"]["threads"]
+    resources:
+        gpu=GPU_PER_JOB,
     conda:
         "../envs/twoscale.yaml"
     shell:

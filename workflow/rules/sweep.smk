@@ -19,6 +19,8 @@ rule sweep:
     benchmark:
         "results/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
     threads: config["sweep"]["threads"]
+    resources:
+        gpu=GPU_PER_JOB,
     conda:
         "../envs/twoscale.yaml"
     shell:

@@ -25,6 +25,8 @@ rule train:
     benchmark:
         "results/benchmarks/train/{recipe}/seed_{seed}.tsv"
     threads: config["runtime"]["threads"]
+    resources:
+        gpu=GPU_PER_JOB,
     conda:
         "../envs/twoscale.yaml"
     shell:

@@ -9,15 +9,14 @@ exactly the full forward pass (tested).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from twoscale.inference.exits import ExitRule, head_decode
 from twoscale.models.looped_gpt import Block, LoopedGPT
+from twoscale.training.device import clock
 
 Tensor = torch.Tensor
 
@@ -61,18 +60,14 @@ def block_step(block: Block, x: Tensor, cache: LayerCache, step: int, position: 
 
     With `store` its own key and value become the cache entry of (step, position); without, the cache is only
     read (a look-ahead decode)."""
-    attn = block.attn
-    C = x.shape[-1]
-    H = attn.n_head
-    q, k, v = attn.qkv(block.ln_1(x)).split(C, dim=-1)
-    q, k, v = (t.view(H, C // H) for t in (q, k, v))
-    if store:
-        cache.keys[step - 1, position] = k
-        cache.values[step - 1, position] = v
-    past_k, past_v = cache.visible(step, position)
-    keys, values = torch.cat([past_k, k[None]]), torch.cat([past_v, v[None]])
-    y = F.scaled_dot_product_attention(q[:, None], keys.transpose(0, 1), values.transpose(0, 1))
-    return block.feed_forward(block.add_attention(x, attn.proj(y.reshape(1, C))))
+    def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, None]:
+        if store:
+            cache.keys[step - 1, position] = k[0]
+            cache.values[step - 1, position] = v[0]
+        past_k, past_v = cache.visible(step, position)
+        return torch.cat([past_k, k]), torch.cat([past_v, v]), None
+
+    return block.cached(x, context)
 
 
 def decode_rest(model: LoopedGPT, x: Tensor, after_segment: int, caches: list[LayerCache], position: int) -> Tensor:
@@ -146,12 +141,13 @@ def generate(
         raise ValueError(f"prompt + new tokens = {total} exceeds block_size {model.config.block_size}")
     caches = new_cache(model, max_loops, total)
     out = Generation(list(prompt), [], [], [])
+    device = model.lm_head.weight.device
     for position in range(total - 1):
-        started = time.perf_counter()
+        started = clock(device)
         logits, loops = step_token(model, out.tokens[position], position, caches, rules)
         out.logits.append(logits)
         out.loops.append(loops)
         if position >= len(prompt) - 1:
             out.tokens.append(pick(logits))
-            out.ms_per_token.append(1000 * (time.perf_counter() - started))
+            out.ms_per_token.append(1000 * (clock(device) - started))
     return out

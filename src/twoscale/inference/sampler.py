@@ -37,16 +37,15 @@ noise of step 2 is drawn from the same distribution.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from twoscale.inference.exits import make_rule
 from twoscale.inference.generation import LayerCache, new_cache, step_token
 from twoscale.models.looped_gpt import Block, LoopedGPT, Segment
+from twoscale.training.device import clock
 
 Tensor = torch.Tensor
 
@@ -149,26 +148,24 @@ def window_block(block: Block, x: Tensor, cache: LayerCache, steps: Tensor, star
     Each position writes its key and value as its cache entry of that iteration; it attends to the window causally
     and to every frozen position p < start at that position's entry of iteration min(step, d_p), raised to the
     first iteration computed from p's final token (`fresh_from`) where that is later."""
-    attn = block.attn
-    W, C = x.shape
-    H = attn.n_head
-    q, k, v = attn.qkv(block.ln_1(x)).split(C, dim=-1)
-    q, k, v = (t.view(W, H, C // H) for t in (q, k, v))
+    W = len(x)
     positions = torch.arange(start, start + W, device=x.device)
     slots = steps.clamp(max=cache.keys.shape[0])
-    cache.keys[slots - 1, positions] = k.to(cache.keys.dtype)
-    cache.values[slots - 1, positions] = v.to(cache.values.dtype)
-    cache.depth[positions] = slots
-    depth = cache.depth[:start]
-    index = torch.maximum(torch.minimum(slots[:, None], depth), torch.minimum(fresh_from[:start], depth)) - 1
-    prefix = torch.arange(start, device=x.device)
-    keys = torch.cat([cache.keys[index, prefix], k[None].expand(W, W, H, C // H)], dim=1)  # (W, start + W, H, D)
-    values = torch.cat([cache.values[index, prefix], v[None].expand(W, W, H, C // H)], dim=1)
-    visible = torch.ones(W, start + W, dtype=torch.bool, device=x.device)
-    visible[:, start:] = torch.ones(W, W, dtype=torch.bool, device=x.device).tril()
-    y = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2),
-                                       attn_mask=visible[:, None, None])
-    return block.feed_forward(block.add_attention(x, attn.proj(y.reshape(W, C))))
+
+    def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        cache.keys[slots - 1, positions] = k.to(cache.keys.dtype)
+        cache.values[slots - 1, positions] = v.to(cache.values.dtype)
+        cache.depth[positions] = slots
+        depth = cache.depth[:start]
+        index = torch.maximum(torch.minimum(slots[:, None], depth), torch.minimum(fresh_from[:start], depth)) - 1
+        prefix = torch.arange(start, device=x.device)
+        keys = torch.cat([cache.keys[index, prefix], k[None].expand(W, *k.shape)], dim=1)  # (W, start + W, H, D)
+        values = torch.cat([cache.values[index, prefix], v[None].expand(W, *v.shape)], dim=1)
+        visible = torch.ones(W, start + W, dtype=torch.bool, device=x.device)
+        visible[:, start:] = torch.ones(W, W, dtype=torch.bool, device=x.device).tril()
+        return keys, values, visible
+
+    return block.cached(x, context)
 
 
 def run_once(model: LoopedGPT, segment: Segment, x: Tensor, caches: list[LayerCache], start: int,
@@ -255,11 +252,12 @@ def autoregressive(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, loo
     caches, logits = ready.caches, ready.logits
     rules = fixed_rules(model, loops)
     tokens = [*prompt, int(logits.argmax())]
-    started = time.perf_counter()
+    device = model.lm_head.weight.device
+    started = clock(device)
     while len(tokens) < total and tokens[-1] not in stop_tokens:
         logits, _ = step_token(model, tokens[-1], len(tokens) - 1, caches, rules)
         tokens.append(int(logits.argmax()))
-    seconds = time.perf_counter() - started
+    seconds = clock(device) - started
     steps = len(tokens) - len(prompt) - 1
     return Sampled(tokens, len(tokens) - len(prompt), steps, steps * loops * model.n_groups, seconds)
 
@@ -387,7 +385,7 @@ def sample(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, settings: S
         end = len(prompt)
     window.append(1, width, dtype, device)
     out = Sampled(tokens, 0, 0, 0, 0.0)
-    started = time.perf_counter()
+    started = clock(device)
     while window.start < end:
         start, size = window.start, window.size
         logits = _refine(model, window, tokens, caches, fresh_from, settings, generator)
@@ -406,7 +404,7 @@ def sample(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, settings: S
             for _ in range(joining - 1):
                 tokens.append(int(torch.randint(model.config.vocab_size, (1,), generator=generator)))
             window.append(joining, width, dtype, device)
-    out.seconds = time.perf_counter() - started
+    out.seconds = clock(device) - started
     del tokens[total:]
     out.new_tokens = len(tokens) - len(prompt)
     return out

@@ -14,7 +14,7 @@ depth. Without it nothing extra is kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -95,6 +95,25 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).contiguous().view(B, T, C)))
 
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of states x (N, C), split into heads: (N, H, D) each."""
+        N, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        return tuple(t.view(N, self.n_head, C // self.n_head) for t in (q, k, v))
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               visible: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention output (N, C) of queries q (N, H, D) that read keys and values given once for all
+        queries, (S, H, D), or per query, (N, S, H, D), where `visible` (N, S) allows (all of them if None)."""
+        N, H, D = q.shape
+        if keys.dim() == 3:
+            y = F.scaled_dot_product_attention(q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1),
+                                               attn_mask=visible)
+            return self.proj(y.transpose(0, 1).reshape(N, H * D))
+        y = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2),
+                                           attn_mask=None if visible is None else visible[:, None, None])
+        return self.proj(y.reshape(N, H * D))
+
 
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
     """Causal softmax attention of q, k, v (B, H, T, D) as explicit matmuls: what scaled_dot_product_attention
@@ -116,6 +135,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.proj(F.gelu(self.fc(x))))
+
+
+# (own keys, own values) -> (keys, values, visibility) that the positions attend with
+Context = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
 
 
 class Block(nn.Module):
@@ -144,6 +167,15 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.feed_forward(self.add_attention(x, self.attn(self.ln_1(x))))
+
+    def cached(self, x: torch.Tensor, context: Context) -> torch.Tensor:
+        """The block on states x (N, C) of positions whose attention reads keys and values kept elsewhere (a KV
+        cache): `context` takes their own keys and values (N, H, D), stores what it keeps, and returns the keys,
+        values and visibility each position attends with (see `CausalSelfAttention.attend`). The one engine of
+        cached decoding, per-token exits, the parallel sampler and the benchmark."""
+        q, k, v = self.attn.heads(self.ln_1(x))
+        keys, values, visible = context(k, v)
+        return self.feed_forward(self.add_attention(x, self.attn.attend(q, keys, values, visible)))
 
 
 def _init_linear_and_embedding(module: nn.Module) -> None:

@@ -84,3 +84,8 @@ def load_token_array(path: Path) -> np.ndarray:
         raise TwoscaleError(f"{path}: token array not found (run the tokenize stage first)") from None
     except ValueError as exc:
         raise TwoscaleError(f"{path}: not a token array ({exc})") from None
+
+
+def run_subdir(recipe: str, seed: int | str) -> str:
+    """Where a per-run stage's outputs go under the stage's folder: results/train/<recipe>/seed_<seed>/..."""
+    return f"{recipe}/seed_{seed}"

@@ -24,6 +24,8 @@ EXPERIMENT = "twoscale"
 PARENT_ENV = "TWOSCALE_MLFLOW_PARENT_RUN"
 ORCHESTRATOR_ENV = "TWOSCALE_ORCHESTRATOR"
 INVOCATION_TAG = "twoscale.invocation"
+# the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant)
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def project_root() -> Path:
@@ -46,15 +48,22 @@ def ensure_store(root: Path | None = None) -> str:
     mlflow = _mlflow()
     mlflow.set_tracking_uri(tracking_uri(root))
     experiment = mlflow.get_experiment_by_name(EXPERIMENT)
-    if experiment is not None:
-        return experiment.experiment_id
-    return mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri())
+    if experiment is None:
+        return mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri(),
+                                        tags=EXPERIMENT_KIND)
+    if any(experiment.tags.get(key) != value for key, value in EXPERIMENT_KIND.items()):  # a store made before
+        for key, value in EXPERIMENT_KIND.items():
+            mlflow.MlflowClient().set_experiment_tag(experiment.experiment_id, key, value)
+    return experiment.experiment_id
 
 
 def git_commit(root: Path | None = None) -> str:
-    result = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=root or project_root(), capture_output=True, text=True
-    )
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root or project_root(), capture_output=True, text=True
+        )
+    except OSError:  # no git on this machine
+        return "unknown"
     return result.stdout.strip() or "unknown"
 
 

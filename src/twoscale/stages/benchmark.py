@@ -3,7 +3,7 @@ both precisions against that peak, for each recipe the per-step cost of every ex
 generated token of every strategy at its best setting (the fastest within 1% of the perplexity of the best fixed
 depth, or of full depth, from the tradeoff stage's summary), and for each sampled recipe the parallel sampler's
 tokens/s beside ordinary decoding at full recurrence and at the fewest loops of about equal quality (the settings
-from the sample stage's summary), on one thread and on every core."""
+from the sample stage's summary), on one thread and on every core (on a GPU: at sample.threads only)."""
 
 from __future__ import annotations
 
@@ -17,19 +17,19 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.benchmark import (matmul_gflops, sampler_throughput, step_costs, strategy_latency,
-                                training_throughput)
+from twoscale.benchmark import sampler_throughput, step_costs, strategy_latency, training_throughput
 from twoscale.inference.sampler import SamplerSettings
 from twoscale.inference.sampling import shared_settings
 from twoscale.inference.sweep import held_out_prompts, never_exit_setting
 from twoscale.models.looped_gpt import ModelConfig
-from twoscale.pipeline.dependencies import run_subdir
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import load_token_array, read_json, write_json
+from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.pipeline.params import Params, RunParams
 from twoscale.report.tables import fastest_of_equal_quality
-from twoscale.stages.common import add_params_argument, load
-from twoscale.training.device import configure_torch, resolve_device
+from twoscale.stages.common import add_params_argument
+from twoscale.stages.validation import read_params
+from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_size, matmul_tflops,
+                                      resolve_device)
 from twoscale.training.trainer import checkpoint_name, load_model_matching
 
 log = logging.getLogger("twoscale.benchmark")
@@ -91,24 +91,29 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
 
 def machine(device: torch.device) -> str:
     cpu = platform.processor() or platform.machine()
-    return f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}, device {device}"
+    return f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, torch {torch.__version__}, device {describe(device)}"
 
 
 def training_rows(runs: list[RunParams], data_dir: Path, device: torch.device, steps: int,
                   peaks: dict[str, float]) -> list[dict]:
-    """Per recipe and precision: training throughput at runtime.threads, against the matmul peak."""
+    """Per recipe and precision (and on CUDA, eager and with compiled layers): training throughput at
+    runtime.threads, against the measured matmul peak of that precision."""
     stats = read_json(data_dir / "stats.json")
     ids = load_token_array(data_dir / "train.npy")
+    variants = [False, True] if device.type == "cuda" else [False]
+    warmup = 3 if device.type == "cuda" else 1  # compilation, cuBLAS and allocator warm-up on the GPU
     rows = []
     for run in tqdm(runs, desc="benchmark training", unit="recipe"):
         config = ModelConfig.from_params(run.model, stats["vocab_size"])
         fp32 = None
         for precision, dtype in PRECISIONS.items():
-            timing = training_throughput(config, run.train, ids, run.seed, device, dtype, steps)
-            fp32 = fp32 or timing
-            rows.append({"recipe": run.recipe, "precision": precision, **timing,
-                         "peak_fraction": timing["gflops"] / peaks[precision],
-                         "speedup_vs_fp32": timing["tokens_per_s"] / fp32["tokens_per_s"]})
+            for compiled in variants:
+                timing = training_throughput(config, run.train, ids, run.seed, device, dtype, steps, compiled,
+                                             warmup)
+                fp32 = fp32 or timing
+                rows.append({"recipe": run.recipe, "precision": precision, "compiled": compiled, **timing,
+                             "mfu": timing["tflops"] / peaks[precision],
+                             "speedup_vs_fp32": timing["tokens_per_s"] / fp32["tokens_per_s"]})
     return rows
 
 
@@ -164,7 +169,7 @@ def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace
                   "ordinary, matched quality": f"{matched_loops} loops",
                   "sampler": f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}"
                   + ("" if chosen else " (none within the tolerance: the paper's defaults)")}
-        thread_counts = sorted({sample.threads, os.cpu_count() or 1})
+        thread_counts = [sample.threads] if device.type == "cuda" else sorted({sample.threads, os.cpu_count() or 1})
         for threads in tqdm(thread_counts, desc=f"benchmark sampler {run.recipe}", unit="thread count"):
             torch.set_num_threads(threads)
             timing = sampler_throughput(model, prompts, sample.new_tokens, sample.loops, matched_loops, settings,
@@ -184,24 +189,30 @@ def run(args: argparse.Namespace) -> None:
     for flag, value in (("--repeats", args.repeats), ("--training-steps", args.training_steps)):
         if value < 1:
             raise TwoscaleError(f"{flag} must be at least 1, got {value}")
-    params = load(args)
+    params = read_params(args.params)  # every strategy's grid builds
     seed = params.runtime.seeds[0] if args.seed is None else args.seed
     runs = [params.run(recipe, seed) for recipe in (args.recipes or params.recipes)]
     device = resolve_device(params.runtime.device)
 
-    configure_torch(params.runtime.threads, seed)
-    peaks = {precision: matmul_gflops(dtype, args.repeats) for precision, dtype in PRECISIONS.items()}
+    configure_torch(params.runtime.threads, seed, tf32=True)  # as training runs: float32 matmuls may use TF32
+    peaks = {precision: matmul_tflops(device, dtype, args.repeats) for precision, dtype in PRECISIONS.items()}
+    datasheet = datasheet_tflops(device)
     training = training_rows(runs, args.data_dir, device, args.training_steps, peaks)
     configure_torch(params.sweep.threads, seed)
     costs, latency = exit_rows(params, runs, args, device)
     sampling = sampler_rows(params, runs, args, device)
 
     print(f"machine: {machine(device)}; medians of {args.repeats} repeats")
-    print(f"\nmatmul peak ({params.runtime.threads} thread(s), 1024 x 1024): "
-          + ", ".join(f"{precision} {gflops:.0f} GFLOP/s" for precision, gflops in peaks.items()))
+    size = matmul_size(device)
+    print(f"\nmatmul peak, measured ({params.runtime.threads} thread(s), {size} x {size} x {size}, random data; "
+          "fp32 as TF32 where the device has it): "
+          + ", ".join(f"{precision} {tflops:.3g} TFLOP/s" for precision, tflops in peaks.items()))
+    if datasheet:
+        print("datasheet peak (dense): " + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in datasheet.items()))
     print(f"\ntraining throughput ({params.runtime.threads} thread(s), {args.training_steps} steps of batch "
-          f"{runs[0].train.batch_size}, model FLOPs of the matmuls)\n")
-    print(markdown(training, ["recipe", "precision", "s_per_step", "tokens_per_s", "gflops", "peak_fraction",
+          f"{runs[0].train.batch_size}; model FLOPs of the matmuls, attention's included; MFU against the "
+          "measured peak)\n")
+    print(markdown(training, ["recipe", "precision", "compiled", "s_per_step", "tokens_per_s", "tflops", "mfu",
                               "speedup_vs_fp32"]))
     print(f"\nper-step cost of each exit decision ({params.sweep.threads} thread(s); first looped group, batch 1, "
           "KV cache)\n")
@@ -216,6 +227,7 @@ def run(args: argparse.Namespace) -> None:
         print(markdown(sampling, ["recipe", "threads", "method", "setting", "tokens_per_s", "spread",
                                   "vs_full_recurrence", "vs_matched_quality"]))
     if args.out:
-        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_gflops": peaks,
+        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_tflops": peaks,
+                              "datasheet_tflops": datasheet,
                               "training": training, "step_costs": costs, "latency": latency,
                               "sampler": sampling})

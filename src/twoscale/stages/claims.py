@@ -10,9 +10,8 @@ from pathlib import Path
 import polars as pl
 
 from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import run_subdir
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import read_parquet, write_text
+from twoscale.pipeline.io import read_parquet, run_subdir, write_text
 from twoscale.pipeline.params import params_hash
 from twoscale.report.claims import claims_table, surrogate_claims
 from twoscale.report.claims_by_recipe import summarise, to_json, to_markdown

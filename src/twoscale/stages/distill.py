@@ -24,7 +24,8 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, write_json, write_parquet
 from twoscale.pipeline.params import params_hash
-from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections, open_checkpoint
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import training_dtype
 from twoscale.training.distillation import distill, save_surrogate, train_plain_gpt

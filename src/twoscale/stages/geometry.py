@@ -11,8 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import run_subdir
-from twoscale.pipeline.io import atomic_path, read_json, read_parquet, write_parquet
+from twoscale.pipeline.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.report import plots
 from twoscale.report.tables import MEASUREMENT_TABLES

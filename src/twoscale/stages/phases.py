@@ -21,7 +21,8 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_json, write_parquet
 from twoscale.pipeline.params import DistillParams, params_hash
 from twoscale.report import surrogate_plots
-from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections, open_checkpoint
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
 from twoscale.training.batches import held_out_batches
 from twoscale.training.distillation import teacher_states
 

@@ -19,7 +19,8 @@ from twoscale.pipeline.io import write_parquet, write_text
 from twoscale.pipeline.params import params_hash
 from twoscale.report import plots
 from twoscale.report.tables import sampling_summary
-from twoscale.stages.common import add_run_arguments, load_run, log_sections, open_checkpoint
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_run_arguments, load_run, log_sections
 
 log = logging.getLogger("twoscale.inference.sampling")
 

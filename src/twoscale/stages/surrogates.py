@@ -15,8 +15,7 @@ from tqdm import tqdm
 
 from twoscale.analysis.dynamics import DepthDynamics
 from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import run_subdir
-from twoscale.pipeline.io import atomic_path, load_token_array, read_json, write_parquet
+from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_parquet
 from twoscale.pipeline.params import Params, params_hash
 from twoscale.report import surrogate_plots
 from twoscale.report.tables import recovery_table

@@ -16,7 +16,9 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import Params, params_hash
-from twoscale.stages.common import add_run_arguments, load_run, log_sections, open_checkpoint
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_run_arguments, log_sections
+from twoscale.stages.validation import read_params
 
 log = logging.getLogger("twoscale.inference.sweep")
 
@@ -38,7 +40,8 @@ def strategy_of(params: Params, name: str):
 
 
 def run(args: argparse.Namespace) -> None:
-    params, run = load_run(args)
+    params = read_params(args.params)  # every strategy's grid builds
+    run = params.run(args.recipe, args.seed)
     sweep = params.sweep
     strategy = strategy_of(params, args.strategy)
     model, meta, val_ids, device = open_checkpoint(args, params, run, sweep.threads)

@@ -11,8 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import run_subdir
-from twoscale.pipeline.io import atomic_path, read_parquet, write_parquet
+from twoscale.pipeline.io import atomic_path, read_parquet, run_subdir, write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.report import plots
 from twoscale.report.claims import best_fixed_depth, best_within, full_depth

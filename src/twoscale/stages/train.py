@@ -14,19 +14,23 @@ import time
 from pathlib import Path
 
 import polars as pl
+import torch
 from tqdm import tqdm
 
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import run_subdir
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path, load_token_array, read_json, write_json, write_parquet
+from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_json, write_parquet
 from twoscale.pipeline.params import Params, RunParams, params_hash
 from twoscale.stages.common import add_run_arguments, load_run, log_params
-from twoscale.training.device import configure_torch, resolve_device, training_dtype
-from twoscale.training.trainer import build_state, checkpoint_name, latest_resumable, publish, restore_state, train
+from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, resolve_device,
+                                      training_dtype)
+from twoscale.training.trainer import (build_state, checkpoint_name, compile_blocks, latest_resumable, publish,
+                                       restore_state, train)
 
 log = logging.getLogger("twoscale.train")
+
+WARMUP_STEPS = 10  # left out of the throughput: the first steps compile and fill the allocator
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +69,19 @@ def write_history(out_dir: Path, history: list[dict]) -> pl.DataFrame:
     return frame
 
 
+def utilisation(rows: list[dict], peak_tflops: float, datasheet: dict[str, float] | None, dtype: torch.dtype
+                ) -> dict[str, float | None]:
+    """Model TFLOP/s over the training steps of `rows` past the first WARMUP_STEPS (compilation, allocator), and
+    the model FLOPs utilisation against the measured matmul peak and, for a known GPU, the datasheet's."""
+    timed = rows[WARMUP_STEPS:] or rows
+    achieved = (sum(row["model_tflop"] for row in timed) / sum(row["seconds"] for row in timed)) if timed else None
+    sheet = None if datasheet is None else datasheet["bf16" if dtype == torch.bfloat16 else "tf32"]
+    return {"model_tflops_per_s": achieved, "peak_tflops": peak_tflops,
+            "mfu": None if achieved is None else achieved / peak_tflops,
+            "datasheet_tflops": sheet, "mfu_datasheet": None if sheet is None or achieved is None else achieved / sheet,
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
+
+
 def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: dict, model, out_dir: Path
                   ) -> None:
     import mlflow
@@ -95,7 +112,7 @@ def run(args: argparse.Namespace) -> None:
     stats = read_json(args.data_dir / "stats.json")
     train_ids, val_ids = load_token_array(args.data_dir / "train.npy"), load_token_array(args.data_dir / "val.npy")
     check_context_fits(run, len(train_ids), len(val_ids))
-    configure_torch(params.runtime.threads, run.seed)
+    configure_torch(params.runtime.threads, run.seed, tf32=True)
     device = resolve_device(params.runtime.device)
     dtype = training_dtype(params.runtime.precision, device)
     config = ModelConfig.from_params(run.model, vocab_size=stats["vocab_size"])
@@ -113,8 +130,12 @@ def run(args: argparse.Namespace) -> None:
         log.info("resuming from step %d of an interrupted run", state.step)
     else:
         shutil.rmtree(resume_dir, ignore_errors=True)
-    log.info("%s, seed %d: %d parameters, groups %s, device %s, %d threads, %s", run.recipe, run.seed,
-             state.model.num_parameters(), list(config.groups), device, params.runtime.threads, dtype)
+    if device.type == "cuda":
+        compile_blocks(state.model)
+    peak = matmul_tflops(device, dtype, repeats=10)
+    log.info("%s, seed %d: %d parameters, groups %s, device %s, %d threads, %s (matmul peak %.1f TFLOP/s)",
+             run.recipe, run.seed, state.model.num_parameters(), list(config.groups), describe(device),
+             params.runtime.threads, dtype, peak)
 
     with tracking.stage_run("train", run_hash, run.tags):
         started = time.perf_counter()
@@ -130,6 +151,7 @@ def run(args: argparse.Namespace) -> None:
                   progress, dtype)
         elapsed = time.perf_counter() - started
         frame = write_history(args.out_dir, state.history)
+        speed = utilisation(state.history[start_step:], peak, datasheet_tflops(device), dtype)
         final = state.history[-1]
         metrics = {
             "step": state.step,
@@ -141,9 +163,12 @@ def run(args: argparse.Namespace) -> None:
             "parameters": state.model.num_parameters(),
             "eval_loops": run.train.eval_loops,
             "precision": str(dtype).removeprefix("torch."),
+            "device": describe(device),
+            **speed,
         }
-        log.info("final: val loss %.3f (unigram baseline %.3f), %.0f tokens/s",
-                 metrics["val_loss"], metrics["unigram_val_loss"], metrics["tokens_per_s"])
+        log.info("final: val loss %.3f (unigram baseline %.3f), %.0f tokens/s, %s model TFLOP/s, MFU %s",
+                 metrics["val_loss"], metrics["unigram_val_loss"], metrics["tokens_per_s"],
+                 metrics["model_tflops_per_s"], metrics["mfu"])
         write_json(args.out_dir / "metrics.json", metrics)
         log_to_mlflow(params, run, frame, metrics, state.model, args.out_dir)
     shutil.rmtree(resume_dir, ignore_errors=True)

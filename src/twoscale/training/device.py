@@ -1,21 +1,54 @@
-"""Where and in which arithmetic torch runs: the device, native bf16, autocast, threads and seed."""
+"""Where and in which arithmetic torch runs: the device, native bf16, autocast, threads and seed, a clock that waits
+for the device, and the device's measured matmul peak beside its datasheet's."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import platform
+import statistics
+import time
 
 import torch
 
 from twoscale.pipeline.errors import TwoscaleError
 
+log = logging.getLogger("twoscale.device")
+
+# Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, by a substring of the device's name;
+# the SXM parts (H100 80GB HBM3, H200) first
+DATASHEET_TFLOPS = {
+    "H200": {"bf16": 989.4, "tf32": 494.7},
+    "H100 80GB HBM3": {"bf16": 989.4, "tf32": 494.7},
+    "H100 PCIe": {"bf16": 756.0, "tf32": 378.0},
+    "H100 NVL": {"bf16": 835.0, "tf32": 417.5},
+    "A100": {"bf16": 312.0, "tf32": 156.0},
+    "L40S": {"bf16": 362.1, "tf32": 181.0},
+    "L4": {"bf16": 121.0, "tf32": 60.0},
+}
+
+
+def uses_cuda(name: str) -> bool:
+    """Whether runtime.device `name` runs on a GPU here."""
+    return name == "cuda" or (name == "auto" and torch.cuda.is_available())
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        log.info("runtime.device auto: %s", describe(device))
+        return device
     if name == "cuda" and not torch.cuda.is_available():
         raise TwoscaleError("runtime.device is 'cuda' but no CUDA device is available")
     return torch.device(name)
+
+
+def describe(device: torch.device) -> str:
+    """The device in words: the GPU's name, or the CPU's."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs)"
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -40,8 +73,53 @@ def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractCon
     return torch.autocast(device.type, dtype=dtype)
 
 
-def configure_torch(threads: int, seed: int) -> None:
+def configure_torch(threads: int, seed: int, tf32: bool = False) -> None:
+    """Threads and seed; float32 matmuls in full float32 unless `tf32` (training only: on CUDA TF32 keeps 10
+    mantissa bits, which measurements must not lose)."""
     torch.set_num_threads(threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     torch.manual_seed(seed)
-    torch.set_float32_matmul_precision("high")
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+
+
+def clock(device: torch.device) -> float:
+    """Seconds on a monotonic clock once the device has finished the work queued so far (CUDA runs
+    asynchronously: a host clock read without waiting times the launch, not the work)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def median_ms(work, repeats: int, device: torch.device) -> float:
+    """Median wall time of `work()` in milliseconds over `repeats` calls, after one untimed call, each timed
+    with the device's clock."""
+    work()
+    times = []
+    for _ in range(repeats):
+        started = clock(device)
+        work()
+        times.append(1000 * (clock(device) - started))
+    return statistics.median(times)
+
+
+def matmul_size(device: torch.device) -> int:
+    """The side of the square product that measures a device's peak: 8192 on a GPU (smaller ones leave it
+    idle between launches), 1024 on a CPU (a larger one takes seconds and gains little)."""
+    return 8192 if device.type == "cuda" else 1024
+
+
+def matmul_tflops(device: torch.device, dtype: torch.dtype, repeats: int, size: int | None = None) -> float:
+    """The device's measured matmul throughput in `dtype` (float32 runs as TF32 when the matmul precision allows
+    it): median of `repeats` timed size^3 products of random matrices."""
+    size = size or matmul_size(device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(size, size, generator=generator, device=device).to(dtype) for _ in range(2))
+    return 2 * size**3 / median_ms(lambda: a @ b, max(repeats, 5), device) / 1e9
+
+
+def datasheet_tflops(device: torch.device) -> dict[str, float] | None:
+    """The datasheet's dense bf16 and TF32 peaks of a known GPU, else None."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peaks for key, peaks in DATASHEET_TFLOPS.items() if key in name), None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,8 @@ from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
 from twoscale.pipeline.params import LoopSchedule, ModelParams, TrainParams
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch
-from twoscale.training.device import autocast
+from twoscale.training.device import autocast, clock
+from twoscale.training.flops import training_step_flops
 
 CHECKPOINT_FORMAT = 1
 
@@ -63,6 +63,13 @@ class TrainState:
     generator: torch.Generator
     step: int = 0
     history: list[dict] = field(default_factory=list)
+
+
+def compile_blocks(model: LoopedGPT) -> None:
+    """Compile every layer with torch.compile, in place (the state dict keeps its keys). Per block, not the whole
+    model: loop counts change every step, and a compiled block serves every loop count without recompiling."""
+    for block in model.blocks:
+        block.compile()
 
 
 def build_state(config: ModelConfig, train: TrainParams, seed: int, device: torch.device) -> TrainState:
@@ -222,12 +229,12 @@ def train(
     model.train()
     tokens_per_step = train.batch_size * config.block_size
     while state.step < train.steps:
-        started = time.perf_counter()
+        started = clock(device)
         x, y = random_batch(train_ids, train.batch_size, config.block_size, state.generator)
         loops = sample_loop_counts(train.loops, model.n_groups, state.generator)
         lr = state.optimizer.param_groups[0]["lr"]
         loss, grad_norm = train_step(state, x.to(device), y.to(device), loops, train, device, dtype)
-        elapsed = time.perf_counter() - started
+        elapsed = clock(device) - started
         row = {
             "step": state.step,
             "train_loss": loss,
@@ -236,6 +243,8 @@ def train(
             "grad_norm": grad_norm,
             "mean_loops": sum(loops) / len(loops) if loops else None,  # None: a plain GPT
             "tokens_per_s": tokens_per_step / elapsed,
+            "model_tflop": training_step_flops(config, loops, train.loops.backprop_depth, train.batch_size) / 1e12,
+            "seconds": elapsed,
         }
         if state.step % train.eval_every == 0 or state.step in train.checkpoint_steps:
             with autocast(device, dtype):

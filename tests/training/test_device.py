@@ -1,0 +1,63 @@
+"""The device helpers: which runs use CUDA, the datasheet peaks, the clock and matmul peak, and model FLOPs
+utilisation from a training history (values worked out by hand)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from twoscale.stages.train import WARMUP_STEPS, utilisation
+from twoscale.training import device as device_module
+from twoscale.training.device import datasheet_tflops, matmul_tflops, median_ms, uses_cuda
+
+CPU = torch.device("cpu")
+
+
+def test_cuda_is_used_when_named_or_when_auto_finds_it(monkeypatch):
+    assert uses_cuda("cuda") and not uses_cuda("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not uses_cuda("auto")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert uses_cuda("auto")
+
+
+@pytest.mark.parametrize(("name", "bf16"), [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
+                                            ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0),
+                                            ("NVIDIA GeForce RTX 4090", None)])
+def test_datasheet_peaks_by_device_name(monkeypatch, name, bf16):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    peaks = datasheet_tflops(torch.device("cuda"))
+    assert (peaks and peaks["bf16"]) == bf16
+    assert datasheet_tflops(CPU) is None
+
+
+def test_median_ms_calls_the_work_once_untimed_then_repeats(monkeypatch):
+    ticks = iter([0.0, 0.001, 1.0, 1.003, 2.0, 2.002])
+    monkeypatch.setattr(device_module.time, "perf_counter", lambda: next(ticks))
+    calls = []
+    assert median_ms(lambda: calls.append(1), 3, CPU) == pytest.approx(2.0)
+    assert len(calls) == 4
+
+
+def test_the_matmul_peak_is_a_positive_rate():
+    assert 0 < matmul_tflops(CPU, torch.float32, repeats=5, size=64) < 1e4
+
+
+def history(seconds: list[float], tflop: list[float]) -> list[dict]:
+    return [{"seconds": s, "model_tflop": f} for s, f in zip(seconds, tflop, strict=True)]
+
+
+def test_utilisation_leaves_out_the_warmup_steps():
+    # 10 warm-up steps of 5 s, then 3 steps of 1, 2 and 1 s doing 2, 4 and 2 TFLOP: 8 TFLOP in 4 s = 2 TFLOP/s
+    rows = history([5.0] * WARMUP_STEPS + [1.0, 2.0, 1.0], [2.0] * WARMUP_STEPS + [2.0, 4.0, 2.0])
+    out = utilisation(rows, peak_tflops=8.0, datasheet={"bf16": 10.0, "tf32": 5.0}, dtype=torch.bfloat16)
+    assert out["model_tflops_per_s"] == pytest.approx(2.0)
+    assert out["mfu"] == pytest.approx(0.25)
+    assert out["datasheet_tflops"] == 10.0 and out["mfu_datasheet"] == pytest.approx(0.2)
+
+
+def test_utilisation_of_a_short_run_uses_every_step_and_of_no_step_is_unknown():
+    out = utilisation(history([1.0, 3.0], [1.0, 1.0]), peak_tflops=1.0, datasheet=None, dtype=torch.float32)
+    assert out["model_tflops_per_s"] == pytest.approx(0.5) and out["mfu_datasheet"] is None
+    empty = utilisation([], peak_tflops=1.0, datasheet={"bf16": 1.0, "tf32": 1.0}, dtype=torch.float32)
+    assert empty["model_tflops_per_s"] is None and empty["mfu"] is None and empty["mfu_datasheet"] is None
