@@ -25,8 +25,9 @@ $(BIN)/.installed: pyproject.toml requirements.lock
 	@[ "$(TORCH)" = lock ] || $(PYTHON) -c "import torch" 2>/dev/null \
 	  || { echo "error: TORCH=system, but $(PYTHON) cannot import torch"; exit 1; }
 	$(PYTHON) -m venv $(VENV_OPTIONS) $(VENV)
-	@grep -v $(if $(filter system,$(TORCH)),'^torch==','^$$') requirements.lock > $(VENV)/requirements.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
+	@[ "$(TORCH)" = lock ] || grep -v '^torch==' requirements.lock > $(VENV)/requirements-without-torch.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check \
+	  -r $(if $(filter system,$(TORCH)),$(VENV)/requirements-without-torch.txt,requirements.lock)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	@$(BIN)/python -c "import torch; print('torch', torch.__version__, '(CUDA ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU build)', 'GPU:', torch.cuda.get_device_name() if torch.cuda.is_available() else 'none')"
 	@touch $@

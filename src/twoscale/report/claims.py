@@ -822,7 +822,7 @@ def c7_parallel_sampler(summary: pl.DataFrame) -> dict[str, Any]:
     return _row(
         "C7",
         "The parallel (diffusion-forcing) sampler gives 4–5× more tokens/s than static autoregressive sampling at "
-        "32 recurrences, with about equal accuracy (Geiping et al., SCIENCE §3).",
+        "32 recurrences, with about equal accuracy (Geiping et al., arXiv 2510.14961; docs/claims.md#c7).",
         f"Greedy, batch size 1, the same held-out prompts. About equal quality: the mean over prompts of the "
         f"sampler's re-scored cross-entropy minus that of ordinary decoding at full recurrence is ≤ "
         f"sample.quality_tolerance ({tolerance:g} nats). Reproduced if the fastest such sampler setting reaches "
@@ -890,7 +890,7 @@ def c8_two_blocks_recover(recovery: pl.DataFrame) -> dict[str, Any]:
     return _row(
         "C8",
         "A trained transformer's L layers can be rewritten as k ≪ L shared blocks applied recurrently: 2 blocks "
-        "recover 96% of DINOv2's linear-probe accuracy (Raptor, SCIENCE §4).",
+        "recover 96% of DINOv2's linear-probe accuracy (Raptor, arXiv 2512.19941; docs/claims.md#c8).",
         f"For a plain GPT: the {C8_BLOCKS}-block surrogate (max-cut phases, two-stage distillation), read through "
         f"the teacher's frozen final norm and LM head, recovers ≥ {100 * C8_RECOVERY:g}% of the teacher's "
         f"improvement in held-out cross-entropy over the unigram baseline, (CE_unigram − CE_surrogate) / "
