@@ -10,13 +10,7 @@ configfile: "params.yaml"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/data.smk"
-include: "workflow/rules/train.smk"
-include: "workflow/rules/measure.smk"
-include: "workflow/rules/sweep.smk"
-include: "workflow/rules/sample.smk"
-include: "workflow/rules/distill.smk"
-include: "workflow/rules/claims.smk"
+include: "workflow/rules/stages.smk"
 
 
 onstart:
@@ -34,11 +28,4 @@ onerror:
 rule all:
     default_target: True
     input:
-        rules.tokenize.output,
-        every_run(rules.train.output),
-        rules.geometry.output,
-        rules.tradeoff.output,
-        every_sampled_run(rules.sample.output),
-        every_teacher_run(rules.phases.output),
-        rules.surrogates.output,
-        rules.claims.output,
+        [path for spec in RULES for path in spec.job_outputs()],

@@ -17,7 +17,7 @@ import mlflow
 import polars as pl
 import pytest
 import yaml
-from workspace import ROOT, copy_repository, run
+from workspace import ROOT, attempt, copy_repository, run
 
 pytestmark = pytest.mark.e2e
 
@@ -266,7 +266,8 @@ def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_ru
     smoke = yaml.safe_load((first_run / "params.yaml").read_text())
     first = smoke["train"]["checkpoint_steps"][0]
     os.utime(first_run / f"results/train/paper/seed_1337/checkpoints/step_{first}.pt")
-    assert planned_jobs(first_run, *by_mtime) == {"measure": 1, "geometry": 1, "claims": 1}
+    # surrogates reads the teachers' and recipes' checkpoints; like DVC, its rule names their whole folder
+    assert planned_jobs(first_run, *by_mtime) == {"measure": 1, "geometry": 1, "surrogates": 1, "claims": 1}
     run(["snakemake", "--cores", "2", *by_mtime], first_run)
     assert planned_jobs(first_run, *by_mtime) == {}
     assert dvc_changed_stages(first_run) == set()
@@ -386,3 +387,34 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     tradeoff = next(r for r in snakemake_children if r.data.tags["stage"] == "tradeoff")
     figures = {a.path for a in client.list_artifacts(tradeoff.info.run_id, "figures")}
     assert figures == {"figures/fig4_exit_sweep.png", "figures/exit_tradeoff.png"}
+
+
+def test_data_built_for_another_parameter_set_is_never_current(first_run, after_recipe_change):
+    """Snakemake builds the data of another parameter set (a different validation split); back on params.yaml, both
+    orchestrators see that data as stale and plan it again, with everything trained on it (Snakemake also the
+    corpus, whose recorded parameters differ)."""
+    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    raw["data"]["val_fraction"] = 0.2
+    (first_run / "other_split.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    run(["snakemake", "data/prepared/stats.json", "--cores", "1", "--configfile", "other_split.yaml"], first_run)
+    plan = planned_jobs(first_run)
+    assert plan["corpus"] == plan["tokenize"] == 1 and plan["train"] == len(smoke_runs(first_run))
+    # DVC compares contents: the corpus itself came out the same, the split did not
+    assert {"tokenize", "train@huginn-1337"} <= dvc_changed_stages(first_run)
+
+
+def test_a_failed_corpus_job_fails_again_when_run_again(first_run, after_recipe_change):
+    """A parameter set whose corpus is empty: the corpus job fails and removes data/raw. Run again, it fails again
+    rather than report the previous corpus's results as current, and back on params.yaml the corpus is rebuilt
+    first, under both orchestrators."""
+    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    raw["data"] |= {"source": "text", "text_files": ["empty.txt"]}
+    (first_run / "empty.txt").write_text("")
+    (first_run / "empty_corpus.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    for _ in range(2):
+        result = attempt(["snakemake", "--cores", "1", "--configfile", "empty_corpus.yaml"], first_run)
+        assert result.returncode != 0
+        assert "corpus is empty" in result.stdout + result.stderr
+        assert not (first_run / "data/raw").exists()
+    assert planned_jobs(first_run).get("corpus") == 1
+    assert "corpus" in dvc_changed_stages(first_run)

@@ -12,10 +12,19 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def run(cmd: list[str], cwd: Path) -> str:
+def environment() -> dict[str, str]:
+    """This environment with the virtual environment's tools first and no outside MLflow server."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    return env
+
+
+def attempt(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=environment(), capture_output=True, text=True)
+
+
+def run(cmd: list[str], cwd: Path) -> str:
+    result = attempt(cmd, cwd)
     assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout + result.stderr
 

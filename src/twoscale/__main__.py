@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
 from pathlib import Path
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.errors import Stopped, TwoscaleError
 
 STAGES = {
     "corpus": "fetch or read the raw text and write it with a manifest",
@@ -49,8 +50,13 @@ def setup_logging(log_file: Path | None) -> None:
     logging.getLogger("mlflow.pytorch").setLevel(logging.ERROR)  # the pickle-format notice: our own model class
 
 
+def stop(signum, frame) -> None:
+    raise Stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, stop)
     try:
         setup_logging(args.log)
         importlib.import_module(f"twoscale.stages.{args.stage}").run(args)
@@ -64,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"twoscale {args.stage}: interrupted", file=sys.stderr)
         return 130
+    except Stopped:
+        print(f"twoscale {args.stage}: stopped (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import subprocess
 import sys
@@ -62,6 +63,10 @@ def test_shipped_parameter_sets_are_valid(name):
         ("tokenize.vocab_size", 100, "tokenize.vocab_size = 100: Input should be greater than or equal to 260"),
         ("train.loops.distribution", "zipf", "train.loops.distribution = 'zipf'"),
         ("runtime.precision", "fp16", "runtime.precision = 'fp16': Input should be 'auto', 'fp32' or 'bf16'"),
+        ("train.learning_rate", math.inf, "train.learning_rate = inf: Input should be a finite number"),
+        ("train.weight_decay", math.inf, "train.weight_decay = inf: Input should be a finite number"),
+        ("sample.state_std", math.nan, "sample.state_std = nan: Input should be a finite number"),
+        ("sweep.strategies.kl_head.settings", [1e-3, math.nan], "sweep.strategies.kl_head.settings"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(path, value, expected):
@@ -70,6 +75,12 @@ def test_bad_value_names_key_value_and_expectation(path, value, expected):
     message = str(info.value)
     assert message.startswith(f"params.yaml: {expected}")
     assert "\n" not in message
+
+
+def test_an_exit_threshold_of_inf_means_exit_at_once_and_is_allowed():
+    settings = [0, 1e-3, math.inf]
+    assert parse_params(with_change("sweep.strategies.kl_head.settings", settings)).sweep.strategies[
+        "kl_head"].settings == settings
 
 
 @pytest.mark.parametrize(
@@ -159,8 +170,10 @@ def test_snakemake_refuses_bad_params_before_any_job(tmp_path):
         cwd=ROOT, capture_output=True, text=True,
     )
     assert result.returncode != 0
-    output = result.stdout + result.stderr
-    assert "bad.yaml: model" in output and "group 2-3 overlaps or precedes the group before it" in output
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert errors[0].startswith("error: ") and "bad.yaml: model" in errors[0]  # the key, on the error's first line
+    assert "group 2-3 overlaps or precedes the group before it" in errors[0]
+    assert "Traceback" not in result.stderr and "WorkflowError" not in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import math
 import polars as pl
 import pytest
 
-from twoscale.report import claims
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.report import claims, thresholds
 from twoscale.report.claims import (
     c1_step_sizes_shrink,
     c2_steps_shrink_over_training,
@@ -18,7 +19,7 @@ from twoscale.report.claims import (
     c5_spirals_and_jumps,
     claims_table,
 )
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.report.verdicts import exits
 
 K = 30
 
@@ -189,7 +190,7 @@ def test_c4_dlr_50_reproduces_3_does_not_and_both_is_mixed():
     assert low["reproduced"] is False and low["detail"]["all_above_one"] is True
     mixed = c4_drift_to_loop(frame(checkpoint(900, sizes, dlr={0: 50.0, 1: 3.0})))
     assert mixed["reproduced"] is None and mixed["verdict"] == "mixed"
-    assert claims.C4_MIN_DLR == 10.0 and "≥ 10" in high["test"]
+    assert thresholds.C4_MIN_DLR == 10.0 and "≥ 10" in high["test"]
 
 
 # --- C5 -----------------------------------------------------------------------------------------------------
@@ -317,23 +318,23 @@ def passes(row: dict) -> dict[str, bool | None]:
 
 def test_best_within_picks_the_fastest_row_inside_the_band():
     sweep = sweep_frame(paper_like())
-    best = claims.best_within(sweep, "acceleration")
+    best = exits.best_within(sweep, "acceleration")
     assert best["setting"] == 1e-2 and best["ms_per_token"] == 190.0 and best["perplexity"] == 10.08
     assert best["latency_cut"] == pytest.approx(1 - 190 / 300)
     assert best["perplexity_increase"] == pytest.approx(0.008)
     # a wider band lets in the faster 1.0 row (ppl 11.0 <= 1.2 x 10)
-    assert claims.best_within(sweep, "acceleration", tolerance=0.2)["setting"] == 1.0
-    assert claims.best_within(sweep, "argmax") is None        # 10.2 > 10.1
-    assert claims.best_within(sweep, "no_such_rule") is None
-    assert claims.best_within(sweep, "fixed")["setting"] == 30.0  # full depth is its own best point
+    assert exits.best_within(sweep, "acceleration", tolerance=0.2)["setting"] == 1.0
+    assert exits.best_within(sweep, "argmax") is None        # 10.2 > 10.1
+    assert exits.best_within(sweep, "no_such_rule") is None
+    assert exits.best_within(sweep, "fixed")["setting"] == 30.0  # full depth is its own best point
     # a row without a latency (NaN) cannot be the best, however fast it would be
     points = paper_like()
     points["acceleration"].append((3e-2, 10.0, math.nan))
-    assert claims.best_within(sweep_frame(points), "acceleration")["setting"] == 1e-2
+    assert exits.best_within(sweep_frame(points), "acceleration")["setting"] == 1e-2
 
 
 def test_best_within_breaks_ties_by_perplexity():
-    best = claims.best_within(sweep_frame({"fixed": [(30.0, 10.0, 300.0)],
+    best = exits.best_within(sweep_frame({"fixed": [(30.0, 10.0, 300.0)],
                                            "acceleration": [(1e-3, 10.05, 200.0), (1e-2, 10.02, 200.0)]}),
                               "acceleration")
     assert best["setting"] == 1e-2
@@ -443,7 +444,7 @@ def test_c6_bad_input_is_a_clear_error():
         claims.c6_acceleration_exit(sweep_frame({"acceleration": [(1e-3, 10.0, 200.0)],
                                                  "fixed": [(10.0, 12.0, 100.0)]}))
     with pytest.raises(TwoscaleError, match="C6: the sweep table lacks column"):
-        claims.best_within(sweep_frame(paper_like()).drop("ms_per_token"), "acceleration")
+        exits.best_within(sweep_frame(paper_like()).drop("ms_per_token"), "acceleration")
     with pytest.raises(TwoscaleError, match="C6: the sweep table is empty"):
         claims.c6_acceleration_exit(sweep_frame({}))
 

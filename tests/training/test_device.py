@@ -8,7 +8,8 @@ import torch
 
 from twoscale.stages.train import WARMUP_STEPS, utilisation
 from twoscale.training import device as device_module
-from twoscale.training.device import datasheet_tflops, matmul_tflops, median_ms, uses_cuda
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.training.device import datasheet_tflops, matmul_tflops, median_ms, resolve_device, uses_cuda
 
 CPU = torch.device("cpu")
 
@@ -22,7 +23,9 @@ def test_cuda_is_used_when_named_or_when_auto_finds_it(monkeypatch):
 
 
 @pytest.mark.parametrize(("name", "bf16"), [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
-                                            ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0),
+                                            ("NVIDIA H200", 989.4), ("NVIDIA H200 NVL", 835.5),
+                                            ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L4", 121.0),
+                                            ("NVIDIA L40S", 362.1), ("NVIDIA L40", None),
                                             ("NVIDIA GeForce RTX 4090", None)])
 def test_datasheet_peaks_by_device_name(monkeypatch, name, bf16):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
@@ -39,8 +42,21 @@ def test_median_ms_calls_the_work_once_untimed_then_repeats(monkeypatch):
     assert len(calls) == 4
 
 
-def test_the_matmul_peak_is_a_positive_rate():
-    assert 0 < matmul_tflops(CPU, torch.float32, repeats=5, size=64) < 1e4
+def test_the_matmul_peak_is_2n3_flops_over_the_fastest_repeat(monkeypatch):
+    # one untimed product, then five timed ones of 4, 2, 3, 5 and 2.5 ms: the fastest, 2 ms, sets the peak
+    ticks = iter([0.0, 0.004, 1.0, 1.002, 2.0, 2.003, 3.0, 3.005, 4.0, 4.0025])
+    monkeypatch.setattr(device_module.time, "perf_counter", lambda: next(ticks))
+    assert matmul_tflops(CPU, torch.float32, repeats=5, size=64) == pytest.approx(2 * 64**3 / 0.002 / 1e12)
+
+
+def test_auto_resolves_to_the_gpu_when_there_is_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert resolve_device("auto") == torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == CPU
+    with pytest.raises(TwoscaleError, match="no CUDA device"):
+        resolve_device("cuda")
 
 
 def history(seconds: list[float], tflop: list[float]) -> list[dict]:
@@ -50,14 +66,18 @@ def history(seconds: list[float], tflop: list[float]) -> list[dict]:
 def test_utilisation_leaves_out_the_warmup_steps():
     # 10 warm-up steps of 5 s, then 3 steps of 1, 2 and 1 s doing 2, 4 and 2 TFLOP: 8 TFLOP in 4 s = 2 TFLOP/s
     rows = history([5.0] * WARMUP_STEPS + [1.0, 2.0, 1.0], [2.0] * WARMUP_STEPS + [2.0, 4.0, 2.0])
-    out = utilisation(rows, peak_tflops=8.0, datasheet={"bf16": 10.0, "tf32": 5.0}, dtype=torch.bfloat16)
+    out = utilisation(rows, peak_tflops=8.0, datasheet={"bf16": 10.0, "tf32": 5.0}, dtype=torch.bfloat16,
+                      device=CPU)
     assert out["model_tflops_per_s"] == pytest.approx(2.0)
     assert out["mfu"] == pytest.approx(0.25)
     assert out["datasheet_tflops"] == 10.0 and out["mfu_datasheet"] == pytest.approx(0.2)
 
 
 def test_utilisation_of_a_short_run_uses_every_step_and_of_no_step_is_unknown():
-    out = utilisation(history([1.0, 3.0], [1.0, 1.0]), peak_tflops=1.0, datasheet=None, dtype=torch.float32)
+    out = utilisation(history([1.0, 3.0], [1.0, 1.0]), peak_tflops=1.0, datasheet=None, dtype=torch.float32,
+                      device=CPU)
     assert out["model_tflops_per_s"] == pytest.approx(0.5) and out["mfu_datasheet"] is None
-    empty = utilisation([], peak_tflops=1.0, datasheet={"bf16": 1.0, "tf32": 1.0}, dtype=torch.float32)
+    empty = utilisation([], peak_tflops=1.0, datasheet={"bf16": 1.0, "tf32": 1.0}, dtype=torch.float32,
+                        device=CPU)
     assert empty["model_tflops_per_s"] is None and empty["mfu"] is None and empty["mfu_datasheet"] is None
+    assert empty["peak_memory_gib"] is None  # a CPU run: no device memory to report

@@ -95,6 +95,8 @@ def test_distillation_lowers_the_rollout_error_and_leaves_the_teacher_alone():
 def test_surrogate_file_round_trip_and_errors(tmp_path):
     teacher, surrogate = teacher_and_surrogate()
     save_surrogate(tmp_path / "s.pt", surrogate, {"teacher": "plain", "seed": 3})
+    save_surrogate(tmp_path / "again" / "other.pt", surrogate, {"teacher": "plain", "seed": 3})
+    assert (tmp_path / "s.pt").read_bytes() == (tmp_path / "again" / "other.pt").read_bytes()  # no file names inside
     loaded, meta = load_surrogate(tmp_path / "s.pt")
     assert meta == {"teacher": "plain", "seed": 3} and loaded.config == surrogate.config
     x = teacher.embed(torch.zeros(1, 5, dtype=torch.long))

@@ -139,6 +139,32 @@ def test_training_uses_the_schedule_step_by_step(tmp_path):
     assert [row["lr"] for row in state.history] == pytest.approx(HAND_LR, abs=1e-8)
 
 
+def test_a_run_whose_loss_turns_non_finite_stops_and_keeps_its_last_good_checkpoint(tmp_path):
+    ids = markov_tokens(400, 50, seed=0)
+    state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+
+    def poison_after_step_6(step, row):
+        if step == 6:
+            with torch.no_grad():
+                next(state.model.parameters()).fill_(math.nan)
+
+    with pytest.raises(TwoscaleError) as info:
+        train(state, ids, ids[:100], train_params(), CPU, tmp_path / "out", tmp_path / "resume", "fp",
+              poison_after_step_6)
+    assert str(info.value).startswith("training diverged at step 7 (loss nan")
+    assert f"the last good checkpoint, step 5, is kept in {tmp_path / 'resume'}" in str(info.value)
+    assert sorted(p.name for p in (tmp_path / "resume").iterdir()) == ["step_5.pt"]
+    assert not (tmp_path / "out" / "step_10.pt").exists()
+
+
+def test_identical_runs_write_byte_identical_checkpoints(tmp_path):
+    ids = markov_tokens(400, 50, seed=0)
+    for name in ("a", "b"):
+        state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+        train(state, ids, ids[:100], train_params(), CPU, tmp_path / name, tmp_path / f"{name}-resume", "fp")
+    assert (tmp_path / "a/step_10.pt").read_bytes() == (tmp_path / "b/step_10.pt").read_bytes()
+
+
 # --- precision --------------------------------------------------------------------------------------------
 
 BF16_TOLERANCE = 0.05  # nats: bf16 autocast may move a short run's held-out loss this much against float32
@@ -415,6 +441,15 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     assert left[-1] < 100 and not (tmp_path / "out-b/checkpoints/step_100.pt").exists(), "killed too late"
     shutil.rmtree(tmp_path / "out-b")  # what an orchestrator does with a failed job's outputs
 
+    shutil.copytree(resume_b, tmp_path / "resume-c")  # the same interrupted run, missing an earlier checkpoint
+    (tmp_path / "resume-c" / "step_10.pt").unlink()
+    broken = subprocess.run(command("c"), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert broken.returncode == 2
+    assert broken.stderr.strip().splitlines()[-1] == (
+        f"twoscale train: error: resume-c: the interrupted run lacks step_10.pt; delete resume-c to train from "
+        "the start")
+    assert "Traceback" not in broken.stderr
+
     complete("b")
     assert f"resuming from step {left[-1]} of an interrupted run" in (tmp_path / "b.log").read_text()
     assert not resume_b.exists() and not (tmp_path / "resume-a").exists()
@@ -428,5 +463,8 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     assert history_b["step"].to_list() == list(range(1, 101))
     for column in ("train_loss", "val_loss", "lr", "mean_loops"):
         assert history_b[column].to_list() == history_a[column].to_list(), column
+    # the steps run before the kill were timed by another process: no timings for them
+    assert history_b["seconds"].head(left[-1]).null_count() == left[-1]
+    assert history_b["seconds"].tail(100 - left[-1]).null_count() == 0
     losses = history_a["train_loss"]
     assert losses.head(10).mean() > losses.tail(10).mean() + 0.1  # it learned something

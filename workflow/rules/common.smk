@@ -1,12 +1,17 @@
-# Shared helpers: the parameter file in use, its validation, stage dependencies and the MLflow parent run.
+# Shared helpers: the parameter file in use, its validation, stage dependencies, the MLflow parent run and the
+# claim on the checkout against DVC.
+import contextlib
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 
 from twoscale.pipeline import dependencies
+from twoscale.pipeline import orchestrators
 from twoscale.pipeline import tracking
+from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.params import ParamsError
 from twoscale.stages.validation import read_params
 from twoscale.training.device import uses_cuda
@@ -18,12 +23,14 @@ PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.ov
 # themselves are each job's `values` parameter.
 PARAMS_PATH = Path(PARAMS_FILE)
 
+# A bad parameter file stops the run with one line naming the key (a WorkflowError would put its own header and a
+# traceback line around it).
 try:
-    PARAMS = read_params(PARAMS_FILE)  # one line naming the bad key; also what JSON schema cannot express
+    PARAMS = read_params(PARAMS_FILE)  # also checks what JSON schema cannot express
 except ParamsError as exc:
-    raise WorkflowError(str(exc)) from None
+    sys.exit(f"error: {exc}")
 if workflow.config_settings.config:
-    raise WorkflowError("parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
+    sys.exit("error: parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
 with open(PARAMS_FILE) as handle:  # the file alone: Snakemake would deep-merge it into params.yaml
     config.clear()
     config.update(yaml.safe_load(handle))
@@ -47,53 +54,26 @@ def param_values(stage):
 # so those jobs never share it: their timings stay their own and their memory is the device's.
 GPU_PER_JOB = int(uses_cuda(PARAMS.runtime.device))
 
-RECIPES = list(config["recipes"])
-SEEDS = config["runtime"]["seeds"]
-STEPS = config["train"]["checkpoint_steps"]
-STRATEGIES = list(config["sweep"]["strategies"])
 
-
-SAMPLE_RECIPES = config["sample"]["recipes"]
-TEACHERS = list(config["teachers"])
-BLOCKS = config["distill"]["blocks"]
-
-
-def every_run(pattern, **more):
-    """pattern expanded over every recipe and seed (and the other given wildcards)."""
-    return expand(pattern, recipe=RECIPES, seed=SEEDS, **more)
-
-
-def every_sampled_run(pattern):
-    """pattern expanded over the runs of the recipes the sample stage works on."""
-    return expand(pattern, recipe=SAMPLE_RECIPES, seed=SEEDS)
-
-
-def every_teacher_run(pattern, **more):
-    """pattern expanded over every teacher (a plain GPT under `teachers`) and seed."""
-    return expand(pattern, recipe=TEACHERS, seed=SEEDS, **more)
-
-
-def one_of(names):
-    """A wildcard constraint matching exactly these names (none: matching nothing)."""
-    return "|".join(names) if names else "(?!)"
-
-
-wildcard_constraints:
-    recipe=one_of(RECIPES + TEACHERS),
-    blocks=r"\d+",
-    seed=r"\d+",
-    step=r"\d+",
-    strategy="|".join(STRATEGIES),
+# While this run is under way, DVC refuses to touch what it writes (twoscale.pipeline.orchestrators).
+WRITING = contextlib.ExitStack()
 
 
 def pipeline_started():
-    """Create the MLflow store and this invocation's parent run before any job starts."""
+    """Claim data/ and results/ against DVC, then create the MLflow store and this invocation's parent run, before
+    any job starts."""
+    command = " ".join(["snakemake", *sys.argv[1:]])
+    try:
+        WRITING.enter_context(orchestrators.written_by(Path.cwd(), command))
+    except TwoscaleError as exc:
+        raise WorkflowError(str(exc)) from None
     invocation = f"snakemake-{os.getpid()}"
     run_id = tracking.start_pipeline_run("snakemake", invocation, {"params_file": PARAMS_FILE})
     os.environ[tracking.PARENT_ENV] = run_id
 
 
 def pipeline_finished(status):
+    WRITING.close()
     run_id = os.environ.get(tracking.PARENT_ENV)
     if run_id:
         tracking.end_pipeline_run(run_id, status)

@@ -70,11 +70,23 @@ def sources(stage: str) -> list[str]:
     return sorted(module_path(module) for module in stage_modules(stage))
 
 
+SNAKEMAKE_ONLY = ("threads", "gpu", "report")  # DVC runs one job at a time and has no report
+PER_CHECKPOINT = "{step}"  # in a declared output: one file per step of train.checkpoint_steps
+
+
+def _tracked(out: str | dict[str, Any]) -> str | dict[str, Any]:
+    """What DVC tracks for a declared output: the folder of a file per checkpoint step, else the output."""
+    if isinstance(out, str) and PER_CHECKPOINT in out:
+        return out.split(PER_CHECKPOINT)[0].rsplit("/", 1)[0]
+    return out
+
+
 def dvc_yaml() -> str:
     """dvc.yaml: the declared stages, each depending on its source files and then its declared inputs."""
     stages = {}
     for name, stage in declaration().items():
-        fields = {key: value for key, value in stage.items() if key != "inputs"}
+        fields = {key: value for key, value in stage.items() if key not in ("inputs", *SNAKEMAKE_ONLY)}
+        fields["outs"] = [_tracked(out) for out in fields["outs"]]
         deps = sources(name) + stage["inputs"]
         stages[name] = {**{k: fields.pop(k) for k in ("matrix", "cmd") if k in fields}, "deps": deps, **fields}
     body = yaml.safe_dump({"stages": stages}, sort_keys=False, width=1000, default_flow_style=False)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from twoscale.pipeline.errors import TwoscaleError
 
@@ -28,7 +29,7 @@ class ParamsError(TwoscaleError):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite...
 
 
 class RuntimeParams(Section):
@@ -215,10 +216,17 @@ class SweepStrategy(Section):
     spec: dict[str, Any] = Field(
         description="exit spec without the swept setting, e.g. {criterion: acceleration, variant: vector, hits: 2}"
     )
-    settings: list[float] = Field(
+    settings: list[Annotated[float, Field(allow_inf_nan=True)]] = Field(  # ...but a threshold may be .inf
         min_length=1, description="swept values: thresholds (.inf: exit at once, 0: never), or the loop counts of "
         "fixed, or the hit counts of argmax"
     )
+
+    @field_validator("settings")
+    @classmethod
+    def _no_nan(cls, settings: list[float]) -> list[float]:
+        if any(math.isnan(setting) for setting in settings):
+            raise ValueError("a setting is NaN")
+        return settings
 
 
 class SweepParams(Section):

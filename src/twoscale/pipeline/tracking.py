@@ -5,16 +5,23 @@ the root is DVC_ROOT under `dvc exp`, else the working directory, which both orc
 Snakemake creates the store and the parent run in `onstart` (a new sqlite store hit by parallel jobs fails in its
 migrations) and hands the parent's id to jobs through TWOSCALE_MLFLOW_PARENT_RUN. Under DVC, stages run one after
 another; the first creates the parent run, keyed by the `dvc` process, and the rest find it.
+
+Every run carries the host and process that own it. A job that fails or is stopped ends its run FAILED or KILLED;
+a process killed outright cannot, so each new invocation closes, as KILLED, the runs still RUNNING whose process on
+this host is gone (never a run of another host, which may be alive on a shared tracking server).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from twoscale.pipeline.errors import Stopped
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -24,6 +31,7 @@ EXPERIMENT = "twoscale"
 PARENT_ENV = "TWOSCALE_MLFLOW_PARENT_RUN"
 ORCHESTRATOR_ENV = "TWOSCALE_ORCHESTRATOR"
 INVOCATION_TAG = "twoscale.invocation"
+HOST_TAG, PID_TAG, PROCESS_START_TAG = "twoscale.host", "twoscale.pid", "twoscale.process_start"
 # the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant)
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
@@ -67,8 +75,37 @@ def git_commit(root: Path | None = None) -> str:
     return result.stdout.strip() or "unknown"
 
 
-def _dvc_invocation() -> str | None:
-    """An id of the `dvc` process this stage runs under, if any."""
+def owner_tags(pid: int | None = None) -> dict[str, str]:
+    """The host and process (this one by default) that own a run; the start time tells a reused pid apart."""
+    import psutil
+
+    process = psutil.Process(pid)
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(process.pid),
+            PROCESS_START_TAG: str(int(process.create_time()))}
+
+
+def _owner_alive(tags: dict[str, str]) -> bool:
+    import psutil
+
+    try:
+        return int(psutil.Process(int(tags[PID_TAG])).create_time()) == int(tags[PROCESS_START_TAG])
+    except (psutil.Error, KeyError, ValueError):
+        return False
+
+
+def close_abandoned_runs(experiment_id: str) -> list[str]:
+    """Mark KILLED the runs still RUNNING whose owning process on this host is gone; return their ids."""
+    client = _mlflow().MlflowClient()
+    running = client.search_runs([experiment_id], filter_string=(
+        f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{socket.gethostname()}'"))
+    abandoned = [run.info.run_id for run in running if not _owner_alive(run.data.tags)]
+    for run_id in abandoned:
+        client.set_terminated(run_id, status="KILLED")
+    return abandoned
+
+
+def _dvc_process() -> int | None:
+    """The pid of the `dvc` process this stage runs under, if any."""
     import psutil
 
     for process in psutil.Process().parents():
@@ -77,20 +114,29 @@ def _dvc_invocation() -> str | None:
         except psutil.Error:
             continue
         if any(Path(part).name == "dvc" for part in cmdline[:2]) or cmdline[1:3] == ["-m", "dvc"]:
-            return f"dvc-{process.pid}-{int(process.create_time())}"
+            return process.pid
     return None
+
+
+def _dvc_invocation(pid: int) -> str:
+    import psutil
+
+    return f"dvc-{pid}-{int(psutil.Process(pid).create_time())}"
 
 
 def orchestrator() -> str:
     if os.environ.get(ORCHESTRATOR_ENV):
         return os.environ[ORCHESTRATOR_ENV]
-    return "dvc" if _dvc_invocation() else "cli"
+    return "dvc" if _dvc_process() else "cli"
 
 
-def start_pipeline_run(orchestrator_name: str, invocation: str, tags: dict[str, str] | None = None) -> str:
-    """Create the parent run of one pipeline invocation and return its id."""
+def start_pipeline_run(orchestrator_name: str, invocation: str, tags: dict[str, str] | None = None,
+                       pid: int | None = None) -> str:
+    """Close the runs abandoned by dead processes of this host, then create the parent run of one pipeline
+    invocation, owned by process `pid` (this one by default), and return its id."""
     mlflow = _mlflow()
     experiment_id = ensure_store()
+    close_abandoned_runs(experiment_id)
     client = mlflow.MlflowClient()
     run = client.create_run(
         experiment_id,
@@ -100,6 +146,7 @@ def start_pipeline_run(orchestrator_name: str, invocation: str, tags: dict[str, 
             "orchestrator": orchestrator_name,
             "git_commit": git_commit(),
             "mlflow.runName": f"pipeline ({orchestrator_name})",
+            **owner_tags(pid),
             **(tags or {}),
         },
     )
@@ -115,15 +162,16 @@ def end_pipeline_run(run_id: str, status: str) -> None:
 def _parent_run_id(orchestrator_name: str) -> str | None:
     if os.environ.get(PARENT_ENV):
         return os.environ[PARENT_ENV]
-    invocation = _dvc_invocation()
-    if invocation is None:
+    dvc = _dvc_process()
+    if dvc is None:
         return None
+    invocation = _dvc_invocation(dvc)
     mlflow = _mlflow()
     experiment_id = ensure_store()
     found = mlflow.MlflowClient().search_runs(
         [experiment_id], filter_string=f"tags.`{INVOCATION_TAG}` = '{invocation}'", max_results=1
     )
-    return found[0].info.run_id if found else start_pipeline_run(orchestrator_name, invocation)
+    return found[0].info.run_id if found else start_pipeline_run(orchestrator_name, invocation, pid=dvc)
 
 
 @contextlib.contextmanager
@@ -138,11 +186,16 @@ def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None) 
         "orchestrator": orchestrator_name,
         "git_commit": git_commit(),
         "params_hash": params_hash,
+        **owner_tags(),
         **(tags or {}),
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
     with mlflow.start_run(experiment_id=experiment_id, run_name=name, parent_run_id=parent, tags=run_tags) as run:
-        yield run
+        try:
+            yield run
+        except (KeyboardInterrupt, Stopped):
+            mlflow.end_run(status="KILLED")
+            raise
     if parent and not os.environ.get(PARENT_ENV):
         # under DVC nobody closes the parent: mark it finished after each stage (the next one reopens it)
         mlflow.MlflowClient().set_terminated(parent, status="FINISHED")

@@ -34,9 +34,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report.claims import C4_MIN_DLR
 from twoscale.report.tables import (RUN_KEYS, full_depth_rows, metric_rows, of_run, recipes_in, require, runs_in,
                              training_steps)
+from twoscale.report.thresholds import C4_MIN_DLR
 from twoscale.pipeline.io import atomic_path
 
 DPI = 150

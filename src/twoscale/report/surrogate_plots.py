@@ -13,9 +13,9 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report.claims import C8_RECOVERY
 from twoscale.report.plots import _grid, _save, _style
 from twoscale.report.tables import require
+from twoscale.report.thresholds import C8_RECOVERY
 
 MEASURES = {
     "convergence": r"directional convergence $\cos(\hat x_\ell, \hat x_L)$",

@@ -14,8 +14,9 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, read_parquet, run_subdir, write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.report import plots
-from twoscale.report.claims import best_fixed_depth, best_within, full_depth
 from twoscale.report.tables import of_run, runs_in
+from twoscale.report.thresholds import C6_TOLERANCE
+from twoscale.report.verdicts.exits import best_fixed_depth, best_within, full_depth
 from twoscale.stages.common import add_params_argument, load
 
 log = logging.getLogger("twoscale.tradeoff")
@@ -44,7 +45,7 @@ def gather(strategies_dir: Path, runs: list[tuple[str, int]], names: list[str]) 
 BEST_POINT = ("setting", "ms_per_token", "perplexity", "latency_cut")
 
 
-def summarise(sweep: pl.DataFrame, tolerance: float = 0.01) -> pl.DataFrame:
+def summarise(sweep: pl.DataFrame, tolerance: float = C6_TOLERANCE) -> pl.DataFrame:
     """Per run and strategy: the compute span its settings reached, and its fastest setting whose perplexity is
     within `tolerance` of the run's full depth (best_*, the paper's reference) and of its best fixed depth K*
     (kstar_*; the same when looping longer never hurts)."""

@@ -25,6 +25,7 @@ from twoscale.pipeline.params import Params, RunParams, params_hash
 from twoscale.stages.common import add_run_arguments, load_run, log_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, resolve_device,
                                       training_dtype)
+from twoscale.training.memory import check_fits
 from twoscale.training.trainer import (build_state, checkpoint_name, compile_blocks, latest_resumable, publish,
                                        restore_state, train)
 
@@ -62,15 +63,15 @@ def check_context_fits(run: RunParams, train_tokens: int, val_tokens: int) -> No
 
 
 def write_history(out_dir: Path, history: list[dict]) -> pl.DataFrame:
-    frame = pl.DataFrame(history).with_columns(pl.col("val_loss").fill_nan(None))
+    frame = pl.DataFrame(history, infer_schema_length=None).with_columns(pl.col("val_loss").fill_nan(None))
     write_parquet(out_dir / "history.parquet", frame)
     with atomic_path(out_dir / "history.csv") as tmp:
         frame.write_csv(tmp)
     return frame
 
 
-def utilisation(rows: list[dict], peak_tflops: float, datasheet: dict[str, float] | None, dtype: torch.dtype
-                ) -> dict[str, float | None]:
+def utilisation(rows: list[dict], peak_tflops: float, datasheet: dict[str, float] | None, dtype: torch.dtype,
+                device: torch.device) -> dict[str, float | None]:
     """Model TFLOP/s over the training steps of `rows` past the first WARMUP_STEPS (compilation, allocator), and
     the model FLOPs utilisation against the measured matmul peak and, for a known GPU, the datasheet's."""
     timed = rows[WARMUP_STEPS:] or rows
@@ -79,7 +80,7 @@ def utilisation(rows: list[dict], peak_tflops: float, datasheet: dict[str, float
     return {"model_tflops_per_s": achieved, "peak_tflops": peak_tflops,
             "mfu": None if achieved is None else achieved / peak_tflops,
             "datasheet_tflops": sheet, "mfu_datasheet": None if sheet is None or achieved is None else achieved / sheet,
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
+            "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
 
 
 def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: dict, model, out_dir: Path
@@ -119,20 +120,27 @@ def run(args: argparse.Namespace) -> None:
     run_hash = params_hash(run.model, run.train, params.runtime.model_copy(update={"seeds": [run.seed]}))
     fingerprint = run_hash + data_fingerprint(args.data_dir)
 
+    check_fits(config, run.train, device)
     state = build_state(config, run.train, run.seed, device)
     checkpoint_dir = args.out_dir / "checkpoints"
     resumable = latest_resumable(resume_dir, fingerprint)
     if resumable is not None:
         restore_state(state, resumable)
-        for step in run.train.checkpoint_steps:  # outputs the orchestrator may have removed
-            if step <= state.step:
-                publish(resume_dir / checkpoint_name(step), checkpoint_dir / checkpoint_name(step))
+        earlier = [resume_dir / checkpoint_name(step) for step in run.train.checkpoint_steps if step <= state.step]
+        missing = [path.name for path in earlier if not path.is_file()]
+        if missing:
+            raise TwoscaleError(f"{resume_dir}: the interrupted run lacks {', '.join(missing)}; delete {resume_dir} "
+                                "to train from the start")
+        for path in earlier:  # outputs the orchestrator may have removed
+            publish(path, checkpoint_dir / path.name)
         log.info("resuming from step %d of an interrupted run", state.step)
     else:
         shutil.rmtree(resume_dir, ignore_errors=True)
     if device.type == "cuda":
         compile_blocks(state.model)
     peak = matmul_tflops(device, dtype, repeats=10)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)  # the probe's matrices are not the run's memory
     log.info("%s, seed %d: %d parameters, groups %s, device %s, %d threads, %s (matmul peak %.1f TFLOP/s)",
              run.recipe, run.seed, state.model.num_parameters(), list(config.groups), describe(device),
              params.runtime.threads, dtype, peak)
@@ -151,22 +159,22 @@ def run(args: argparse.Namespace) -> None:
                   progress, dtype)
         elapsed = time.perf_counter() - started
         frame = write_history(args.out_dir, state.history)
-        speed = utilisation(state.history[start_step:], peak, datasheet_tflops(device), dtype)
+        speed = utilisation(state.history[start_step:], peak, datasheet_tflops(device), dtype, device)
         final = state.history[-1]
         metrics = {
             "step": state.step,
             "val_loss": final["val_loss"],
             "train_loss": float(frame["train_loss"].tail(run.train.eval_every).mean()),
             "unigram_val_loss": stats["unigram_val_loss"],
-            "tokens_per_s": (state.step - start_step) * run.train.batch_size * config.block_size
-            / max(elapsed, 1e-9),
+            "tokens_per_s": None if state.step == start_step  # resumed after its last step: nothing timed
+            else (state.step - start_step) * run.train.batch_size * config.block_size / elapsed,
             "parameters": state.model.num_parameters(),
             "eval_loops": run.train.eval_loops,
             "precision": str(dtype).removeprefix("torch."),
             "device": describe(device),
             **speed,
         }
-        log.info("final: val loss %.3f (unigram baseline %.3f), %.0f tokens/s, %s model TFLOP/s, MFU %s",
+        log.info("final: val loss %.3f (unigram baseline %.3f), %s tokens/s, %s model TFLOP/s, MFU %s",
                  metrics["val_loss"], metrics["unigram_val_loss"], metrics["tokens_per_s"],
                  metrics["model_tflops_per_s"], metrics["mfu"])
         write_json(args.out_dir / "metrics.json", metrics)

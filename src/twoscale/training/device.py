@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import platform
+import re
 import statistics
 import time
 
@@ -16,10 +17,11 @@ from twoscale.pipeline.errors import TwoscaleError
 
 log = logging.getLogger("twoscale.device")
 
-# Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, by a substring of the device's name;
-# the SXM parts (H100 80GB HBM3, H200) first
+# Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, by the model in the device's name (the
+# longest key that is a whole word of the name: "H200 NVL" before "H200"; "L4" is not "L40S")
 DATASHEET_TFLOPS = {
     "H200": {"bf16": 989.4, "tf32": 494.7},
+    "H200 NVL": {"bf16": 835.5, "tf32": 417.5},
     "H100 80GB HBM3": {"bf16": 989.4, "tf32": 494.7},
     "H100 PCIe": {"bf16": 756.0, "tf32": 378.0},
     "H100 NVL": {"bf16": 835.0, "tf32": 417.5},
@@ -35,13 +37,12 @@ def uses_cuda(name: str) -> bool:
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        log.info("runtime.device auto: %s", describe(device))
-        return device
     if name == "cuda" and not torch.cuda.is_available():
         raise TwoscaleError("runtime.device is 'cuda' but no CUDA device is available")
-    return torch.device(name)
+    device = torch.device("cuda" if uses_cuda(name) else "cpu")
+    if name == "auto":
+        log.info("runtime.device auto: %s", describe(device))
+    return device
 
 
 def describe(device: torch.device) -> str:
@@ -90,31 +91,35 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def median_ms(work, repeats: int, device: torch.device) -> float:
-    """Median wall time of `work()` in milliseconds over `repeats` calls, after one untimed call, each timed
-    with the device's clock."""
+def times_ms(work, repeats: int, device: torch.device) -> list[float]:
+    """Wall times of `work()` in milliseconds over `repeats` calls, after one untimed call, each timed with the
+    device's clock."""
     work()
     times = []
     for _ in range(repeats):
         started = clock(device)
         work()
         times.append(1000 * (clock(device) - started))
-    return statistics.median(times)
+    return times
+
+
+def median_ms(work, repeats: int, device: torch.device) -> float:
+    return statistics.median(times_ms(work, repeats, device))
 
 
 def matmul_size(device: torch.device) -> int:
     """The side of the square product that measures a device's peak: 8192 on a GPU (smaller ones leave it
-    idle between launches), 1024 on a CPU (a larger one takes seconds and gains little)."""
-    return 8192 if device.type == "cuda" else 1024
+    idle between launches), 2048 on a CPU (1024 left a 2-core CPU below the rate of its own training steps)."""
+    return 8192 if device.type == "cuda" else 2048
 
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, repeats: int, size: int | None = None) -> float:
-    """The device's measured matmul throughput in `dtype` (float32 runs as TF32 when the matmul precision allows
-    it): median of `repeats` timed size^3 products of random matrices."""
+    """The device's matmul peak in `dtype` (float32 runs as TF32 when the matmul precision allows it): the
+    fastest of `repeats` timed size^3 products of random matrices (a peak is the best the device does)."""
     size = size or matmul_size(device)
     generator = torch.Generator(device=device).manual_seed(0)
     a, b = (torch.randn(size, size, generator=generator, device=device).to(dtype) for _ in range(2))
-    return 2 * size**3 / median_ms(lambda: a @ b, max(repeats, 5), device) / 1e9
+    return 2 * size**3 / min(times_ms(lambda: a @ b, max(repeats, 5), device)) / 1e9
 
 
 def datasheet_tflops(device: torch.device) -> dict[str, float] | None:
@@ -122,4 +127,5 @@ def datasheet_tflops(device: torch.device) -> dict[str, float] | None:
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
-    return next((peaks for key, peaks in DATASHEET_TFLOPS.items() if key in name), None)
+    known = [key for key in DATASHEET_TFLOPS if re.search(rf"(^|[\s-]){re.escape(key)}($|[\s-])", name)]
+    return DATASHEET_TFLOPS[max(known, key=len)] if known else None

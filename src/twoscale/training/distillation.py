@@ -26,11 +26,10 @@ import torch.nn.functional as F
 
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.models.surrogate import RaptorSurrogate, SurrogateConfig
-from twoscale.pipeline.io import atomic_path
 from twoscale.pipeline.params import TrainParams
 from twoscale.training.batches import random_batch
 from twoscale.training.device import autocast
-from twoscale.training.trainer import build_state, checkpoint_name, load_payload, publish, train
+from twoscale.training.trainer import build_state, checkpoint_name, load_payload, publish, save_payload, train
 
 Tensor = torch.Tensor
 SURROGATE_FORMAT = 1
@@ -123,8 +122,7 @@ def distill(
 def save_surrogate(path: Path, surrogate: RaptorSurrogate, meta: dict) -> None:
     payload = {"format": SURROGATE_FORMAT, "config": surrogate.config.to_dict(), "model": surrogate.state_dict(),
                **meta}
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    save_payload(path, payload)
 
 
 def load_surrogate(path: Path, device: str | torch.device = "cpu") -> tuple[RaptorSurrogate, dict]:

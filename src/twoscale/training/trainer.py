@@ -90,6 +90,11 @@ def build_state(config: ModelConfig, train: TrainParams, seed: int, device: torc
     return TrainState(model, optimizer, scheduler, generator)
 
 
+# A step's timings belong to the process that ran it: a checkpoint leaves them out (None), so that identical runs
+# save identical bytes; a resumed run's history has no timings for the steps run before it resumed.
+WALL_CLOCK = ("tokens_per_s", "seconds")
+
+
 def save_checkpoint(path: Path, state: TrainState, fingerprint: str) -> None:
     payload = {
         "format": CHECKPOINT_FORMAT,
@@ -102,10 +107,17 @@ def save_checkpoint(path: Path, state: TrainState, fingerprint: str) -> None:
         "generator": state.generator.get_state(),
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "history": state.history,
+        "history": [{key: None if key in WALL_CLOCK else value for key, value in row.items()}
+                    for row in state.history],
     }
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    save_payload(path, payload)
+
+
+def save_payload(path: Path, payload: dict) -> None:
+    """torch.save through a file object: the archive's inner folder is then always "archive", not the name of the
+    temporary file, so identical payloads give identical bytes."""
+    with atomic_path(path) as tmp, tmp.open("wb") as handle:
+        torch.save(payload, handle)
 
 
 def load_payload(path: Path, what: str, format: int, map_location: str | torch.device = "cpu") -> dict:
@@ -185,6 +197,14 @@ def publish(src: Path, dst: Path) -> None:
             shutil.copyfile(src, tmp)
 
 
+def diverged(step: int, loss: float, grad_norm: float, checkpoint_steps: Sequence[int], resume_dir: Path) -> str:
+    """One line for a run whose loss or gradient turned non-finite: where, and the last good checkpoint kept."""
+    kept = [s for s in checkpoint_steps if s < step]
+    last = f"the last good checkpoint, step {kept[-1]}, is kept in {resume_dir}" if kept else "no checkpoint yet"
+    return (f"training diverged at step {step} (loss {loss}, gradient norm {grad_norm}): {last}; "
+            "lower train.learning_rate or raise train.warmup_steps")
+
+
 def train_step(state: TrainState, x: torch.Tensor, y: torch.Tensor, loops: Sequence[int], train: TrainParams,
                device: torch.device, dtype: torch.dtype) -> tuple[float, float]:
     """One optimizer update on the batch (x, y) with the given loop counts: the loss before it and the gradient
@@ -235,6 +255,8 @@ def train(
         lr = state.optimizer.param_groups[0]["lr"]
         loss, grad_norm = train_step(state, x.to(device), y.to(device), loops, train, device, dtype)
         elapsed = clock(device) - started
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            raise TwoscaleError(diverged(state.step, loss, grad_norm, train.checkpoint_steps, resume_dir))
         row = {
             "step": state.step,
             "train_loss": loss,

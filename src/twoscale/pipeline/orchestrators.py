@@ -1,0 +1,55 @@
+"""One orchestrator at a time per checkout.
+
+Snakemake and DVC write the same folders; run together, one would remove or rewrite what the other is building.
+A Snakemake run therefore registers itself in DVC's own lock of the files it writes (.dvc/tmp/rwlock) as the writer
+of data/ and results/, for as long as it runs. DVC checks that lock before it removes or rebuilds any stage's
+outputs, so `dvc repro` stops at once and names the Snakemake run in its way; a Snakemake run that finds DVC working
+(holding the repository's lock, or reading or writing those folders) refuses to start, naming the DVC process.
+An entry left by a killed process is dropped by the next one that looks (DVC checks the process is alive).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from twoscale.pipeline.errors import TwoscaleError
+
+WRITTEN = ("data", "results")  # what the pipeline writes
+
+
+def _in_the_way(message: str, lock_file: Path) -> str:
+    """One line naming the DVC process in the way, from DVC's lock message or the lock file's process id."""
+    holder = re.search(r"\(PID (\d+)\): (.*)", message)
+    if holder:
+        who = f"pid {holder.group(1)}: {holder.group(2).strip()}"
+    else:
+        pid = lock_file.read_text().strip() if lock_file.is_file() else ""
+        who = f"pid {pid}, holding {lock_file}" if pid else f"holding {lock_file}"
+    return f"DVC is running in this checkout ({who}): wait for it to finish or stop it, then run again"
+
+
+@contextlib.contextmanager
+def written_by(root: Path, command: str) -> Iterator[None]:
+    """While open, this process is the writer of data/ and results/ in DVC's lock, under `command`. Raises
+    TwoscaleError, in one line, when DVC is at work in the checkout. Outside a DVC repository it does nothing."""
+    if not (root / ".dvc").is_dir():
+        yield
+        return
+    from dvc.lock import LockError
+    from dvc.repo import Repo
+    from dvc.rwlock import rwlock
+
+    held = contextlib.ExitStack()
+    with Repo(str(root)) as repo:
+        hardlink = repo.config["core"].get("hardlink_lock", False)
+        try:
+            with repo.lock:  # DVC edits its file lock only while holding this one: the check and the claim are one step
+                held.enter_context(rwlock(repo.tmp_dir, repo.fs, command, [],
+                                          [str(root.resolve() / name) for name in WRITTEN], hardlink))
+        except LockError as exc:
+            raise TwoscaleError(_in_the_way(str(exc), Path(repo.tmp_dir) / "lock")) from None
+    with held:
+        yield

@@ -1,0 +1,171 @@
+"""The Snakemake rules, read from the pipeline's declaration (stages.yaml) for one parameter file.
+
+The declaration is written in DVC's syntax; this translates each stage to what a Snakemake rule needs: its
+wildcards and their values (a DVC matrix), input and output patterns, the shell command, log, benchmark, threads,
+whether it asks for the GPU, and its report entries. workflow/rules/stages.smk turns each into a rule.
+
+Translation:
+  ${item.recipe}         the job's own wildcard: {recipe} in paths, {wildcards.recipe} in the command;
+  ${train.steps}         a parameter value: written into paths, {params.step} in the command (COMMAND_PARAMS);
+  .../step_{step}.pt     one file per checkpoint step (train.checkpoint_steps); DVC tracks its folder;
+  a folder input         every output of every job that lies inside it (DVC: the folder).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import re
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+from typing import Any
+
+from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration
+
+ITEM = re.compile(r"\$\{item\.(\w+)\}")
+PARAMETER = re.compile(r"\$\{([\w.]+)\}")
+CHECKPOINT_STEPS = "train.checkpoint_steps"
+# Parameter values a command names, passed to the rule as params (the names are part of the recorded command).
+COMMAND_PARAMS = {"train.steps": "step"}
+
+
+@dataclass(frozen=True)
+class Report:
+    """How the Snakemake report shows some of a stage's outputs."""
+
+    files: tuple[str, ...]  # file-name patterns of the outputs shown
+    caption: str  # a file of workflow/report/
+    category: str
+    subcategory: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def shows(self, path: str) -> bool:
+        return any(fnmatch.fnmatch(PurePosixPath(path).name, pattern) for pattern in self.files)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    wildcards: tuple[tuple[str, tuple[str, ...]], ...]  # per wildcard, the values its jobs take
+    inputs: tuple[str, ...]  # files, as patterns of the wildcards
+    outputs: tuple[str, ...]
+    shell: str
+    log: str
+    benchmark: str
+    threads: int
+    gpu: bool  # asks for the GPU of a CUDA run
+    command_params: tuple[tuple[str, Any], ...]
+    report: Report | None
+
+    def jobs(self) -> list[dict[str, str]]:
+        """Every job's wildcard values."""
+        names = [name for name, _ in self.wildcards]
+        return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in self.wildcards))]
+
+    def job_outputs(self) -> list[str]:
+        return [path.format(**job) for job in self.jobs() for path in self.outputs]
+
+
+def lookup(config: dict[str, Any], key: str) -> Any:
+    """config['a']['b'] for key 'a.b'."""
+    value: Any = config
+    for part in key.split("."):
+        value = value[part]
+    return value
+
+
+def _values(config: dict[str, Any], expression: str) -> tuple[str, ...]:
+    """A matrix entry's values: ${recipes} -> the recipe names (a mapping's keys), ${runtime.seeds} -> '1337', ..."""
+    value = lookup(config, PARAMETER.fullmatch(expression).group(1))
+    return tuple(str(item) for item in value)
+
+
+def _pattern(path: str, config: dict[str, Any]) -> str:
+    """A declared path as a Snakemake pattern: the job's wildcards in braces, parameter values written in."""
+    path = ITEM.sub(r"{\1}", path)
+    return PARAMETER.sub(lambda found: str(lookup(config, found.group(1))), path)
+
+
+def _entries(declared: list[Any]) -> list[str]:
+    """The paths of DVC out entries (a path, or a mapping from a path to its options)."""
+    return [entry if isinstance(entry, str) else next(iter(entry)) for entry in declared]
+
+
+def _outputs(stage: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    paths = []
+    for path in _entries(stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", [])):
+        pattern = _pattern(path, config)
+        if PER_CHECKPOINT in path:  # not ${item.step}, which is the job's own step
+            steps = lookup(config, CHECKPOINT_STEPS)
+            paths += [pattern.replace(PER_CHECKPOINT, str(step)) for step in steps]
+        else:
+            paths.append(pattern)
+    return paths
+
+
+def _command(stage: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+    """The shell command with Snakemake's placeholders, the log path (DVC syntax) and the command's params."""
+    cmd = stage["cmd"]
+    log = re.search(r"--log (\S+)", cmd).group(1)
+    cmd = cmd.replace(f"--log {log}", "--log {log}")
+    cmd = re.sub(r"--params \S+", "--params {params.file}", cmd)
+    cmd = ITEM.sub(r"{wildcards.\1}", cmd)
+    named = tuple(key for key in PARAMETER.findall(cmd))
+    unknown = set(named) - set(COMMAND_PARAMS)
+    if unknown:
+        raise ValueError(f"command names parameters with no rule param: {sorted(unknown)}")
+    cmd = PARAMETER.sub(lambda found: "{params.%s}" % COMMAND_PARAMS[found.group(1)], cmd)
+    return cmd, log, named
+
+
+def _threads(stage: dict[str, Any], config: dict[str, Any]) -> int:
+    threads = stage.get("threads", 1)
+    return int(lookup(config, PARAMETER.fullmatch(threads).group(1))) if isinstance(threads, str) else threads
+
+
+def _report(stage: dict[str, Any]) -> Report | None:
+    declared = stage.get("report")
+    if declared is None:
+        return None
+    labels = tuple((name, ITEM.sub(r"{\1}", value)) for name, value in declared.get("labels", {}).items())
+    subcategory = declared.get("subcategory")
+    return Report(files=tuple(declared["files"]), caption=declared["caption"], category=declared["category"],
+                  subcategory=subcategory and ITEM.sub(r"{\1}", subcategory), labels=labels)
+
+
+def _rule(name: str, stage: dict[str, Any], config: dict[str, Any]) -> Rule:
+    shell, log, named = _command(stage)
+    log = _pattern(log, config)
+    return Rule(
+        name=name,
+        wildcards=tuple((wildcard, _values(config, expression))
+                        for wildcard, expression in stage.get("matrix", {}).items()),
+        inputs=tuple(_pattern(path, config) for path in stage["inputs"]),
+        outputs=tuple(_outputs(stage, config)),
+        shell=shell,
+        log=log,
+        benchmark="results/benchmarks/" + log.removeprefix("logs/").removesuffix(".log") + ".tsv",
+        threads=_threads(stage, config),
+        gpu=bool(stage.get("gpu", False)),
+        command_params=tuple((COMMAND_PARAMS[key], lookup(config, key)) for key in named),
+        report=_report(stage),
+    )
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
+
+
+def rules(config: dict[str, Any]) -> list[Rule]:
+    """Every stage's rule, with a folder input replaced by every output of every job inside that folder (none,
+    when no job writes there: a stage with no teachers to read)."""
+    declared = [_rule(name, stage, config) for name, stage in declaration().items()]
+    patterns = [path for rule in declared for path in rule.outputs]
+    every_output = [path for rule in declared for path in rule.job_outputs()]
+
+    def files(path: str) -> list[str]:
+        if not any(_inside(pattern, path) for pattern in patterns):
+            return [path]
+        return [output for output in every_output if _inside(output, path)]
+
+    return [replace(rule, inputs=tuple(f for path in rule.inputs for f in files(path))) for rule in declared]

@@ -1,0 +1,107 @@
+"""One orchestrator at a time per checkout: DVC stops while a Snakemake run is under way, and Snakemake refuses to
+start while DVC is at work; each names the other's process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from workspace import BIN, ROOT, attempt, copy_repository, environment
+
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.orchestrators import written_by
+
+HOLD_REPO_LOCK = """
+import sys, time
+from dvc.repo import Repo
+with Repo('.') as repo, repo.lock:
+    print('held', flush=True)
+    time.sleep(600)
+"""
+
+# What DVC holds while a stage's command runs: its repository lock is released, its file lock names the outputs.
+HOLD_STAGE_OUTPUT = """
+import sys, time
+from dvc.repo import Repo
+from dvc.rwlock import rwlock
+with Repo('.') as repo, rwlock(repo.tmp_dir, repo.fs, 'dvc repro train', [], [repo.root_dir + '/results/train'], False):
+    print('held', flush=True)
+    time.sleep(600)
+"""
+
+
+def holding(code: str, cwd: Path) -> subprocess.Popen:
+    """A process running `code`, once it says it holds its lock."""
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    return copy_repository(tmp_path / "repo", ROOT / "configs/smoke.yaml")
+
+
+def test_snakemake_refuses_to_start_while_dvc_holds_the_repository(repo):
+    dvc = holding(HOLD_REPO_LOCK, repo)
+    try:
+        result = attempt(["snakemake", "--cores", "1"], repo)
+    finally:
+        dvc.kill()
+        dvc.wait()
+    assert result.returncode != 0
+    assert f"DVC is running in this checkout (pid {dvc.pid}" in result.stdout + result.stderr
+    assert not (repo / "data/raw/corpus.txt").exists()
+
+
+def test_dvc_stops_before_touching_anything_while_snakemake_runs(repo):
+    snakemake = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1"], cwd=repo, env=environment(),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        rwlock = repo / ".dvc/tmp/rwlock"
+        for _ in range(600):
+            if rwlock.is_file() and "snakemake" in rwlock.read_text():
+                break
+            time.sleep(0.1)
+        claimed = json.loads(rwlock.read_text())["write"]
+        assert claimed[str(repo.resolve() / "results")]["pid"] == snakemake.pid
+        dvc = attempt(["dvc", "repro"], repo)
+    finally:
+        snakemake.send_signal(signal.SIGINT)
+        snakemake.wait(timeout=120)
+    assert dvc.returncode != 0
+    assert f"(PID {snakemake.pid}): snakemake --cores 1" in dvc.stderr + dvc.stdout
+    assert "Running stage" not in dvc.stderr + dvc.stdout
+
+
+def test_a_dvc_stage_at_work_stops_a_claim_naming_its_command(repo):
+    dvc = holding(HOLD_STAGE_OUTPUT, repo)
+    try:
+        in_the_way = rf"^DVC is running in this checkout \(pid {dvc.pid}: dvc repro train\)"
+        with pytest.raises(TwoscaleError, match=in_the_way), written_by(repo, "snakemake"):
+            pass
+    finally:
+        dvc.kill()
+        dvc.wait()
+
+
+def test_a_claim_left_by_a_dead_process_is_no_obstacle(repo):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (repo / ".dvc/tmp").mkdir(exist_ok=True)
+    (repo / ".dvc/tmp/rwlock").write_text(json.dumps(
+        {"write": {str(repo.resolve() / "results"): {"pid": int(dead.stdout), "cmd": "snakemake (killed)"}}}))
+    with written_by(repo, "snakemake again"):
+        held = json.loads((repo / ".dvc/tmp/rwlock").read_text())["write"]
+        assert held[str(repo.resolve() / "results")] == {"pid": os.getpid(), "cmd": "snakemake again"}
+    assert json.loads((repo / ".dvc/tmp/rwlock").read_text()).get("write", {}) == {}
+
+
+def test_outside_a_dvc_repository_there_is_nothing_to_claim(tmp_path):
+    with written_by(tmp_path, "snakemake"):
+        assert not (tmp_path / ".dvc").exists()

@@ -1,0 +1,92 @@
+"""The Snakemake rules made from the pipeline's declaration: wildcards, files, command, log and report, checked
+against paths written out by hand for a small parameter set."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from twoscale.pipeline import snakemake_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def config() -> dict:
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw["runtime"]["seeds"] = [1, 2]
+    raw["train"]["steps"], raw["train"]["checkpoint_steps"] = 40, [20, 40]
+    raw["runtime"]["threads"] = 3
+    return raw
+
+
+def by_name(config: dict) -> dict[str, snakemake_rules.Rule]:
+    return {rule.name: rule for rule in snakemake_rules.rules(config)}
+
+
+def test_a_per_run_stage_has_one_job_per_recipe_and_seed(config):
+    train = by_name(config)["train"]
+    recipes = list(config["recipes"])
+    assert train.jobs() == [{"recipe": r, "seed": s} for r in recipes for s in ("1", "2")]
+
+
+def test_a_file_per_checkpoint_step(config):
+    outputs = by_name(config)["train"].outputs
+    assert "results/train/{recipe}/seed_{seed}/checkpoints/step_20.pt" in outputs
+    assert "results/train/{recipe}/seed_{seed}/checkpoints/step_40.pt" in outputs
+    assert not any("{step}" in path for path in outputs)
+
+
+def test_the_command_log_and_benchmark_of_a_job(config):
+    sweep = by_name(config)["sweep"]
+    assert sweep.shell == (
+        "python -m twoscale sweep --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
+        " --strategy {wildcards.strategy}"
+        " --checkpoint results/train/{wildcards.recipe}/seed_{wildcards.seed}/checkpoints/step_{params.step}.pt"
+        " --data-dir data/prepared --out results/sweep/strategies/{wildcards.recipe}/seed_{wildcards.seed}/"
+        "{wildcards.strategy}.parquet --log {log}")
+    assert sweep.command_params == (("step", 40),)
+    assert sweep.inputs[0] == "results/train/{recipe}/seed_{seed}/checkpoints/step_40.pt"
+    assert sweep.log == "logs/sweep/{recipe}/seed_{seed}/{strategy}.log"
+    assert sweep.benchmark == "results/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
+
+
+def test_threads_and_the_gpu_come_from_the_declaration(config):
+    rules = by_name(config)
+    assert rules["train"].threads == 3 and rules["train"].gpu
+    assert rules["geometry"].threads == 1 and not rules["geometry"].gpu
+
+
+def test_a_folder_input_is_every_output_of_every_job_inside_it(config):
+    geometry = by_name(config)["geometry"]
+    names = ["geometry.parquet", "loss_vs_loops.parquet", "depth.parquet", "similarity.parquet",
+             "trajectory.parquet", "summary.json"]
+    expected = {f"results/measure/{recipe}/seed_{seed}/step_{step}/{name}"
+                for recipe in config["recipes"] for seed in (1, 2) for step in (20, 40) for name in names}
+    assert set(geometry.inputs) == expected
+
+
+def test_a_folder_no_job_writes_to_is_no_input(config):
+    without_teachers = copy.deepcopy(config)
+    without_teachers["teachers"] = {}
+    surrogates = by_name(without_teachers)["surrogates"]
+    assert not any(path.startswith("results/distill") for path in surrogates.inputs)
+    assert "results/train/huginn/seed_1/checkpoints/step_40.pt" in surrogates.inputs
+
+
+def test_the_report_shows_the_declared_files_with_the_job_s_labels(config):
+    sample = by_name(config)["sample"]
+    assert [path for path in sample.outputs if sample.report.shows(path)] == [
+        "results/sample/{recipe}/seed_{seed}/tradeoff.png"]
+    assert sample.report.subcategory == "{recipe}"
+    assert dict(sample.report.labels) == {"recipe": "{recipe}", "seed": "{seed}"}
+    assert by_name(config)["measure"].report is None
+
+
+def test_a_command_naming_an_unknown_parameter_is_refused():
+    with pytest.raises(ValueError, match="sweep.max_loops"):
+        snakemake_rules._command({"cmd": "python -m twoscale x --params params.yaml --n ${sweep.max_loops}"
+                                         " --log logs/x.log"})

@@ -1,0 +1,36 @@
+"""Within `report`, the thresholds sit below the figures and the verdicts, and the verdicts below the claims'
+prose: importing a lower module never loads a higher one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CLAIMS = "twoscale.report.claims"
+VERDICTS = "twoscale.report.verdicts"
+
+
+def loaded_by(*modules: str) -> set[str]:
+    """The twoscale modules a fresh interpreter has loaded after importing these."""
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
+            + "print('\\n'.join(m for m in sys.modules if m.startswith('twoscale')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(result.stdout.split())
+
+
+def test_the_figures_load_the_thresholds_but_no_verdict_or_claim():
+    loaded = loaded_by("twoscale.report.plots", "twoscale.report.surrogate_plots")
+    assert "twoscale.report.thresholds" in loaded
+    assert not {m for m in loaded if m.startswith((CLAIMS, VERDICTS))}
+
+
+def test_the_thresholds_load_nothing_else_of_the_report():
+    assert {m for m in loaded_by("twoscale.report.thresholds") if m.startswith("twoscale.report.")} == {
+        "twoscale.report.thresholds"}
+
+
+@pytest.mark.parametrize("system", ["geometry", "exits", "sampler", "surrogates"])
+def test_a_verdict_loads_no_claim_prose(system):
+    assert CLAIMS not in loaded_by(f"{VERDICTS}.{system}")
