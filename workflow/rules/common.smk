@@ -39,10 +39,6 @@ validate(config, "../schemas/params.schema.json")
 os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
 
 
-def sources(stage):
-    return dependencies.sources(stage)
-
-
 def param_values(stage):
     """The stage's parameter values; for a per-run stage, with its job's recipe (and strategy)."""
     return lambda wildcards: dependencies.param_values(

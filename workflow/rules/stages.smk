@@ -38,7 +38,7 @@ for spec in RULES:
         name:
             spec.name
         input:
-            sources(spec.name),
+            dependencies.sources(spec.name),
             spec.inputs,
             TEXT_FILES if spec.name == "corpus" else [],
         output:

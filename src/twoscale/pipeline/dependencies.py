@@ -97,11 +97,13 @@ def param_values(stage: str, config: dict[str, Any], recipe: str | None = None, 
                  ) -> dict[str, Any]:
     """The values of the stage's parameter keys ('data.val_fraction' -> config['data']['val_fraction']); keys
     with {recipe} or {strategy} name the job's recipe or strategy."""
-    values = {}
-    for key in STAGES[stage]:
-        key = key.format(recipe=recipe, strategy=strategy)
-        value: Any = config
-        for part in key.split("."):
-            value = value[part]
-        values[key] = value
-    return values
+    keys = [key.format(recipe=recipe, strategy=strategy) for key in STAGES[stage]]
+    return {key: lookup(config, key) for key in keys}
+
+
+def lookup(config: dict[str, Any], key: str) -> Any:
+    """config['a']['b'] for key 'a.b'."""
+    value: Any = config
+    for part in key.split("."):
+        value = value[part]
+    return value

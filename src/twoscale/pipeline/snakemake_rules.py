@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration
+from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration, lookup
 
 ITEM = re.compile(r"\$\{item\.(\w+)\}")
 PARAMETER = re.compile(r"\$\{([\w.]+)\}")
@@ -64,14 +64,6 @@ class Rule:
 
     def job_outputs(self) -> list[str]:
         return [path.format(**job) for job in self.jobs() for path in self.outputs]
-
-
-def lookup(config: dict[str, Any], key: str) -> Any:
-    """config['a']['b'] for key 'a.b'."""
-    value: Any = config
-    for part in key.split("."):
-        value = value[part]
-    return value
 
 
 def _values(config: dict[str, Any], expression: str) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
-"""The paper's findings C1-C6 (SCIENCE §1.5), after the precondition S that more loops do not break the model, the
-parallel sampler's C7 (SCIENCE §3) and Raptor's C8 (SCIENCE §4, on every plain GPT under `teachers`), written out
-as the rows of the claims report.
+"""The paper's findings C1-C6 (Pappone et al., arXiv 2509.23314), after the precondition S that more loops do not
+break the model, the parallel sampler's C7 (docs/claims.md#c7) and Raptor's C8 (docs/claims.md#c8, on every plain
+GPT under `teachers`), written out as the rows of the claims report.
 
 Every claim is one row: {claim, statement, test, measured, reproduced, verdict, headline, detail}. This module holds
 the words: what the paper says, the test in words, what was measured in words, and the labels of the few headline
@@ -411,7 +411,7 @@ _NO_SAMPLER = "No sampler setting within the quality tolerance."
 
 
 def c7_parallel_sampler(summary: pl.DataFrame) -> dict[str, Any]:
-    """C7: the sampler against ordinary decoding at full recurrence, as the paper compares (SCIENCE §3)."""
+    """C7: the sampler against ordinary decoding at full recurrence, as the paper compares (docs/claims.md#c7)."""
     verdict = speedup_over_full_recurrence(summary)
     full, sampler = verdict.detail["full_recurrence"], verdict.detail["sampler"]
     tolerance, speedup = verdict.quality_tolerance, verdict.speedup

@@ -49,7 +49,7 @@ C7B_MIN_SPEEDUP = 2.0     # C7b (ours): at least 2x the fastest ordinary decodin
 # "about equal quality": the mean paired gap in re-scored cross-entropy to ordinary decoding at full recurrence is
 # at most the sample stage's quality_tolerance (params: sample.quality_tolerance, a column of the summary)
 
-# --- C8: Raptor: 2 shared blocks recover >= 90% of the teacher (SCIENCE §4; the paper: 96% for DINOv2) ---------
+# --- C8: Raptor: 2 shared blocks recover >= 90% of the teacher (docs/claims.md#c8; the paper: 96% for DINOv2) ---
 C8_BLOCKS = 2             # "2 blocks"
 C8_RECOVERY = 0.9         # of the teacher's improvement in cross-entropy over the unigram baseline, read through
                           # the teacher's final norm and LM head; per seed, the teacher's verdict is its seeds'
