@@ -103,10 +103,14 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
             assert never["cross_entropy"].item() == pytest.approx(full["cross_entropy"].item(), rel=1e-6), name
             assert never["compute_fraction"].item() == 1.0, name
     assert combined.filter(pl.col("setting") == float("inf"))["mean_loops"].max() < sweep_params["max_loops"]
+    rounds = pl.read_parquet(first_run / "results/sweep/latency.parquet")
+    per_point = rounds.group_by("recipe", "seed", "strategy", "setting").len()
+    assert per_point.height == stacked.height and set(per_point["len"]) == {sweep_params["rounds"]}
+    assert stacked["ms_low"].le(stacked["ms_per_token"]).all() and stacked["ms_per_token"].le(stacked["ms_high"]).all()
     summary = pl.read_csv(first_run / "results/sweep/summary.csv")
     assert summary["strategy"].to_list() == list(sweep_params["strategies"]) * len(smoke_runs(first_run))
     best_fixed = fixed["perplexity"].min()  # K*: the fixed depth with the lowest perplexity
-    within = fixed.filter(pl.col("perplexity") <= 1.01 * best_fixed).sort("ms_per_token")
+    within = fixed.filter(pl.col("perplexity") <= 1.01 * best_fixed).sort("gflops_per_token")
     own_summary = summary.filter((pl.col("recipe") == recipe) & (pl.col("strategy") == "fixed"))
     assert own_summary["kstar_setting"].item() == within["setting"][0]
     for name in ("fig4_exit_sweep.png", "exit_tradeoff.png", "diagnostics.png"):
@@ -206,7 +210,12 @@ def test_the_sample_stage_measures_every_setting_on_every_prompt(first_run):
         summary = pl.read_csv(out / "summary.csv")
         reference = summary.filter((pl.col("method") == "autoregressive") & (pl.col("loops") == sample["loops"]))
         assert reference["agreement"].to_list() == [1.0] and reference["cross_entropy_gap"].to_list() == [0.0]
+        assert reference["distinct_fraction_gap"].to_list() == [0.0] and (summary["gflops_per_token"] > 0).all()
         assert summary.filter(pl.col("method") == "sampler").height == settings
+        speed = pl.read_csv(out / "speed.csv")
+        timed = speed.group_by("method").agg(pl.col("round").sort()).sort("method")
+        assert set(timed["method"]) <= {"full_recurrence", "matched", "sampler"} and timed.height >= 2
+        assert all(rounds == list(range(sample["repeats"])) for rounds in timed["round"].to_list())
         assert (out / "tradeoff.png").stat().st_size > 10_000
 
 
@@ -223,7 +232,7 @@ def test_benchmark_prints_a_row_per_strategy_in_both_tables(first_run):
     assert [(row["recipe"], row["precision"]) for row in report["training"]] == [
         (recipe, precision) for recipe in recipes for precision in ("fp32", "bf16")]
     sampled = yaml.safe_load((first_run / "params.yaml").read_text())["sample"]["recipes"]
-    methods = ["ordinary, full recurrence", "ordinary, matched quality", "sampler"]
+    methods = ["full_recurrence", "matched", "sampler"]
     threads = sorted({1, os.cpu_count() or 1})
     assert [(row["recipe"], row["threads"], row["method"]) for row in report["sampler"]] == [
         (recipe, n, method) for recipe in sampled for n in threads for method in methods]
@@ -275,8 +284,9 @@ def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_ru
 
 def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
     """How a study extends the default run: another parameter file with the same values, one more seed and one
-    strategy's grid changed plans the new seed's jobs, that strategy's jobs for the runs already done, and the
-    stages that gather every run; nothing else of the runs already done."""
+    strategy's grid changed plans the new seed's jobs, that strategy's jobs and the latency rounds (which time every
+    setting) for the runs already done, and the stages that gather every run; nothing else of the runs already
+    done."""
     raw = yaml.safe_load((first_run / "params.yaml").read_text())
     done = len(raw["runtime"]["seeds"])
     raw["runtime"]["seeds"] = [*raw["runtime"]["seeds"], 99]
@@ -291,7 +301,7 @@ def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
                                   len(raw["sweep"]["strategies"]))
     teachers = len(raw["teachers"])
     assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * (strategies + done),
-                    "sample": len(raw["sample"]["recipes"]), "geometry": 1, "tradeoff": 1, "claims": 1,
+                    "latency": recipes * (1 + done), "sample": len(raw["sample"]["recipes"]), "geometry": 1, "tradeoff": 1, "claims": 1,
                     "train_teacher": teachers, "phases": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
                     "surrogates": 1}
 
@@ -316,15 +326,15 @@ def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_
     smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
     steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
     assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "sweep": len(strategies),
-                                                     "sample": 1, "geometry": 1, "tradeoff": 1, "surrogates": 1,
-                                                     "claims": 1}
+                                                     "latency": 1, "sample": 1, "geometry": 1, "tradeoff": 1,
+                                                     "surrogates": 1, "claims": 1}
     # DVC lists the stages whose own parameters changed; those after them follow in repro
     assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "tradeoff", "surrogates"}
     out = after_recipe_change["dvc_repro"]
     reran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
     assert reran == {"train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
-                     *(f"sweep@huginn-1337-{name}" for name in strategies), "sample@huginn-1337", "geometry",
-                     "tradeoff", "surrogates", "claims"}
+                     *(f"sweep@huginn-1337-{name}" for name in strategies), "latency@huginn-1337",
+                     "sample@huginn-1337", "geometry", "tradeoff", "surrogates", "claims"}
     assert after_recipe_change["snakemake_after"] == {}
     assert after_recipe_change["dvc_after"] == set()
 
@@ -346,7 +356,7 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     smoke = yaml.safe_load((first_run / "configs/smoke.yaml").read_text())
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
-    per_run = ["train", *["measure"] * n_checkpoints, *["sweep"] * n_strategies]
+    per_run = ["train", *["measure"] * n_checkpoints, *["sweep"] * n_strategies, "latency"]
     gathering = ["geometry", "tradeoff", "surrogates", "claims"]
     sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
     per_teacher = ["train", "phases", *["distill"] * len(smoke["distill"]["blocks"])]

@@ -18,6 +18,7 @@ STAGES = {
     "measure": "measure the geometry of the loop iterates of one checkpoint",
     "geometry": "gather the measurements across training and draw Figures 1-3",
     "sweep": "sweep one early-exit strategy over its settings on the final checkpoint",
+    "latency": "time every early-exit setting on the final checkpoint, in paired rounds",
     "tradeoff": "gather the sweeps, summarise each strategy's trade-off and draw Figure 4",
     "sample": "the parallel sampler against ordinary cached decoding on one run's final checkpoint",
     "phases": "split one plain GPT's depth into contiguous phases by max-cut, for every k",

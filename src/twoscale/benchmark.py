@@ -9,15 +9,16 @@ prompt. Training runs real optimizer steps (`training.train_step`) on a fresh mo
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from twoscale.inference.exits import head_decode
-from twoscale.inference.generation import LayerCache, block_step, decode_rest, new_cache, step_token
-from twoscale.inference.sampler import SamplerSettings, autoregressive, prefill, sample
+from twoscale.inference.generation import CriterionClock, LayerCache, block_step, decode_rest, new_cache, step_token
+from twoscale.inference.sampler import SamplerSettings
+from twoscale.inference.sampling import sampler_throughput
 from twoscale.inference.sweep import latency_ms_per_token, never_exit_setting, rules_at
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig, segments
 from twoscale.pipeline.params import TrainParams
@@ -85,44 +86,31 @@ def strategy_latency(
     model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, strategy: dict[str, Any], setting: float,
     max_loops: int, repeats: int,
 ) -> dict[str, float]:
-    """ms per generated token (median over every token of `repeats` passes over the prompts) and mean loops."""
-    medians, loops = [], []
+    """ms per generated token (the median over `repeats` passes over the prompts of each pass's median), split into
+    criterion work (the exit decisions' decode and arithmetic: their mean time per token) and layer work (the
+    rest), and mean loops."""
+    medians, criterion, loops = [], [], []
+    tokens = len(prompts) * new_tokens
     for _ in range(repeats):
-        ms, mean_loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops)
+        timer = CriterionClock()
+        ms, mean_loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops, timer)
         medians.append(ms)
+        criterion.append(1000 * timer.seconds / tokens)
         loops.append(mean_loops)
-    return {"ms_per_token": statistics.median(medians), "spread_ms": max(medians) - min(medians),
-            "generated_mean_loops": statistics.fmean(loops)}
+    ms = statistics.median(medians)
+    criterion_ms = statistics.median(criterion)
+    return {"ms_per_token": ms, "spread_ms": max(medians) - min(medians), "layer_ms": ms - criterion_ms,
+            "criterion_ms": criterion_ms, "generated_mean_loops": statistics.fmean(loops)}
 
 
 # --- the parallel sampler -----------------------------------------------------------------------------------
 
 
-def sampler_throughput(model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, full_loops: int,
-                       matched_loops: int, settings: SamplerSettings, repeats: int) -> dict[str, dict[str, float]]:
-    """Tokens/s after the prefill of ordinary decoding at `full_loops` and at `matched_loops`, and of the sampler,
-    timed side by side: every repeat runs the three on every prompt in turn. Per method, the median over repeats
-    of all tokens over all seconds, and the spread (max − min)."""
-    def ordinary(loops: int) -> Callable[[Sequence[int], Any], Any]:
-        return lambda prompt, ready: autoregressive(model, prompt, new_tokens, loops,
-                                                    prefilled=ready if loops == full_loops else None)
-
-    methods = {
-        "ordinary, full recurrence": ordinary(full_loops),
-        "ordinary, matched quality": ordinary(matched_loops),
-        "sampler": lambda prompt, ready: sample(model, prompt, new_tokens, settings, prefilled=ready),
-    }
-    prefills = [prefill(model, prompt, full_loops, len(prompt) + new_tokens) for prompt in prompts]  # untimed
-    rates: dict[str, list[float]] = {name: [] for name in methods}
-    for _ in range(repeats):
-        totals = {name: [0, 0.0] for name in methods}
-        for prompt, ready in zip(prompts, prefills, strict=True):
-            for name, generate_with in methods.items():
-                out = generate_with(prompt, ready)
-                totals[name][0] += out.new_tokens
-                totals[name][1] += out.seconds
-        for name, (tokens, seconds) in totals.items():
-            rates[name].append(tokens / seconds)
+def sampler_medians(model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, full_loops: int,
+                    matched_loops: int, settings: SamplerSettings, repeats: int) -> dict[str, dict[str, float]]:
+    """The sample stage's paired rounds (`sampling.sampler_throughput`) as the benchmark reports them: per method,
+    the median of its rounds' tokens/s and their spread (max − min)."""
+    rates = sampler_throughput(model, prompts, new_tokens, full_loops, matched_loops, settings, repeats)
     return {name: {"tokens_per_s": statistics.median(values), "spread": max(values) - min(values)}
             for name, values in rates.items()}
 

@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from twoscale.inference.exits import make_rule
-from twoscale.inference.generation import LayerCache, block_step, decode_rest, generate, new_cache, step_token
+from twoscale.inference.generation import (
+    CriterionClock,
+    LayerCache,
+    block_step,
+    decode_rest,
+    generate,
+    new_cache,
+    step_token,
+    step_tokens,
+)
 from twoscale.models.looped_gpt import LoopedGPT
 
 MAX_LOOPS = 5
@@ -38,13 +47,32 @@ def test_cached_generation_equals_the_full_forward_with_sandwich_norm_and_inject
 
 
 def test_an_exited_position_is_read_at_its_deepest_step():
-    keys = torch.arange(3 * 3, dtype=torch.float64).view(3, 3, 1, 1)  # keys[step, position] = 3 * step + position
-    cache = LayerCache(keys, -keys, depth=torch.tensor([1, 3, 2]))
-    got, values = cache.visible(step=2, count=3)
-    # step 2 for positions whose deepest step is >= 2, else their deepest: steps (1, 2, 2) -> indices (0, 1, 1)
-    assert got.flatten().tolist() == [0.0, 4.0, 5.0]
+    # keys[step, row, position] = 3 * step + position (+ 100 in row 1)
+    keys = (torch.arange(3 * 3, dtype=torch.float64).view(3, 1, 3) + torch.tensor([0.0, 100.0]).view(1, 2, 1))
+    keys = keys[..., None, None]
+    cache = LayerCache(keys, -keys, depth=torch.tensor([[1, 3, 2], [3, 1, 3]]), complete_to=1)
+    got, values = cache.visible(step=2, count=3, rows=None)
+    # step 2 for positions whose deepest step is >= 2, else their deepest: row 0 steps (1, 2, 2), row 1 (2, 1, 2)
+    assert got.flatten().tolist() == [0.0, 4.0, 5.0, 103.0, 101.0, 105.0]
     assert torch.equal(values, -got)
-    assert cache.visible(step=3, count=2)[0].flatten().tolist() == [0.0, 7.0]
+    assert cache.visible(step=3, count=2, rows=torch.tensor([1]))[0].flatten().tolist() == [106.0, 101.0]
+    # up to the step every position has, no gather is needed and the reads are the same
+    assert cache.visible(step=1, count=3, rows=None)[0].flatten().tolist() == [0.0, 1.0, 2.0, 100.0, 101.0, 102.0]
+
+
+def test_cache_rows_are_independent_sequences(model):
+    rules = [make_rule({"criterion": "step_norm", "relative": True, "threshold": 0.07}, max_loops=MAX_LOOPS)
+             for _ in range(3)]
+    batch = [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]]
+    caches = new_cache(model, MAX_LOOPS, 5, rows=2)
+    together = [step_tokens(model, torch.tensor([a, b]), position, caches, rules)
+                for position, (a, b) in enumerate(zip(*batch, strict=True))]
+    for row, sequence in enumerate(batch):
+        alone = new_cache(model, MAX_LOOPS, 5)
+        for position, token in enumerate(sequence):
+            logits, loops = step_token(model, token, position, alone, rules)
+            torch.testing.assert_close(together[position][0][row], logits, rtol=0, atol=1e-12)
+            assert together[position][1][:, row].tolist() == loops
 
 
 def test_exits_give_each_token_its_own_loop_counts(model):
@@ -65,11 +93,9 @@ def test_rest_decode_reads_the_cache_of_the_later_layers(model):
     x = model.wte(torch.tensor([tokens[-1]])) + model.wpe(torch.tensor([position]))
     for layer, steps in ((0, 1), (1, K)):
         for k in range(1, steps + 1):
-            caches[layer].depth[position] = k
             x = block_step(model.blocks[layer], x, caches[layer], k, position)
     for k in range(1, K + 1):
         for layer in (2, 3):
-            caches[layer].depth[position] = k
             x = block_step(model.blocks[layer], x, caches[layer], k, position)
     with torch.no_grad():
         logits = decode_rest(model, x, 2, caches, position)  # after group 1: layer 4 once, then layer 5
@@ -83,3 +109,14 @@ def test_too_long_or_unbounded_requests_are_refused(model):
     with pytest.raises(ValueError, match="max_loops"):
         generate(model, [1], new_tokens=2, rules=[make_rule({"criterion": "step_norm", "threshold": 0.1})] * 3,
                  max_loops=MAX_LOOPS)
+
+
+def test_ordinary_decoding_runs_no_exit_bookkeeping(model):
+    """With `fixed` rules no rule is ever started or stepped, and no time goes to exit decisions."""
+    rules = fixed(2, 3, 1)
+    for rule in rules:
+        rule.start = rule.step = None  # calling either would fail
+    timer = CriterionClock()
+    out = generate(model, [3, 1, 4, 1], new_tokens=4, rules=rules, max_loops=MAX_LOOPS, timer=timer)
+    assert all(position == [2, 3, 1] for position in out.loops) and timer.seconds == 0.0
+

@@ -30,11 +30,12 @@ from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 PROMPT = [3, 7, 1, 9, 22]
 
 
-def injected_model(groups=((1, 1), (2, 3), (4, 4)), n_layer=6) -> LoopedGPT:
-    """A float64 model with Huginn's choices, its adapters moved off their start so that the input matters."""
+def injected_model(groups=((1, 1), (2, 3), (4, 4)), n_layer=6, injection="adapter") -> LoopedGPT:
+    """A float64 model with Huginn's choices (or another injection), its injection moved off its start so that the
+    input matters."""
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=40, n_layer=n_layer, n_head=2, n_embd=16, block_size=32, dropout=0.0,
-                         bias=True, groups=groups, norm="sandwich", injection="adapter", scale_embedding=True)
+                         bias=True, groups=groups, norm="sandwich", injection=injection, scale_embedding=True)
     model = LoopedGPT(config).double().eval()
     with torch.no_grad():
         for step in model.group_steps:
@@ -151,7 +152,7 @@ def test_a_window_keeps_frozen_entries_rewrites_its_own_and_reads_the_fresh_ones
     last token arriving at iteration 3. Checked against attention built one query at a time."""
     model = injected_model()
     block = model.blocks[2]
-    cache = new_cache(model, 4, 6)[2]
+    cache = new_cache(model, 4, 6)[2].row(0)
     torch.manual_seed(1)
     cache.keys.normal_(), cache.values.normal_()
     cache.depth[:3] = torch.tensor([4, 2, 4])
@@ -185,7 +186,7 @@ def test_a_window_over_the_whole_sequence_is_the_full_forward_pass(loops):
     model = injected_model()
     tokens = torch.tensor([[5, 9, 2, 7, 30, 1, 4]])
     T = tokens.shape[1]
-    caches = new_cache(model, loops, T)
+    caches = [cache.row(0) for cache in new_cache(model, loops, T)]
     fresh_from = torch.ones(T, dtype=torch.long)
     with torch.no_grad():
         x = model.embed(tokens)[0]

@@ -1,4 +1,5 @@
-"""A sweep point's extremes meet the fixed-depth baseline: exit-at-once is depth 1, never-exit is full depth."""
+"""A sweep point's extremes meet the fixed-depth baseline: exit-at-once is depth 1, never-exit is full depth; the
+latency rounds time every point once per round, in a rotated order."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from twoscale.inference.sweep import rules_at, sweep_point
+from twoscale.inference.sweep import latency_ms_per_token, rules_at, sweep_point, timed_rounds
 from twoscale.training.batches import evaluate_loss
 
 MAX_LOOPS = 4
@@ -16,8 +17,7 @@ PROMPTS = [[3, 1, 4], [2, 7, 1]]
 
 
 def point(model, strategy, setting):
-    return sweep_point(model, VAL, strategy, setting, MAX_LOOPS, n_windows=4, batch_size=2, prompts=PROMPTS,
-                       new_tokens=5, device=CPU)
+    return sweep_point(model, VAL, strategy, setting, MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)
 
 
 def test_rules_at_sets_threshold_or_loops():
@@ -30,10 +30,10 @@ def test_rules_at_sets_threshold_or_loops():
 def test_fixed_depth_point(tiny_model, loops):
     row = point(tiny_model, {"criterion": "fixed"}, loops)
     assert row["cross_entropy"] == pytest.approx(evaluate_loss(tiny_model, VAL, [loops] * 3, 4, 2, CPU), rel=1e-9)
-    assert row["mean_loops_group0"] == row["mean_loops_group2"] == row["generated_mean_loops"] == loops
+    assert row["mean_loops_group0"] == row["mean_loops_group2"] == loops
     # layer applications per token: 2 single-pass + 4 looped (1 + 2 + 1) per loop, against 2 + 4 * MAX_LOOPS
     assert row["compute_fraction"] == pytest.approx((2 + 4 * loops) / (2 + 4 * MAX_LOOPS))
-    assert row["ms_per_token"] > 0
+    assert row["layers_per_token"] == 2 + 4 * loops
 
 
 def test_threshold_extremes_meet_the_fixed_baseline(tiny_model):
@@ -42,4 +42,17 @@ def test_threshold_extremes_meet_the_fixed_baseline(tiny_model):
     depth_one, full = point(tiny_model, {"criterion": "fixed"}, 1), point(tiny_model, {"criterion": "fixed"}, MAX_LOOPS)
     assert at_once["cross_entropy"] == pytest.approx(depth_one["cross_entropy"], rel=1e-9)
     assert never["cross_entropy"] == pytest.approx(full["cross_entropy"], rel=1e-9)
-    assert at_once["generated_mean_loops"] == 1 and never["generated_mean_loops"] == MAX_LOOPS
+    assert at_once["mean_loops"] == 1 and never["mean_loops"] == MAX_LOOPS
+    assert latency_ms_per_token(tiny_model, PROMPTS, 5, strategy, 1e9, MAX_LOOPS)[1] == 1
+    assert latency_ms_per_token(tiny_model, PROMPTS, 5, strategy, 0.0, MAX_LOOPS)[1] == MAX_LOOPS
+
+
+def test_rounds_time_every_point_once_in_a_rotated_order(tiny_model):
+    points = [("fixed", {"criterion": "fixed"}, 1), ("fixed", {"criterion": "fixed"}, 3),
+              ("step_norm", {"criterion": "step_norm"}, 0.0)]
+    rows = timed_rounds(tiny_model, PROMPTS, 3, points, MAX_LOOPS, rounds=4)
+    order = [(row["round"], row["strategy"], row["setting"]) for row in rows]
+    assert order[:3] == [(0, "fixed", 1.0), (0, "fixed", 3.0), (0, "step_norm", 0.0)]
+    assert order[3:6] == [(1, "fixed", 3.0), (1, "step_norm", 0.0), (1, "fixed", 1.0)]
+    assert len(rows) == 12 and all(row["ms_per_token"] > 0 for row in rows)
+    assert [row["generated_mean_loops"] for row in rows[:3]] == [1, 3, MAX_LOOPS]

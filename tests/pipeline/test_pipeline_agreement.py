@@ -106,11 +106,12 @@ def test_same_parameter_keys(dvc_stages):
         assert stage["params"] == expected, name
 
 
-def test_a_sweep_job_depends_on_every_sweep_setting_and_its_own_strategy():
-    keys = dependencies.STAGES["sweep"]
-    settings = {key for key in keys if key.startswith("sweep.") and "{" not in key}
-    assert settings == {f"sweep.{name}" for name in SweepParams.model_fields} - {"sweep.strategies"}
-    assert "sweep.strategies.{strategy}" in keys
+def test_the_sweep_and_latency_jobs_together_depend_on_every_sweep_setting():
+    quality, latency = dependencies.STAGES["sweep"], dependencies.STAGES["latency"]
+    settings = {key for key in [*quality, *latency] if key.startswith("sweep.") and "{" not in key}
+    assert settings == {f"sweep.{name}" for name in SweepParams.model_fields}
+    assert "sweep.strategies.{strategy}" in quality and "sweep.strategies" not in quality  # its own strategy only
+    assert {"sweep.n_prompts", "sweep.new_tokens", "sweep.rounds"} <= set(latency) and "sweep.n_windows" not in latency
 
 
 def planned_resources(*options: str) -> dict[str, set[str]]:
@@ -125,12 +126,25 @@ def planned_resources(*options: str) -> dict[str, set[str]]:
     return found
 
 
-MODEL_RULES = {"train", "train_teacher", "measure", "sweep", "sample", "phases", "distill", "surrogates"}
+MODEL_RULES = {"train", "train_teacher", "measure", "sweep", "latency", "sample", "phases", "distill", "surrogates"}
 
 
 def test_every_job_that_loads_a_model_asks_for_the_gpu_of_a_cuda_run():
     resources = planned_resources("--configfile", "configs/gpu.yaml", "--profile", "profiles/gpu")
     assert {rule for rule, found in resources.items() if "gpu=1" in found} == MODEL_RULES
+
+
+def test_timed_jobs_take_every_core_so_that_nothing_runs_beside_them():
+    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--nolock", "--cores", "3"], cwd=ROOT,
+                            capture_output=True, text=True, check=True)
+    threads = {}
+    for block in re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]:
+        found = re.search(r"^    threads: (\d+)$", block, re.M)
+        threads.setdefault(block.split(":", 1)[0], set()).add(int(found.group(1)) if found else 1)
+    assert threads["latency"] == threads["sample"] == {3}
+    assert threads["sweep"] == {1}  # sweep.threads: the quality jobs share the machine
+    resources = planned_resources()
+    assert {rule for rule, found in resources.items() if "timed=1" in found} == {"latency", "sample"}
 
 
 def test_a_cpu_run_asks_for_no_gpu(tmp_path):

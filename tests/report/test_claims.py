@@ -20,6 +20,7 @@ from twoscale.report.claims import (
     claims_table,
 )
 from twoscale.report.verdicts import exits
+from sweeps import latency_rounds
 
 K = 30
 
@@ -292,14 +293,21 @@ def sweep_frame(points: dict[str, list[tuple[float, float, float]]]) -> pl.DataF
     rows = [
         {"strategy": name, "criterion": CRITERION.get(name, name), "swept": SWEPT.get(name, "threshold"),
          "setting": setting, "cross_entropy": math.log(ppl), "perplexity": ppl, "compute_fraction": 1.0,
-         "mean_loops": 1.0, "ms_per_token": ms, "generated_mean_loops": 1.0, "max_loops": MAX_LOOPS}
+         "mean_loops": 1.0, "gflops_per_token": ms / 1000, "ms_per_token": ms, "generated_mean_loops": 1.0,
+         "max_loops": MAX_LOOPS}
         for name, pts in points.items() for setting, ppl, ms in pts
     ]
     return pl.DataFrame(rows, schema={
         "strategy": pl.String, "criterion": pl.String, "swept": pl.String, "setting": pl.Float64,
         "cross_entropy": pl.Float64, "perplexity": pl.Float64, "compute_fraction": pl.Float64,
-        "mean_loops": pl.Float64, "ms_per_token": pl.Float64, "generated_mean_loops": pl.Float64,
-        "max_loops": pl.Int64})
+        "mean_loops": pl.Float64, "gflops_per_token": pl.Float64, "ms_per_token": pl.Float64,
+        "generated_mean_loops": pl.Float64, "max_loops": pl.Int64})
+
+
+def c6_rows(points: dict[str, list[tuple[float, float, float]]], claim=claims.c6_acceleration_exit) -> dict:
+    """A C6 claim on hand-built sweep rows, each timed in rounds whose drift cancels (FLOPs proportional to ms)."""
+    sweep = sweep_frame(points)
+    return claim(sweep, latency_rounds(sweep))
 
 
 def c6_with(**changes: list[tuple[float, float, float]] | None) -> dict:
@@ -309,14 +317,14 @@ def c6_with(**changes: list[tuple[float, float, float]] | None) -> dict:
             points.pop(name)
         else:
             points[name] = pts
-    return claims.c6_acceleration_exit(sweep_frame(points))
+    return c6_rows(points)
 
 
 def passes(row: dict) -> dict[str, bool | None]:
     return {name: t["passes"] for name, t in row["detail"]["tests"].items()}
 
 
-def test_best_within_picks_the_fastest_row_inside_the_band():
+def test_best_within_picks_the_cheapest_row_inside_the_band():
     sweep = sweep_frame(paper_like())
     best = exits.best_within(sweep, "acceleration")
     assert best["setting"] == 1e-2 and best["ms_per_token"] == 190.0 and best["perplexity"] == 10.08
@@ -327,7 +335,7 @@ def test_best_within_picks_the_fastest_row_inside_the_band():
     assert exits.best_within(sweep, "argmax") is None        # 10.2 > 10.1
     assert exits.best_within(sweep, "no_such_rule") is None
     assert exits.best_within(sweep, "fixed")["setting"] == 30.0  # full depth is its own best point
-    # a row without a latency (NaN) cannot be the best, however fast it would be
+    # a row without a cost (NaN) cannot be the best, however cheap it would be
     points = paper_like()
     points["acceleration"].append((3e-2, 10.0, math.nan))
     assert exits.best_within(sweep_frame(points), "acceleration")["setting"] == 1e-2
@@ -345,7 +353,8 @@ def test_c6_paper_like_sweep_reproduces_with_hand_numbers():
     assert row["claim"] == "C6" and row["reproduced"] is True and row["verdict"] == "reproduced"
     assert passes(row) == {"latency_cut": True, "flat": True, "first_order": True, "kl_slower": True}
     d = row["detail"]
-    assert d["full_depth"] == {"max_loops": 30, "perplexity": 10.0, "ms_per_token": 300.0, "mean_loops": 1.0}
+    assert d["full_depth"] == {"strategy": "fixed", "setting": 30.0, "max_loops": 30, "perplexity": 10.0,
+                               "gflops_per_token": 0.3, "ms_per_token": 300.0, "mean_loops": 1.0}
     flat = d["tests"]["flat"]
     assert [p["setting"] for p in flat["points"]] == [1e-5, 1e-4, 1e-3, 1e-2]  # 0, 1.0 and inf are outside
     assert flat["spread"] == pytest.approx(0.008)
@@ -360,8 +369,10 @@ def test_c6_paper_like_sweep_reproduces_with_hand_numbers():
     assert set(best) == {"fixed", "acceleration", "step_norm", "kl_head", "kl_rest", "argmax"}
     assert best["argmax"] is None and best["step_norm"]["setting"] == 1e-3
     m = row["measured"]
-    assert "full depth (30 loops): 300 ms/token, ppl 10.000" in m
-    assert "acceleration τ 0.01: 190 ms (cut +36.7%), ppl 10.080" in m
+    assert "full depth (30 loops): 300 MFLOPs and 300 ms per token, ppl 10.000" in m
+    assert "acceleration τ 0.01: 190 MFLOPs (0.63× in FLOPs), 190 ms, ppl 10.080" in m
+    assert "acceleration latency vs full depth: 0.63× (0.63–0.63)" in m
+    assert "kl_rest slower: latency 2.11× (2.11–2.11), FLOPs 2.11×" in m
     assert "argmax: none within 1%" in m and "fixed loops 30" in m
     assert "spread +0.8%" in m and "+5.0% at τ 0.01" in m
     json.dumps(row, allow_nan=False)
@@ -441,12 +452,11 @@ def test_c6_pre_registered_text_names_every_threshold():
 
 def test_c6_bad_input_is_a_clear_error():
     with pytest.raises(TwoscaleError, match="C6: the sweep table has no full-depth row"):
-        claims.c6_acceleration_exit(sweep_frame({"acceleration": [(1e-3, 10.0, 200.0)],
-                                                 "fixed": [(10.0, 12.0, 100.0)]}))
+        c6_rows({"acceleration": [(1e-3, 10.0, 200.0)], "fixed": [(10.0, 12.0, 100.0)]})
     with pytest.raises(TwoscaleError, match="C6: the sweep table lacks column"):
         exits.best_within(sweep_frame(paper_like()).drop("ms_per_token"), "acceleration")
     with pytest.raises(TwoscaleError, match="C6: the sweep table is empty"):
-        claims.c6_acceleration_exit(sweep_frame({}))
+        claims.c6_acceleration_exit(sweep_frame({}), None)
 
 
 # --- S: loop stability ----------------------------------------------------------------------------------------
@@ -487,7 +497,8 @@ def test_claims_table_adds_c6_only_with_a_sweep():
     geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
     without = claims_table({"geometry": geometry})
     assert [r["claim"] for r in without] == ["C1", "C2", "C3", "C4", "C5"]
-    rows = claims_table({"geometry": geometry, "sweep": sweep_frame(paper_like())})
+    sweep = sweep_frame(paper_like())
+    rows = claims_table({"geometry": geometry, "sweep": sweep, "latency": latency_rounds(sweep)})
     assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C4", "C5", "C6", "C6b"]
     json.dumps(rows, allow_nan=False)
     assert rows[-2]["verdict"] == "reproduced"
@@ -503,7 +514,7 @@ FULL_DEPTH_WORST = {  # K* = 2 (ppl 10.0, 2 ms); full depth K = 30 is the worst 
 def c6_prime(acceleration, kl_head, kl_rest=((1e-3, 10.5, 1.0),)) -> dict:
     points = {**FULL_DEPTH_WORST, "acceleration": list(acceleration), "kl_head": list(kl_head),
               "kl_rest": list(kl_rest)}
-    return claims.c6_against_best_fixed_depth(sweep_frame(points))
+    return c6_rows(points, claims.c6_against_best_fixed_depth)
 
 
 def test_c6_prime_measures_against_the_best_fixed_depth():
@@ -513,7 +524,7 @@ def test_c6_prime_measures_against_the_best_fixed_depth():
     assert row["claim"] == "C6b" and row["verdict"] == "reproduced"
     assert row["detail"]["reference"]["loops"] == 2
     assert row["detail"]["acceleration"]["latency_cut"] == pytest.approx(0.3)
-    assert row["detail"]["kl"]["kl_rest"] is None
+    assert next(k for k in row["detail"]["kl"] if k["strategy"] == "kl_rest")["best"] is None
     assert "K* = 2 loops" in row["measured"] and "full depth 30 loops: ppl 14" in row["measured"]
 
 

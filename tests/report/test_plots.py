@@ -145,6 +145,7 @@ def sweep() -> pl.DataFrame:
         rows.append({"recipe": RUNS[run][0], "seed": RUNS[run][1], "strategy": strategy, "criterion": criterion,
                      "swept": swept, "setting": float(setting), "cross_entropy": ce, "perplexity": float(np.exp(ce)),
                      "compute_fraction": loops / MAX_LOOPS, "mean_loops": loops, "ms_per_token": 2.0 + loops,
+                     "ms_low": 1.9 + loops, "ms_high": 2.2 + loops, "gflops_per_token": 1e-3 * (2 + loops),
                      "generated_mean_loops": loops, "max_loops": MAX_LOOPS})
 
     for run in range(len(RUNS)):

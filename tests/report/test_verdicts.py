@@ -10,7 +10,8 @@ import pytest
 
 from twoscale.report.thresholds import C1_K_SETTLED, C4_MIN_DLR, C7_MIN_SPEEDUP, C8_RECOVERY, S_TOLERANCE
 from twoscale.report.verdicts import exits, geometry, sampler, surrogates
-from twoscale.report.verdicts.common import S_WORDS, Verdict, aggregate
+from twoscale.report.verdicts.common import S_WORDS, Ratio, Verdict, aggregate, at_least, at_most, paired_ratio
+from sweeps import latency_rounds
 
 # --- common: how checks add up ----------------------------------------------------------------------------------
 
@@ -100,10 +101,11 @@ def test_s_compares_the_most_loops_with_the_best(loss_at_16, holds):
 
 
 def sweep_frame(points: dict[str, list[tuple[float, float, float]]], max_loops: int = 4) -> pl.DataFrame:
-    """(setting, perplexity, ms/token) per strategy; criterion 'kl' for kl_*, else the strategy's name."""
+    """(setting, perplexity, ms/token) per strategy, FLOPs proportional to ms; criterion 'kl' for kl_*, else the
+    strategy's name."""
     rows = [{"strategy": name, "criterion": "kl" if name.startswith("kl_") else name,
              "swept": "loops" if name == "fixed" else "threshold", "setting": setting, "perplexity": ppl,
-             "ms_per_token": ms, "mean_loops": 2.0, "max_loops": max_loops}
+             "gflops_per_token": ms / 1000, "ms_per_token": ms, "mean_loops": 2.0, "max_loops": max_loops}
             for name, pts in points.items() for setting, ppl, ms in pts]
     return pl.DataFrame(rows)
 
@@ -114,12 +116,13 @@ FIXED = [(1.0, 12.0, 10.0), (2.0, 10.0, 20.0), (4.0, 11.0, 40.0)]
 
 def test_the_reference_points_of_the_sweep():
     sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, 15.0), (1e-2, 10.5, 12.0)]})
-    assert exits.full_depth(sweep) == {"max_loops": 4, "perplexity": 11.0, "ms_per_token": 40.0, "mean_loops": 2.0}
+    assert exits.full_depth(sweep) == {"strategy": "fixed", "setting": 4.0, "max_loops": 4, "perplexity": 11.0,
+                                       "gflops_per_token": 0.04, "ms_per_token": 40.0, "mean_loops": 2.0}
     kstar = exits.best_fixed_depth(sweep)
     assert (kstar["loops"], kstar["perplexity"], kstar["ms_per_token"]) == (2, 10.0, 20.0)
-    # within 1% of full depth (ppl <= 11.11) both settings qualify: the faster one, 12 ms, cuts 1 - 12/40 = 70%
+    # within 1% of full depth (ppl <= 11.11) both settings qualify: the cheaper one, 12 ms, cuts 1 - 12/40 = 70%
     best = exits.best_within(sweep, "acceleration")
-    assert (best["setting"], best["latency_cut"]) == (1e-2, pytest.approx(0.7))
+    assert (best["setting"], best["latency_cut"], best["flop_ratio"]) == (1e-2, pytest.approx(0.7), pytest.approx(0.3))
     # within 1% of K* (ppl <= 10.1) only 1e-3 does: 15 ms against 20, a cut of 25%
     best = exits.best_within(sweep, "acceleration", reference=kstar)
     assert (best["setting"], best["latency_cut"], best["perplexity_increase"]) == (
@@ -127,17 +130,40 @@ def test_the_reference_points_of_the_sweep():
 
 
 @pytest.mark.parametrize(("acceleration_ms", "kl_ms", "checks"), [
-    (15.0, 18.0, [True, True]),     # a cut of exactly 25% passes; the KL exit is slower
+    (14.9, 18.0, [True, True]),     # a cut of 25.5%; the KL exit is slower
     (15.2, 18.0, [False, True]),    # a cut of 24%
-    (15.0, 14.0, [True, False]),    # the KL exit is faster at matched quality
+    (14.9, 14.0, [True, False]),    # the KL exit is faster at matched quality
 ])
 def test_c6b_latency_cut_and_kl_against_the_best_fixed_depth(acceleration_ms, kl_ms, checks):
     sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, acceleration_ms)],
                          "kl_head": [(1e-3, 10.02, kl_ms)], "kl_rest": [(1e-3, 10.5, 1.0)]})  # kl_rest never within
-    verdict = exits.acceleration_against_best_fixed_depth(sweep)
+    verdict = exits.acceleration_against_best_fixed_depth(sweep, latency_rounds(sweep))
     assert verdict.checks == checks
     assert verdict.detail["acceleration"]["latency_cut"] == pytest.approx(1 - acceleration_ms / 20)
-    assert verdict.detail["kl"]["kl_rest"] is None
+    # the machine's drift cancels in the pairs: the ratio is exact and its interval has no width
+    ratio = verdict.detail["ratio"]
+    assert (ratio.ratio, ratio.low, ratio.high) == pytest.approx((acceleration_ms / 20,) * 3)
+    rest = next(k for k in verdict.detail["kl"] if k["strategy"] == "kl_rest")
+    assert rest["best"] is None and rest["slower"] is True
+
+
+def test_an_infinite_setting_is_paired_with_itself_alone():
+    """τ = ∞ (exit as soon as the rule can) is one setting among others, not a tolerance that matches them all."""
+    sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, 15.0), (math.inf, 10.06, 5.0)]})
+    ratio = exits.speed_ratio(latency_rounds(sweep), {"strategy": "acceleration", "setting": math.inf},
+                              {"strategy": "fixed", "setting": 4.0})
+    assert (ratio.ratio, ratio.repeats) == (pytest.approx(5.0 / 40.0), 5)
+
+
+def test_c6b_is_undecided_when_the_latency_interval_straddles_the_line():
+    """Acceleration at 14 ms against K*'s 20 (a 30% cut), but its own rounds scatter by ±20%: the interval of the
+    ratio reaches past 0.75, so the cut check cannot decide, and neither can the KL check (18 vs 14 ms)."""
+    sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, 14.0)], "kl_head": [(1e-3, 10.02, 15.0)]})
+    noisy = {("acceleration", 1e-3): (0.8, 1.2, 0.8, 1.2, 1.0)}
+    verdict = exits.acceleration_against_best_fixed_depth(sweep, latency_rounds(sweep, jitter=noisy))
+    ratio = verdict.detail["ratio"]
+    assert ratio.low < 0.75 < ratio.high
+    assert verdict.checks == [None, None] and verdict.verdict == "inconclusive"
 
 
 def test_c6_flat_and_first_order_sub_tests_on_hand_numbers():
@@ -145,7 +171,7 @@ def test_c6_flat_and_first_order_sub_tests_on_hand_numbers():
     # step_norm within at 1e-3 (11.05), 11.2 at 1e-2: degrades beyond the knee
     sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-5, 11.0, 39.0), (1e-2, 10.9, 25.0)],
                          "step_norm": [(1e-3, 11.05, 30.0), (1e-2, 11.2, 20.0)], "kl_head": [(1e-3, 11.0, 30.0)]})
-    verdict = exits.acceleration_exit(sweep)
+    verdict = exits.acceleration_exit(sweep, latency_rounds(sweep))
     tests = verdict.detail["tests"]
     assert tests["flat"]["spread"] == pytest.approx(11.0 / 10.9 - 1) and tests["flat"]["passes"] is True
     assert tests["first_order"]["within_below"] is True and tests["first_order"]["degrades_above"] is True
@@ -157,36 +183,83 @@ def test_c6_flat_and_first_order_sub_tests_on_hand_numbers():
 # --- sampler: C7 and C7b ----------------------------------------------------------------------------------------
 
 
-def sampling_summary(sampler_tokens_per_s: float, sampler_gap: float = 0.02) -> pl.DataFrame:
-    """Ordinary decoding at 8 loops (10 tokens/s, the reference) and 2 loops (25 tokens/s, gap 0.01); the
-    sampler at one setting, and a faster one too poor to count (gap 0.2 > the tolerance 0.05)."""
-    rows = [("autoregressive", 8, 10.0, 0.0), ("autoregressive", 2, 25.0, 0.01),
-            ("sampler", 8, sampler_tokens_per_s, sampler_gap), ("sampler", 8, 100.0, 0.2)]
+def sampling_summary(sampler_gap: float = 0.02, sampler_distinct_gap: float = -0.02) -> pl.DataFrame:
+    """Ordinary decoding at 8 loops (the reference, 8 GFLOPs per token), at 4 loops (gap 0) and at 2 loops (gap
+    0.01, 2 GFLOPs); the sampler at one setting (20 GFLOPs per token) and a faster one too poor to count (gap 0.2 >
+    the tolerance 0.05). Tolerances: 0.05 nats and 0.05 of the distinct-token fraction."""
+    rows = [("autoregressive", 8, 10.0, 0.0, 0.0, 8.0), ("autoregressive", 4, 30.0, 0.0, 0.0, 4.0),
+            ("autoregressive", 2, 25.0, 0.01, 0.0, 2.0),
+            ("sampler", 8, 45.0, sampler_gap, sampler_distinct_gap, 20.0), ("sampler", 8, 100.0, 0.2, 0.0, 5.0)]
     return pl.DataFrame([{"method": m, "loops": loops, "tokens_per_s": tps, "cross_entropy_gap": gap,
-                          "full_loops": 8, "quality_tolerance": 0.05} for m, loops, tps, gap in rows])
+                          "distinct_fraction_gap": distinct, "gflops_per_token": gflops, "full_loops": 8,
+                          "quality_tolerance": 0.05, "distinct_tolerance": 0.05}
+                         for m, loops, tps, gap, distinct, gflops in rows])
 
 
-@pytest.mark.parametrize(("tokens_per_s", "reproduced"), [(40.0, True), (39.9, False)])
-def test_c7_speedup_just_at_and_just_below_the_threshold(tokens_per_s, reproduced):
-    verdict = sampler.speedup_over_full_recurrence(sampling_summary(tokens_per_s))
-    assert verdict.speedup == pytest.approx(tokens_per_s / 10) and verdict.quality_tolerance == 0.05
-    assert (verdict.speedup >= C7_MIN_SPEEDUP) is reproduced
-    assert verdict.reproduced is reproduced
-    assert verdict.detail["sampler"]["tokens_per_s"] == tokens_per_s  # not the faster, poorer setting
+def speed(sampler_rounds: list[float], full_rounds: list[float], matched_rounds: list[float] | None = None
+          ) -> pl.DataFrame:
+    """The paired rounds of the sample stage, listed out of round order (they pair by round, not by row)."""
+    rounds = {"sampler": sampler_rounds, "full_recurrence": full_rounds, "matched": matched_rounds or full_rounds}
+    rows = [{"method": method, "round": i, "tokens_per_s": value}
+            for method, values in rounds.items() for i, value in enumerate(values)]
+    return pl.DataFrame(rows[::-1])
 
 
-def test_c7_counts_a_gap_of_exactly_the_tolerance_as_equal_quality():
-    assert sampler.speedup_over_full_recurrence(sampling_summary(50.0, sampler_gap=0.05)).speedup == 5.0
-    poorer = sampler.speedup_over_full_recurrence(sampling_summary(50.0, sampler_gap=0.051))
-    assert poorer.speedup is None and poorer.verdict == "not reproduced"
+@pytest.mark.parametrize(("sampler_rounds", "full_rounds", "verdict"), [
+    ([50.0, 60.0, 40.0], [10.0, 12.0, 8.0], "reproduced"),  # 5x in every round: the interval is [5, 5]
+    ([50.0, 50.5, 49.5], [10.0, 10.0, 10.0], "reproduced"),  # 5x, 95% interval 4.88-5.13: wholly above 4
+    ([30.0, 30.3, 29.7], [10.0, 10.0, 10.0], "not reproduced"),  # 3x, interval 2.93-3.08: wholly below 4
+    ([30.0, 40.0, 55.0], [10.0, 10.0, 10.0], "inconclusive"),  # 3, 4, 5.5x: interval 1.90-8.58 straddles 4
+])
+def test_c7_reads_the_paired_ratio_s_interval_against_the_threshold(sampler_rounds, full_rounds, verdict):
+    result = sampler.speedup_over_full_recurrence(sampling_summary(), speed(sampler_rounds, full_rounds))
+    ratios = [a / b for a, b in zip(sampler_rounds, full_rounds, strict=True)]
+    assert result.speedup.ratio == pytest.approx(math.prod(ratios) ** (1 / 3))  # the geometric mean
+    assert result.speedup.repeats == 3 and result.verdict == verdict
+    assert (result.speedup.low >= C7_MIN_SPEEDUP) is (verdict == "reproduced")
+    assert result.detail["sampler"]["tokens_per_s"] == 45.0  # the fastest of equal quality, not the poorer one
+    assert result.flop_ratio == pytest.approx(8.0 / 20.0)  # GFLOPs per token of the reference over the sampler's
+    straddles = result.detail.get("reason") == "the ratio's interval straddles the threshold"
+    assert straddles is (verdict == "inconclusive")
 
 
-@pytest.mark.parametrize(("tokens_per_s", "reproduced"), [(50.0, True), (49.0, False)])
-def test_c7b_against_the_fastest_ordinary_decoding_of_equal_quality(tokens_per_s, reproduced):
-    verdict = sampler.speedup_over_matched_decoding(sampling_summary(tokens_per_s))
-    assert verdict.detail["matched"]["loops"] == 2  # 25 tokens/s at gap 0.01
-    assert verdict.speedup == pytest.approx(tokens_per_s / 25)  # 2x is the threshold
-    assert verdict.reproduced is reproduced
+@pytest.mark.parametrize(("gap", "equal"), [(0.05, True), (-0.05, True), (0.051, False), (-0.051, False)])
+def test_c7_equal_quality_is_a_gap_within_the_tolerance_on_either_side(gap, equal):
+    """A sampler setting far below the reference's cross-entropy is not of equal quality either (a degenerate
+    output that the model re-scores as likely)."""
+    result = sampler.speedup_over_full_recurrence(sampling_summary(sampler_gap=gap), speed([50.0] * 3, [10.0] * 3))
+    assert (result.detail["sampler"] is not None) is equal
+    assert result.verdict == ("reproduced" if equal else "not reproduced")
+    if not equal:
+        assert result.speedup is None and result.detail["reason"] == "no sampler setting of about equal quality"
+
+
+@pytest.mark.parametrize(("distinct_gap", "equal"), [(-0.04, True), (-0.2, False)])
+def test_c7_a_repetitive_output_is_not_of_equal_quality(distinct_gap, equal):
+    """A lower cross-entropy (gap −0.03, within the tolerance) does not save a setting whose distinct-token
+    fraction is 0.2 below full recurrence's (δ = 0.05)."""
+    summary = sampling_summary(sampler_gap=-0.03, sampler_distinct_gap=distinct_gap)
+    result = sampler.speedup_over_full_recurrence(summary, speed([50.0] * 3, [10.0] * 3))
+    assert result.verdict == ("reproduced" if equal else "not reproduced")
+    assert (result.flop_ratio is None) is not equal
+
+
+def test_c7_without_paired_rounds_is_inconclusive():
+    result = sampler.speedup_over_full_recurrence(sampling_summary(), None)
+    assert result.verdict == "inconclusive" and result.detail["reason"] == "no paired rounds"
+    assert result.quality_tolerance == 0.05 and result.distinct_tolerance == 0.05
+
+
+@pytest.mark.parametrize(("sampler_rounds", "reproduced"), [([55.0, 55.0, 55.0], True), ([45.0, 45.0, 45.0], False)])
+def test_c7b_against_ordinary_decoding_at_the_fewest_loops_of_equal_quality(sampler_rounds, reproduced):
+    """Ordinary decoding at 2 loops is of equal quality (gap 0.01): it is the match, although 4 loops ran faster
+    in the grid. Timed at 25 tokens/s in every round, the sampler needs 50."""
+    result = sampler.speedup_over_matched_decoding(
+        sampling_summary(), speed(sampler_rounds, [10.0] * 3, matched_rounds=[25.0] * 3))
+    assert result.detail["matched"]["loops"] == 2
+    assert result.speedup.ratio == pytest.approx(sampler_rounds[0] / 25)  # 2x is the threshold
+    assert result.flop_ratio == pytest.approx(2.0 / 20.0)
+    assert result.reproduced is reproduced
 
 
 # --- surrogates: C8 and C8b -------------------------------------------------------------------------------------
@@ -215,3 +288,38 @@ def test_c8_without_two_blocks_is_inconclusive():
     one_block = pl.DataFrame({"blocks": [1], "surrogate_recovered": [0.95], "control_recovered": [0.5]})
     result = surrogates.two_blocks_recover(one_block)
     assert result.detail == {"k2": None} and result.verdict == "inconclusive"
+
+
+# --- speed ratios from paired repeats -----------------------------------------------------------------------------
+
+
+def test_a_paired_ratio_by_hand():
+    """Two pairs whose ratios are e^0.1 and e^0.3: mean log 0.2, standard deviation 0.1414, t(0.975, 1) = 12.706,
+    so the interval is exp(0.2 ± 12.706 × 0.1414 / √2) = exp(0.2 ± 1.2706)."""
+    ratio = paired_ratio([math.exp(0.1) * 3.0, math.exp(0.3) * 5.0], [3.0, 5.0])
+    assert ratio.ratio == pytest.approx(math.exp(0.2))
+    assert (ratio.low, ratio.high) == pytest.approx((math.exp(0.2 - 1.27062), math.exp(0.2 + 1.27062)), rel=1e-4)
+    assert ratio.repeats == 2
+
+
+def test_a_drift_shared_by_both_members_of_every_pair_cancels():
+    ratio = paired_ratio([2.0, 4.0, 3.0], [1.0, 2.0, 1.5])
+    assert (ratio.ratio, ratio.low, ratio.high) == pytest.approx((2.0, 2.0, 2.0))
+
+
+def test_one_repeat_cannot_bound_a_ratio_and_unpaired_lists_are_refused():
+    assert paired_ratio([2.0], [1.0]) == Ratio(2.0, 0.0, math.inf, 1)
+    with pytest.raises(ValueError, match="paired"):
+        paired_ratio([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize(("low", "high", "least", "most"), [
+    (4.1, 4.5, True, False),   # wholly above 4
+    (3.6, 3.9, False, True),   # wholly below 4
+    (3.9, 4.2, None, None),    # straddles 4: undecided either way
+    (4.0, 4.0, True, True),    # on the line counts as on either side
+])
+def test_a_check_decides_only_when_the_interval_is_on_one_side(low, high, least, most):
+    ratio = Ratio((low + high) / 2, low, high, 5)
+    assert at_least(ratio, 4.0) is least and at_most(ratio, 4.0) is most
+    assert at_least(None, 4.0) is None and at_most(None, 4.0) is None

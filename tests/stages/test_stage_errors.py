@@ -168,8 +168,8 @@ def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):
 
 def test_tradeoff_without_the_sweep_tables(tmp_path):
     result = stage(tmp_path, "tradeoff", "--params", str(smoke_params(tmp_path)), "--strategies-dir", "sweep",
-                   "--out-dir", "out", "--figures-dir", "figures")
-    assert_one_line_error(result, "tradeoff", "sweep/huginn/seed_1337/acceleration.parquet", "not found")
+                   "--latency-dir", "latency", "--out-dir", "out", "--figures-dir", "figures")
+    assert_one_line_error(result, "tradeoff", "latency/huginn/seed_1337.parquet", "not found")
     assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()
 
 

@@ -28,6 +28,10 @@ def one_of(values):
     return "|".join(re.escape(value) for value in values) if values else "(?!)"
 
 
+# A timed job (latency, sample) reserves every core Snakemake was given, so that no other job runs beside it while
+# it measures; its torch threads stay those of its parameters. (A function, so that commands that schedule no job,
+# such as --unlock, need no --cores.) The `timed` resource marks these jobs for a cluster profile, which can ask for
+# a node of their own.
 for spec in RULES:
     # Each rule's command is found by its name. Snakemake evaluates the shell expression twice: once here, to record
     # the rule's command (`rule` is then the global set below), and again inside the job (where `rule` is the job's
@@ -51,9 +55,10 @@ for spec in RULES:
             spec.log,
         benchmark:
             spec.benchmark
-        threads: spec.threads
+        threads: (lambda wildcards: workflow.cores) if spec.timed else spec.threads
         resources:
             **({"gpu": GPU_PER_JOB} if spec.gpu else {}),
+            **({"timed": 1} if spec.timed else {}),
         wildcard_constraints:
             **{wildcard: one_of(values) for wildcard, values in spec.wildcards},
         conda:

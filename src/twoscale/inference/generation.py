@@ -1,10 +1,20 @@
-"""Autoregressive generation at batch size 1 with a KV cache and per-token exits in every looped group.
+"""Cached decoding with per-token exits in every looped group, for a batch of sequences that advance together one
+position at a time. Autoregressive generation (one sequence, the next token picked from the logits) and the sweep's
+teacher-forced quality (a batch of held-out windows, the next token given) are this one computation, so the quality
+the sweep reports is the quality of the decoding whose latency it times.
 
-Each layer keeps one cache entry per position for every time it ran: single-pass layers once, layers of a
-looped group once per loop step. A token that left group g after k_exit steps has no entries for deeper steps;
-a later token attending at loop step k reads, for every earlier position p, the entry of step min(k, k_exit(p)):
-the deepest one p has (Geiping et al.'s convention). With every token running the same loop counts this is
-exactly the full forward pass (tested).
+KV-cache convention for exited positions (Geiping et al.): each layer keeps one cache entry per position for every
+time it ran (single-pass layers once, layers of a looped group once per loop step). A position that left group g
+after k_exit steps has no entries for deeper steps; a later token attending at loop step k reads, for every earlier
+position p, the entry of step min(k, k_exit(p)): the deepest one p has. With every token running the same loop
+counts this is exactly the full forward pass (tested).
+
+The "rest" decode of a criterion (its next-token distribution after group g) runs the later segments once on the
+token's current state, each later looped group's layers once without their input injection, then the final norm and
+LM head. Its layers attend to the earlier positions' step-1 entries (for a single-pass layer its only entry, computed
+on that position's final pass) and to the token's own key and value; it writes nothing to the cache.
+
+Ordinary decoding (a `fixed` rule in a group) loops the group's layers with no exit bookkeeping at all.
 """
 
 from __future__ import annotations
@@ -14,105 +24,187 @@ from dataclasses import dataclass
 
 import torch
 
-from twoscale.inference.exits import ExitRule, head_decode
-from twoscale.models.looped_gpt import Block, LoopedGPT
+from twoscale.inference.exits import ExitRule, Never, head_decode
+from twoscale.models.looped_gpt import Block, LoopedGPT, Segment
 from twoscale.training.device import clock
 
 Tensor = torch.Tensor
+Rows = Tensor | None  # indices of the batch rows a step works on; None: all of them
 
 
 @dataclass
 class LayerCache:
-    """Keys and values of one layer: (steps, positions, heads, head_dim), and each position's deepest step."""
+    """Keys and values of one layer, (steps, rows, positions, heads, head_dim), each row's deepest step per position,
+    and a step up to which every position written so far has entries (so reading it needs no gather)."""
 
     keys: Tensor
     values: Tensor
-    depth: Tensor  # (positions,) long: deepest loop step each position has an entry for (0: none yet)
+    depth: Tensor  # (rows, positions) long: deepest loop step each position has an entry for (0: none yet)
+    complete_to: int
 
     def copy(self) -> LayerCache:
-        return LayerCache(self.keys.clone(), self.values.clone(), self.depth.clone())
+        return LayerCache(self.keys.clone(), self.values.clone(), self.depth.clone(), self.complete_to)
 
-    def visible(self, step: int, count: int) -> tuple[Tensor, Tensor]:
-        """The first `count` positions' entries at loop step min(step, their deepest step) (1-based): (P, H, D)."""
-        index = self.depth[:count].clamp(max=step) - 1
-        positions = torch.arange(count, device=self.keys.device)
-        return self.keys[index, positions], self.values[index, positions]
+    def row(self, r: int) -> LayerCache:
+        """Row r as a one-sequence cache, (steps, positions, heads, head_dim), sharing this cache's memory."""
+        return LayerCache(self.keys[:, r], self.values[:, r], self.depth[r], 0)
+
+    def store(self, step: int, position: int, rows: Rows, k: Tensor, v: Tensor) -> None:
+        selected = slice(None) if rows is None else rows
+        self.keys[step - 1, selected, position] = k
+        self.values[step - 1, selected, position] = v
+        self.depth[selected, position] = step
+
+    def finish(self, position: int, deepest: int) -> None:
+        """A position is done with this layer; `deepest` is the fewest steps any of its rows ran."""
+        self.complete_to = min(self.complete_to, deepest)
+
+    def visible(self, step: int, count: int, rows: Rows) -> tuple[Tensor, Tensor]:
+        """The first `count` positions' entries at loop step min(step, their deepest step) (1-based): (R, P, H, D)."""
+        selected = slice(None) if rows is None else rows
+        if step <= self.complete_to:
+            return self.keys[step - 1, selected, :count], self.values[step - 1, selected, :count]
+        index = self.depth[selected, :count].clamp(max=step) - 1
+        row_index = (torch.arange(self.depth.shape[0], device=index.device) if rows is None else rows)[:, None]
+        positions = torch.arange(count, device=index.device)[None]
+        return self.keys[index, row_index, positions], self.values[index, row_index, positions]
 
 
-def new_cache(model: LoopedGPT, max_loops: int, max_positions: int) -> list[LayerCache]:
-    """Empty caches: one per layer, with room for every loop step of a looped layer."""
+def new_cache(model: LoopedGPT, max_loops: int, max_positions: int, rows: int = 1) -> list[LayerCache]:
+    """Empty caches for `rows` sequences: one per layer, with room for every loop step of a looped layer."""
     config = model.config
     head_dim = config.n_embd // config.n_head
     device = model.lm_head.weight.device
     dtype = model.lm_head.weight.dtype
     looped = {layer for seg in model.segments if seg.group is not None for layer in seg.layers}
-    shape = (max_positions, config.n_head, head_dim)
-    return [
-        LayerCache(torch.zeros((max_loops if layer in looped else 1, *shape), device=device, dtype=dtype),
-                   torch.zeros((max_loops if layer in looped else 1, *shape), device=device, dtype=dtype),
-                   torch.zeros(max_positions, dtype=torch.long, device=device))
-        for layer in range(config.n_layer)
-    ]
+
+    def cache(steps: int) -> LayerCache:
+        shape = (steps, rows, max_positions, config.n_head, head_dim)
+        return LayerCache(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
+                          torch.zeros((rows, max_positions), dtype=torch.long, device=device), steps)
+
+    return [cache(max_loops if layer in looped else 1) for layer in range(config.n_layer)]
 
 
-def block_step(block: Block, x: Tensor, cache: LayerCache, step: int, position: int, store: bool = True) -> Tensor:
-    """One block on the newest position x (1, C) at loop `step`, attending to the earlier positions' cache.
+def block_step(block: Block, x: Tensor, cache: LayerCache, step: int, position: int, rows: Rows = None,
+               store: bool = True) -> Tensor:
+    """One block on the rows' newest position x (R, C) at loop `step`, attending to the earlier positions' cache.
 
     With `store` its own key and value become the cache entry of (step, position); without, the cache is only
     read (a look-ahead decode)."""
     def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, None]:
         if store:
-            cache.keys[step - 1, position] = k[0]
-            cache.values[step - 1, position] = v[0]
-        past_k, past_v = cache.visible(step, position)
-        return torch.cat([past_k, k]), torch.cat([past_v, v]), None
+            cache.store(step, position, rows, k, v)
+        past_k, past_v = cache.visible(step, position, rows)
+        return torch.cat([past_k, k[:, None]], 1), torch.cat([past_v, v[:, None]], 1), None
 
     return block.cached(x, context)
 
 
-def decode_rest(model: LoopedGPT, x: Tensor, after_segment: int, caches: list[LayerCache], position: int) -> Tensor:
-    """The "rest" decode of the newest position: later segments once each (reading, not writing, the cache)."""
+def decode_rest(model: LoopedGPT, x: Tensor, after_segment: int, caches: list[LayerCache], position: int,
+                rows: Rows = None) -> Tensor:
+    """The "rest" decode of the rows' newest position: later segments once each (reading, not writing, the cache)."""
     for segment in model.segments[after_segment + 1 :]:
         for layer in segment.layers:
-            x = block_step(model.blocks[layer], x, caches[layer], 1, position, store=False)
+            x = block_step(model.blocks[layer], x, caches[layer], 1, position, rows, store=False)
     return model.lm_head(model.ln_f(x))
 
 
-def _decode(model: LoopedGPT, rule: ExitRule, x: Tensor, segment_index: int, caches, position: int) -> Tensor:
+def criterion_logits(model: LoopedGPT, rule: ExitRule, x: Tensor, segment_index: int, caches: list[LayerCache],
+                     position: int, rows: Rows = None) -> Tensor:
+    """The logits a criterion reads for states x after the group at `segment_index`, by the decode it names."""
     if rule.criterion.decode == "head":
         return head_decode(model, x)
-    return decode_rest(model, x, segment_index, caches, position)
+    return decode_rest(model, x, segment_index, caches, position, rows)
+
+
+def group_step(model: LoopedGPT, segment: Segment, x: Tensor, group_input: Tensor, caches: list[LayerCache], k: int,
+               position: int, rows: Rows = None) -> Tensor:
+    """Loop step k of a looped group on the rows' newest position, writing its cache entries of step k."""
+    step = model.group_steps[segment.group]
+    h = step.enter(x, group_input)
+    for layer in segment.layers:
+        h = block_step(model.blocks[layer], h, caches[layer], k, position, rows)
+    return step.leave(h, group_input)
+
+
+def loop_fixed(model: LoopedGPT, segment: Segment, x: Tensor, caches: list[LayerCache], position: int,
+               loops: int) -> Tensor:
+    """Ordinary decoding: the group looped `loops` times on every row, with no exit bookkeeping."""
+    group_input = x
+    for k in range(1, loops + 1):
+        x = group_step(model, segment, x, group_input, caches, k, position)
+    return x
+
+
+@dataclass
+class CriterionClock:
+    """Wall time spent deciding exits (each criterion's decode and arithmetic), added up over the tokens it is
+    handed to (the benchmark's split of a token's latency into layer work and criterion work)."""
+
+    seconds: float = 0.0
+
+
+def loop_with_exits(model: LoopedGPT, segment_index: int, x: Tensor, caches: list[LayerCache], position: int,
+                    rule: ExitRule, timer: CriterionClock | None = None) -> tuple[Tensor, Tensor]:
+    """The group on every row until the rule lets each one exit: the final states and each row's loop count."""
+    segment = model.segments[segment_index]
+    rows_total = x.shape[0]
+    rule.start(x)
+    group_input = x
+    loops = torch.zeros(rows_total, dtype=torch.long, device=x.device)
+    k = 0
+    while rule.running.numel():
+        k += 1
+        running = rule.running
+        if running.numel() == rows_total:  # no row has exited: work on the whole batch without gathering
+            x = group_step(model, segment, x, group_input, caches, k, position)
+            current, rows = x, None
+        else:
+            current = group_step(model, segment, x[running], group_input[running], caches, k, position, running)
+            x, rows = x.index_copy(0, running, current), running
+        started = clock(x.device) if timer else 0.0
+        logits = (criterion_logits(model, rule, current, segment_index, caches, position, rows)
+                  if rule.needs_logits else None)
+        exiting = rule.step(current, logits)
+        if timer:
+            timer.seconds += clock(x.device) - started
+        loops[running[exiting]] = k
+    return x, loops
 
 
 @torch.no_grad()
-def step_token(
-    model: LoopedGPT, token: int, position: int, caches: list[LayerCache], rules: Sequence[ExitRule]
-) -> tuple[Tensor, list[int]]:
-    """Run one new token through the network with the cache: its logits (V,) and its loop count per group."""
-    device = model.lm_head.weight.device
-    x = model.embed(torch.tensor([[token]], device=device), start=position)[0]
+def step_tokens(model: LoopedGPT, tokens: Tensor, position: int, caches: list[LayerCache],
+                rules: Sequence[ExitRule], timer: CriterionClock | None = None) -> tuple[Tensor, Tensor]:
+    """Run one new token per row (tokens (R,)) at `position` through the network with the cache: the logits (R, V)
+    and each row's loop count per group (G, R). `timer` adds up the time of the exit decisions."""
+    x = model.embed(tokens[:, None], start=position)[:, 0]
     loops = []
     for segment_index, segment in enumerate(model.segments):
         if segment.group is None:
             for layer in segment.layers:
-                caches[layer].depth[position] = 1
                 x = block_step(model.blocks[layer], x, caches[layer], 1, position)
             continue
         rule = rules[segment.group]
-        rule.start(x)
-        group_input, group_step = x, model.group_steps[segment.group]
-        k = 0
-        while rule.running.numel():
-            k += 1
-            x = group_step.enter(x, group_input)
-            for layer in segment.layers:
-                caches[layer].depth[position] = k
-                x = block_step(model.blocks[layer], x, caches[layer], k, position)
-            x = group_step.leave(x, group_input)
-            logits = _decode(model, rule, x, segment_index, caches, position) if rule.needs_logits else None
-            rule.step(x, logits)
-        loops.append(k)
-    return model.lm_head(model.ln_f(x))[0], loops
+        if isinstance(rule.criterion, Never):
+            x = loop_fixed(model, segment, x, caches, position, rule.max_loops)
+            steps = torch.full((x.shape[0],), rule.max_loops, dtype=torch.long, device=x.device)
+            fewest = rule.max_loops
+        else:
+            x, steps = loop_with_exits(model, segment_index, x, caches, position, rule, timer)
+            fewest = int(steps.min())
+        for layer in segment.layers:
+            caches[layer].finish(position, fewest)
+        loops.append(steps)
+    return model.lm_head(model.ln_f(x)), torch.stack(loops)
+
+
+def step_token(model: LoopedGPT, token: int, position: int, caches: list[LayerCache], rules: Sequence[ExitRule],
+               timer: CriterionClock | None = None) -> tuple[Tensor, list[int]]:
+    """`step_tokens` for one sequence: the new token's logits (V,) and its loop count per group."""
+    device = model.lm_head.weight.device
+    logits, loops = step_tokens(model, torch.tensor([token], device=device), position, caches, rules, timer)
+    return logits[0], loops[:, 0].tolist()
 
 
 @dataclass
@@ -123,6 +215,11 @@ class Generation:
     ms_per_token: list[float]  # wall time of each generated (not prompt) token
 
 
+def check_rules(rules: Sequence[ExitRule], max_loops: int) -> None:
+    if any(rule.max_loops is None or rule.max_loops > max_loops for rule in rules):
+        raise ValueError(f"every exit rule needs max_loops <= {max_loops}")
+
+
 @torch.no_grad()
 def generate(
     model: LoopedGPT,
@@ -131,11 +228,12 @@ def generate(
     rules: Sequence[ExitRule],
     max_loops: int,
     pick: Callable[[Tensor], int] = lambda logits: int(logits.argmax()),
+    timer: CriterionClock | None = None,
 ) -> Generation:
-    """Greedy (or `pick`) generation at batch size 1 with per-token exits, timing every generated token."""
+    """Greedy (or `pick`) generation at batch size 1 with per-token exits, timing every generated token (and with
+    `timer`, the exit decisions of the generated tokens)."""
     model.eval()
-    if any(rule.max_loops is None or rule.max_loops > max_loops for rule in rules):
-        raise ValueError(f"every exit rule needs max_loops <= {max_loops}")
+    check_rules(rules, max_loops)
     total = len(prompt) + new_tokens
     if total > model.config.block_size:
         raise ValueError(f"prompt + new tokens = {total} exceeds block_size {model.config.block_size}")
@@ -143,11 +241,12 @@ def generate(
     out = Generation(list(prompt), [], [], [])
     device = model.lm_head.weight.device
     for position in range(total - 1):
+        generating = position >= len(prompt) - 1
         started = clock(device)
-        logits, loops = step_token(model, out.tokens[position], position, caches, rules)
+        logits, loops = step_token(model, out.tokens[position], position, caches, rules, timer if generating else None)
         out.logits.append(logits)
         out.loops.append(loops)
-        if position >= len(prompt) - 1:
+        if generating:
             out.tokens.append(pick(logits))
             out.ms_per_token.append(1000 * (clock(device) - started))
     return out

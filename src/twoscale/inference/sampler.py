@@ -86,9 +86,20 @@ class SamplerSettings:
 class Sampled:
     tokens: list[int]  # the prompt and the continuation, cut at the requested length or a stop token
     new_tokens: int  # tokens after the prompt
-    forward_passes: int  # outer steps after the prefill
-    group_iterations: int  # looped-group applications summed over positions after the prefill (compute)
+    windows: list[tuple[int, int]]  # per outer step after the prefill: its window's first position and size
+    loops: int  # iterations of every looped group per window position and outer step (r′; ordinary: its loops)
+    groups: int  # looped groups of the model
     seconds: float  # wall time after the prefill
+
+    @property
+    def forward_passes(self) -> int:
+        """Outer steps after the prefill."""
+        return len(self.windows)
+
+    @property
+    def group_iterations(self) -> int:
+        """Looped-group applications summed over positions after the prefill (compute)."""
+        return sum(size for _, size in self.windows) * self.loops * self.groups
 
 
 # --- the formulas, on plain tensors ---------------------------------------------------------------------------
@@ -258,8 +269,8 @@ def autoregressive(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, loo
         logits, _ = step_token(model, tokens[-1], len(tokens) - 1, caches, rules)
         tokens.append(int(logits.argmax()))
     seconds = clock(device) - started
-    steps = len(tokens) - len(prompt) - 1
-    return Sampled(tokens, len(tokens) - len(prompt), steps, steps * loops * model.n_groups, seconds)
+    windows = [(position, 1) for position in range(len(prompt), len(tokens) - 1)]  # one new position per step
+    return Sampled(tokens, len(tokens) - len(prompt), windows, loops, model.n_groups, seconds)
 
 
 @dataclass
@@ -372,7 +383,7 @@ def sample(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, settings: S
     dtype = model.lm_head.weight.dtype
     generator = torch.Generator().manual_seed(seed)
     ready = _prefilled(model, prompt, settings.max_iterations, total, prefilled)
-    caches = ready.caches
+    caches = [cache.row(0) for cache in ready.caches]
     tokens = [*prompt, int(pick(ready.logits[None])[0])]
     groups = [s for s in model.segments if s.group is not None]
     width = model.config.n_embd
@@ -384,13 +395,12 @@ def sample(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, settings: S
     if tokens[-1] in stop_tokens:  # the prefill's token is final at once
         end = len(prompt)
     window.append(1, width, dtype, device)
-    out = Sampled(tokens, 0, 0, 0, 0.0)
+    out = Sampled(tokens, 0, [], settings.inner_loops, len(groups), 0.0)
     started = clock(device)
     while window.start < end:
         start, size = window.start, window.size
         logits = _refine(model, window, tokens, caches, fresh_from, settings, generator)
-        out.forward_passes += 1
-        out.group_iterations += size * settings.inner_loops * len(groups)
+        out.windows.append((start, size))
         token_changed = _repick(tokens, pick(logits).tolist(), start, end).to(device)
         changed = token_changed.nonzero()[:, 0]
         fresh_from[start + changed] = window.iterations[changed] + 1

@@ -1,5 +1,6 @@
 """One point of an early-exit sweep: a strategy at one threshold (or the fixed-depth baseline at one loop count),
-measured for quality with teacher forcing and for real latency with cached generation (SCIENCE §1.3, §1.4).
+measured for quality, loops and cost by teacher-forced cached decoding, and for latency by cached generation at
+batch size 1: the same computation, the next token given or picked (docs/methods.md#early-exit).
 
 A strategy is a plain exit spec without its swept setting, e.g. {"criterion": "acceleration", "variant": "vector",
 "hits": 2}; `rules_at` sets the setting (`swept_key`: the threshold; the loop count of "fixed"; the hit count of
@@ -14,10 +15,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from twoscale.inference.early_exit import evaluate_with_exits
 from twoscale.inference.exits import ExitRule, make_rule
-from twoscale.inference.generation import generate
+from twoscale.inference.generation import CriterionClock, generate
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline.params import ParamsError, SweepParams
 from twoscale.training.batches import evaluation_starts
@@ -65,16 +67,39 @@ def held_out_prompts(val_ids: np.ndarray, n_prompts: int, prompt_tokens: int) ->
 
 def latency_ms_per_token(
     model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, strategy: dict[str, Any], setting: float,
-    max_loops: int,
+    max_loops: int, timer: CriterionClock | None = None,
 ) -> tuple[float, float]:
     """Median ms per generated token over every token of every prompt (batch size 1, KV cache, the criterion's
-    own cost included), and the mean loop count per group and token while generating."""
+    own cost included), and the mean loop count per group and token while generating. `timer` adds up the time
+    the generated tokens spent on exit decisions."""
     times, loops = [], []
     for prompt in prompts:
-        out = generate(model, prompt, new_tokens, rules_at(strategy, setting, model.n_groups, max_loops), max_loops)
+        out = generate(model, prompt, new_tokens, rules_at(strategy, setting, model.n_groups, max_loops), max_loops,
+                       timer=timer)
         times += out.ms_per_token
         loops += [sum(position) / len(position) for position in out.loops[len(prompt) - 1 :]]
     return statistics.median(times), float(np.mean(loops))
+
+
+def timed_rounds(
+    model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, points: Sequence[tuple[str, dict[str, Any],
+    float]], max_loops: int, rounds: int, progress: str | None = None,
+) -> list[dict[str, Any]]:
+    """Latency of every (name, strategy, setting) point, timed in `rounds` rounds that each run every point once, in
+    an order rotated by one place per round: any two points' timings of one round are a pair that saw the same
+    state of the machine. One row per point and round: ms per token (median over the round's tokens) and the mean
+    loops per group while generating."""
+    rows = []
+    bar = tqdm(total=rounds * len(points), desc=progress, unit="setting", disable=progress is None)
+    for round_index in range(rounds):
+        shift = round_index % len(points)
+        for name, strategy, setting in [*points[shift:], *points[:shift]]:
+            bar.update()
+            ms, loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops)
+            rows.append({"strategy": name, "setting": float(setting), "round": round_index, "ms_per_token": ms,
+                         "generated_mean_loops": loops})
+    bar.close()
+    return rows
 
 
 def sweep_point(
@@ -85,14 +110,11 @@ def sweep_point(
     max_loops: int,
     n_windows: int,
     batch_size: int,
-    prompts: Sequence[Sequence[int]],
-    new_tokens: int,
     device: torch.device,
 ) -> dict[str, float]:
-    """Quality (teacher-forced), compute and latency of one strategy at one setting."""
+    """Quality, loops and cost of one strategy at one setting, from the cached decoding whose latency the latency
+    stage times (teacher-forced: the next token given)."""
     rules = rules_at(strategy, setting, model.n_groups, max_loops)
     quality = evaluate_with_exits(model, val_ids, rules, max_loops, n_windows, batch_size, device)
-    ms, generated_loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops)
     mean_loops = float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))
-    return {"setting": float(setting), **quality, "mean_loops": mean_loops, "ms_per_token": ms,
-            "generated_mean_loops": generated_loops}
+    return {"setting": float(setting), **quality, "mean_loops": mean_loops}

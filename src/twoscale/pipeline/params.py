@@ -230,13 +230,17 @@ class SweepStrategy(Section):
 
 
 class SweepParams(Section):
-    threads: PositiveInt = Field(description="torch threads per sweep job (one job per strategy, run in parallel)")
+    threads: PositiveInt = Field(description="torch threads per sweep job (one job per strategy, run in parallel) "
+                                 "and of the latency job, which runs alone")
     max_loops: PositiveInt = Field(description="most loops per group; full depth runs every group this many times")
     n_windows: PositiveInt = Field(description="held-out windows of model.block_size tokens for cross-entropy")
-    batch_size: PositiveInt = Field(description="windows per teacher-forced forward pass")
+    batch_size: PositiveInt = Field(description="windows decoded together, teacher-forced")
     n_prompts: PositiveInt = Field(description="held-out prompts generated from at batch size 1 to time tokens")
     prompt_tokens: PositiveInt = Field(description="tokens per prompt")
-    new_tokens: PositiveInt = Field(description="tokens generated per prompt; the median over all is reported")
+    new_tokens: PositiveInt = Field(description="tokens generated per prompt; a round's latency is the median over "
+                                    "all")
+    rounds: int = Field(ge=2, description="latency rounds: each times every setting of every strategy once; two "
+                        "settings' timings of one round are a pair")
     strategies: dict[str, SweepStrategy] = Field(
         min_length=1, description="exit strategies by name; 'fixed' (the fixed-depth baseline) is required"
     )
@@ -284,8 +288,16 @@ class SampleParams(Section):
     )
     state_std: float = Field(ge=0, description="std of random states and of the noise (Huginn: 0.63)")
     quality_tolerance: float = Field(
-        ge=0, description="nats: 'about equal quality' = mean re-scored cross-entropy at most this much above "
-        "ordinary decoding at full recurrence (C7)"
+        ge=0, description="nats: 'about equal quality' (C7) = mean re-scored cross-entropy within this much of "
+        "ordinary decoding at full recurrence, above or below"
+    )
+    distinct_tolerance: float = Field(
+        ge=0, le=1, description="'about equal quality' (C7) also = distinct-token fraction of the continuation "
+        "(mean over prompts) at most this much below ordinary decoding at full recurrence"
+    )
+    repeats: int = Field(
+        ge=2, description="paired rounds that time the chosen sampler setting beside ordinary decoding at full "
+        "recurrence and at the fewest loops of about equal quality (the speed verdicts' 95% intervals)"
     )
 
     @model_validator(mode="after")

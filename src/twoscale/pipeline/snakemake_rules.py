@@ -2,7 +2,7 @@
 
 The declaration is written in DVC's syntax; this translates each stage to what a Snakemake rule needs: its
 wildcards and their values (a DVC matrix), input and output patterns, the shell command, log, benchmark, threads,
-whether it asks for the GPU, and its report entries. workflow/rules/stages.smk turns each into a rule.
+whether it asks for the GPU, whether it times its work, and its report entries. workflow/rules/stages.smk turns each into a rule.
 
 Translation:
   ${item.recipe}         the job's own wildcard: {recipe} in paths, {wildcards.recipe} in the command;
@@ -54,6 +54,7 @@ class Rule:
     benchmark: str
     threads: int
     gpu: bool  # asks for the GPU of a CUDA run
+    timed: bool  # times its work, so no other job may run beside it
     command_params: tuple[tuple[str, Any], ...]
     report: Report | None
 
@@ -139,6 +140,7 @@ def _rule(name: str, stage: dict[str, Any], config: dict[str, Any]) -> Rule:
         benchmark="results/benchmarks/" + log.removeprefix("logs/").removesuffix(".log") + ".tsv",
         threads=_threads(stage, config),
         gpu=bool(stage.get("gpu", False)),
+        timed=bool(stage.get("timed", False)),
         command_params=tuple((COMMAND_PARAMS[key], lookup(config, key)) for key in named),
         report=_report(stage),
     )

@@ -668,11 +668,21 @@ def _annotate_loop_counts(ax: plt.Axes, fixed: pl.DataFrame, x: str, max_loops: 
             ax.annotate(f"K={k}", point, xytext=(5, 4), textcoords="offset points", fontsize=8)
 
 
+def _latency_spread(ax: plt.Axes, rows: pl.DataFrame) -> None:
+    """Each point's fastest to slowest timing round, as a horizontal bar."""
+    ms = rows["ms_per_token"].to_numpy()
+    spread = np.vstack([ms - rows["ms_low"].to_numpy(), rows["ms_high"].to_numpy() - ms])
+    ax.errorbar(ms, rows["cross_entropy"].to_numpy(), xerr=spread, fmt="none", ecolor="0.4", elinewidth=0.8,
+                capsize=2, zorder=4)
+
+
 def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
-    """Cross-entropy vs compute (mean loops per group) and vs latency, every setting of every exit rule against
-    the fixed-depth frontier: one row per recipe, one line per rule and seed."""
+    """Cross-entropy vs cost (GFLOPs per token, the exit decodes included) and vs latency (median over the timing
+    rounds, bars from the fastest to the slowest round), every setting of every exit rule against the fixed-depth
+    frontier: one row per recipe, one line per rule and seed."""
     name = "fig_exit_tradeoff"
-    require(sweep, "sweep", (*SWEEP_KEYS, "cross_entropy", "mean_loops", "ms_per_token"), name)
+    require(sweep, "sweep", (*SWEEP_KEYS, "cross_entropy", "gflops_per_token", "mean_loops", "ms_per_token",
+                             "ms_low", "ms_high"), name)
     recipes = recipes_in(sweep)
     styles = _strategy_styles(sweep["strategy"].unique().to_list())
     rules = sweep.filter(pl.col("strategy") != "fixed").sort("recipe", "seed", "strategy", "mean_loops")
@@ -680,7 +690,7 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
     max_loops = int(sweep["max_loops"][0])
     frontier = ([Line2D([], [], lw=2, label="fixed depth K (frontier)", **styles["fixed"])]
                 if fixed.height else [])
-    panels = {"mean_loops": "mean loops per group (teacher-forced)", "ms_per_token": LATENCY}
+    panels = {"gflops_per_token": "GFLOPs per token (exit decodes included)", "ms_per_token": LATENCY}
     with _style():
         fig, axes = _grid(len(recipes), 2, width=6.0, height=4.0, sharey="row")
         for recipe, row in zip(recipes, axes, strict=True):
@@ -693,14 +703,16 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
                     ax.plot(curve[column], curve["cross_entropy"], lw=2, ms=6, zorder=5, **styles["fixed"])
                     if i == 0:
                         _annotate_loop_counts(ax, curve, column, max_loops)
+                if column == "ms_per_token":
+                    _latency_spread(ax, sweep.filter(pl.col("recipe") == recipe))
                 ax.set_xscale("log")  # the useful exits sit at a few loops, next to a 30-loop full depth
                 _plain_log_ticks(ax, "x")
                 ax.set_xlabel(f"{label}, log scale")
                 ax.set_ylabel(CROSS_ENTROPY)
-            row[0].set_title(f"{recipe} — loss vs compute ({_seed_note(sweep, recipe)})")
+            row[0].set_title(f"{recipe} — loss vs FLOPs ({_seed_note(sweep, recipe)})")
             row[1].set_title(f"{recipe} — loss vs latency")
         _strategy_legend(fig, styles, sorted(rules["strategy"].unique()), frontier)
-        fig.suptitle("Early exit: loss vs compute and latency, every setting of every exit rule, per recipe\n"
+        fig.suptitle("Early exit: loss vs FLOPs and latency, every setting of every exit rule, per recipe\n"
                      "(points joined in order of mean loops, including the τ = 0 and τ = ∞ ends)")
         _save(fig, path)
 
@@ -708,45 +720,84 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
 # --- the parallel sampler -----------------------------------------------------------------------------------
 
 
+# the sampler figure's axes: what each column of the summary is called on an axis
+_SAMPLER_AXES = {
+    "tokens_per_s": "tokens / s (batch size 1, after the prefill)",
+    "layers_per_token": "layer applications per generated token",
+    "gflops_per_token": "GFLOPs per generated token",
+    "cross_entropy_gap": "re-scored cross-entropy − full recurrence's (nats)",
+    "distinct_fraction": "distinct-token fraction of the continuation",
+    "agreement": "greedy agreement with full recurrence",
+}
+# (x, y) of each panel: quality and repetition against wall-clock speed, then quality against the cost per token by
+# the FLOP convention of inference/cost.py, and speed against that cost
+_SAMPLER_PANELS = (("tokens_per_s", "cross_entropy_gap"), ("tokens_per_s", "distinct_fraction"),
+                   ("tokens_per_s", "agreement"), ("layers_per_token", "cross_entropy_gap"),
+                   ("gflops_per_token", "cross_entropy_gap"), ("gflops_per_token", "tokens_per_s"))
+_SAMPLER_LOG_AXES = ("tokens_per_s", "layers_per_token", "gflops_per_token")  # rates and costs: log scale
+
+
+def _equal_quality_band(ax: plt.Axes, column: str, summary: pl.DataFrame, reference: dict) -> None:
+    """Shade what counts as about equal quality on a quality axis: the cross-entropy gap within ± the quality
+    tolerance, the distinct-token fraction at most the distinct tolerance below full recurrence's."""
+    if column == "cross_entropy_gap":
+        tolerance = float(summary["quality_tolerance"][0])
+        ax.axhspan(-tolerance, tolerance, color="tab:green", alpha=0.08, lw=0)
+        for edge in (-tolerance, tolerance):
+            ax.axhline(edge, color="tab:green", lw=0.8, ls="--")
+    elif column == "distinct_fraction":
+        floor = reference["distinct_fraction"] - float(summary["distinct_tolerance"][0])
+        ax.axhspan(floor, 1.02, color="tab:green", alpha=0.08, lw=0)
+        ax.axhline(floor, color="tab:green", lw=0.8, ls="--")
+        ax.set_ylim(top=1.02)
+    elif column == "agreement":
+        ax.set_ylim(0, 1.02)
+
+
 def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
     """One run's sampler against ordinary decoding: quality (the paired gap in re-scored cross-entropy to ordinary
-    decoding at full recurrence) and greedy agreement against tokens/s. Ordinary decoding is one black line over
-    its loop counts; the sampler one line per freeze criterion and ε over r′ (labelled)."""
-    require(summary, "sampling summary", ("method", "loops", "inner_loops", "tolerance", "freeze", "tokens_per_s",
-                                          "cross_entropy_gap", "agreement", "quality_tolerance"), "sampler figure")
+    decoding at full recurrence), the distinct-token fraction and greedy agreement against tokens/s; the quality gap
+    against layer applications and GFLOPs per generated token; tokens/s against GFLOPs per token. Ordinary decoding
+    is one black line over its loop counts; the sampler one line per freeze criterion and ε over r′ (labelled)."""
+    require(summary, "sampling summary", ("method", "loops", "inner_loops", "tolerance", "freeze", "full_loops",
+                                          *_SAMPLER_AXES, "quality_tolerance", "distinct_tolerance"),
+            "sampler figure")
     ordinary = summary.filter(pl.col("method") == "autoregressive").sort("loops")
+    reference = ordinary.filter(pl.col("loops") == pl.col("full_loops")).row(0, named=True)
     sampler = summary.filter(pl.col("method") == "sampler").sort("inner_loops")
     lines = list(sampler.select("freeze", "tolerance").unique(maintain_order=True).iter_rows())
     palette = dict(zip(lines, sns.color_palette("deep", len(lines)), strict=True))
     markers = {"latent_diff": "o", "acceleration": "s"}
     with _style():
-        fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.2), layout="constrained")
-        panels = ((axes[0], "cross_entropy_gap", "re-scored cross-entropy − full recurrence's (nats)"),
-                  (axes[1], "agreement", "greedy agreement with full recurrence"))
-        for ax, column, label in panels:
-            ax.plot(ordinary["tokens_per_s"], ordinary[column], color="black", marker="D", ms=5, lw=1.6)
-            for x, y, loops in ordinary.select("tokens_per_s", column, "loops").iter_rows():
+        fig, axes = plt.subplots(2, 3, figsize=(14, 9), layout="constrained")
+        for ax, (x_column, y_column) in zip(axes.flat, _SAMPLER_PANELS, strict=True):
+            ax.plot(ordinary[x_column], ordinary[y_column], color="black", marker="D", ms=5, lw=1.6)
+            for x, y, loops in ordinary.select(x_column, y_column, "loops").iter_rows():
                 ax.annotate(f"{loops}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
             for freeze, tolerance in lines:
                 rows = sampler.filter((pl.col("freeze") == freeze) & (pl.col("tolerance") == tolerance))
-                ax.plot(rows["tokens_per_s"], rows[column], color=palette[(freeze, tolerance)],
+                ax.plot(rows[x_column], rows[y_column], color=palette[(freeze, tolerance)],
                         marker=markers.get(freeze, "o"), ms=5, lw=1.3, alpha=0.9)
-                for x, y, r in rows.select("tokens_per_s", column, "inner_loops").iter_rows():
+                for x, y, r in rows.select(x_column, y_column, "inner_loops").iter_rows():
                     ax.annotate(f"{r}", (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6,
                                 color=palette[(freeze, tolerance)])
-            ax.set_xscale("log")
-            _plain_log_ticks(ax, "x")
-            ax.set_xlabel("tokens / s (batch size 1, after the prefill)")
-            ax.set_ylabel(label)
-        tolerance = float(summary["quality_tolerance"][0])
-        axes[0].axhspan(axes[0].get_ylim()[0], tolerance, color="tab:green", alpha=0.08, lw=0)
-        axes[0].axhline(tolerance, color="tab:green", lw=0.8, ls="--")
-        axes[1].set_ylim(0, 1.02)
+            if x_column in _SAMPLER_LOG_AXES:
+                ax.set_xscale("log")
+                _plain_log_ticks(ax, "x")
+            if y_column in _SAMPLER_LOG_AXES:
+                ax.set_yscale("log")
+                _plain_log_ticks(ax, "y")
+            _equal_quality_band(ax, y_column, summary, reference)
+            ax.set_xlabel(_SAMPLER_AXES[x_column])
+            ax.set_ylabel(_SAMPLER_AXES[y_column])
+        quality, distinct = float(summary["quality_tolerance"][0]), float(summary["distinct_tolerance"][0])
         handles = [Line2D([], [], color="black", marker="D", ms=5, label="ordinary decoding (labels: loops)")]
         handles += [Line2D([], [], color=palette[key], marker=markers.get(key[0], "o"), ms=5,
                            label=f"sampler, {key[0]}, ε {key[1]:g} (labels: r′)") for key in lines]
-        handles += [Patch(color="tab:green", alpha=0.2, label=f"about equal quality (≤ {tolerance:g} nats)")]
-        fig.legend(handles=handles, loc="outside right upper", frameon=False, fontsize=7)
+        handles += [Patch(color="tab:green", alpha=0.2, label=f"about equal quality: gap within ± {quality:g} "
+                          f"nats,\ndistinct fraction ≥ full recurrence's − {distinct:g}")]
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False,
+                   fontsize=7)
         recipe, seed = summary["recipe"][0], summary["seed"][0]
         fig.suptitle(f"Parallel sampler vs ordinary cached decoding: {recipe}, seed {seed}")
         _save(fig, path)

@@ -17,15 +17,14 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.benchmark import sampler_throughput, step_costs, strategy_latency, training_throughput
-from twoscale.inference.sampler import SamplerSettings
-from twoscale.inference.sampling import shared_settings
+from twoscale.benchmark import sampler_medians, step_costs, strategy_latency, training_throughput
+from twoscale.inference.sampling import FULL_RECURRENCE, MATCHED, SAMPLER, settings_of
 from twoscale.inference.sweep import held_out_prompts, never_exit_setting
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.pipeline.params import Params, RunParams
-from twoscale.report.tables import fastest_of_equal_quality
+from twoscale.report.tables import fastest_of_equal_quality, matched_decoding
 from twoscale.stages.common import add_params_argument
 from twoscale.stages.validation import read_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_size, matmul_tflops,
@@ -148,33 +147,30 @@ def exit_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, d
 def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, device: torch.device
                  ) -> list[dict]:
     """Per sampled recipe and thread count: tokens/s of the sampler at its fastest setting of about equal quality
-    (else the paper's defaults), of ordinary decoding at full recurrence, and of the fastest ordinary decoding of
-    about equal quality, timed side by side."""
+    (else the paper's defaults), of ordinary decoding at full recurrence, and of ordinary decoding at the fewest
+    loops of about equal quality, timed side by side."""
     sample = params.sample
     stats = read_json(args.data_dir / "stats.json")
     prompts = held_out_prompts(load_token_array(args.data_dir / "val.npy"), sample.n_prompts, sample.prompt_tokens)
     rows = []
     for run in (r for r in runs if r.recipe in sample.recipes):
         summary = read_summary(args.sample_dir / run_subdir(run.recipe, run.seed) / "summary.csv", "sample")
-        chosen = fastest_of_equal_quality(summary, "sampler")
-        matched = fastest_of_equal_quality(summary, "autoregressive")
-        setting = ({"inner_loops": 4, "tolerance": 0.03, "freeze": "latent_diff"} if chosen is None else
-                   {key: chosen[key] for key in ("inner_loops", "tolerance", "freeze")})
-        settings = SamplerSettings(**setting, **shared_settings(sample))
-        matched_loops = sample.loops if matched is None else int(matched["loops"])
+        chosen = fastest_of_equal_quality(summary, SAMPLER)
+        settings = settings_of({"inner_loops": 4, "tolerance": 0.03, "freeze": "latent_diff"} if chosen is None
+                               else chosen, sample)
+        matched_loops = int(matched_decoding(summary)["loops"])
         checkpoint = (args.train_dir / run_subdir(run.recipe, run.seed) / "checkpoints"
                       / checkpoint_name(run.train.steps))
         model, _ = load_model_matching(checkpoint, run.model, stats["vocab_size"], device)
-        labels = {"ordinary, full recurrence": f"{sample.loops} loops",
-                  "ordinary, matched quality": f"{matched_loops} loops",
-                  "sampler": f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}"
+        labels = {FULL_RECURRENCE: f"{sample.loops} loops", MATCHED: f"{matched_loops} loops",
+                  SAMPLER: f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}"
                   + ("" if chosen else " (none within the tolerance: the paper's defaults)")}
         thread_counts = [sample.threads] if device.type == "cuda" else sorted({sample.threads, os.cpu_count() or 1})
         for threads in tqdm(thread_counts, desc=f"benchmark sampler {run.recipe}", unit="thread count"):
             torch.set_num_threads(threads)
-            timing = sampler_throughput(model, prompts, sample.new_tokens, sample.loops, matched_loops, settings,
-                                        args.repeats)
-            full, same = timing["ordinary, full recurrence"], timing["ordinary, matched quality"]
+            timing = sampler_medians(model, prompts, sample.new_tokens, sample.loops, matched_loops, settings,
+                                     args.repeats)
+            full, same = timing[FULL_RECURRENCE], timing[MATCHED]
             for method, numbers in timing.items():
                 rows.append({
                     "recipe": run.recipe, "threads": threads, "method": method, "setting": labels[method],
@@ -218,9 +214,10 @@ def run(args: argparse.Namespace) -> None:
           "KV cache)\n")
     print(markdown(costs, ["recipe", "strategy", "criterion_ms_per_step", "group_step_ms"]))
     print(f"\nms per generated token ({params.sweep.threads} thread(s); {params.sweep.n_prompts} prompts x "
-          f"{params.sweep.new_tokens} tokens)\n")
-    print(markdown(latency, ["recipe", "strategy", "setting", "chosen", "ms_per_token", "spread_ms",
-                             "generated_mean_loops", "vs_full_depth"]))
+          f"{params.sweep.new_tokens} tokens), split into criterion work (the exit decisions: decode and "
+          "arithmetic, mean per token) and layer work (the rest of the median)\n")
+    print(markdown(latency, ["recipe", "strategy", "setting", "chosen", "ms_per_token", "spread_ms", "layer_ms",
+                             "criterion_ms", "generated_mean_loops", "vs_full_depth"]))
     if sampling:
         print(f"\nparallel sampler vs ordinary cached decoding, tokens/s after the prefill "
               f"({params.sample.n_prompts} prompts x {params.sample.new_tokens} tokens, greedy, batch 1)\n")

@@ -26,25 +26,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--geometry-dir", type=Path, required=True, help="reads the tables across training")
     parser.add_argument("--sweep", type=Path, required=True, help="the early-exit sweep table of every run")
     parser.add_argument("--sample-dir", type=Path, required=True,
-                        help="reads <recipe>/seed_<seed>/summary.csv of the sample stage (the recipes it ran on)")
+                        help="reads <recipe>/seed_<seed>/summary.csv and speed.csv of the sample stage (the recipes "
+                        "it ran on)")
     parser.add_argument("--recovery", type=Path, required=True,
                         help="recovery.csv of the surrogates stage (every teacher, seed and k)")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
 
 
 def read_tables(directory: Path, sweep: Path) -> dict[str, pl.DataFrame]:
+    """The geometry stage's tables, the sweep table and its latency rounds (latency.parquet beside it)."""
     tables = {name: read_parquet(directory / f"{name}.parquet", "the geometry stage")
               for name in MEASUREMENT_TABLES}
-    return tables | {"sweep": read_parquet(sweep, "the tradeoff stage")}
+    return tables | {"sweep": read_parquet(sweep, "the tradeoff stage"),
+                     "latency": read_parquet(sweep.with_name("latency.parquet"), "the tradeoff stage")}
 
 
-def read_sample_summaries(directory: Path, runs: list[tuple[str, int]]) -> pl.DataFrame | None:
-    """The sample stage's summaries of these runs, stacked (None for no runs)."""
-    if not runs:
-        return None
+# the claims' tables from the sample stage, by file: the summary per setting and the paired speed rounds
+SAMPLE_TABLES = {"sample": "summary.csv", "sample_speed": "speed.csv"}
+
+
+def read_sample_table(directory: Path, runs: list[tuple[str, int]], name: str) -> pl.DataFrame:
+    """One table of the sample stage (a file of SAMPLE_TABLES) of these runs, stacked."""
     frames = []
     for recipe, seed in runs:
-        path = directory / run_subdir(recipe, seed) / "summary.csv"
+        path = directory / run_subdir(recipe, seed) / name
         if not path.exists():
             raise TwoscaleError(f"{path}: not found (run the sample stage first)")
         frames.append(pl.read_csv(path))
@@ -54,9 +59,9 @@ def read_sample_summaries(directory: Path, runs: list[tuple[str, int]]) -> pl.Da
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     tables = read_tables(args.geometry_dir, args.sweep)
-    sample = read_sample_summaries(args.sample_dir, params.sample_runs())
-    if sample is not None:
-        tables["sample"] = sample
+    sample_runs = params.sample_runs()
+    if sample_runs:
+        tables |= {key: read_sample_table(args.sample_dir, sample_runs, name) for key, name in SAMPLE_TABLES.items()}
     runs = {(recipe, seed): claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()})
             for recipe, seed in params.runs()}
     if params.teachers:

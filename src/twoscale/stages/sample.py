@@ -1,24 +1,36 @@
 """Stage `sample`: the parallel sampler against ordinary cached decoding on one run's final checkpoint (one job per
-recipe under sample.recipes and seed): tokens/s, forward passes per token, greedy agreement and re-scored quality
-for every setting of the grid, with a figure."""
+recipe under sample.recipes and seed): tokens/s, forward passes, layer applications and GFLOPs per token, greedy
+agreement, distinct-token fraction and re-scored quality for every setting of the grid, with a figure; then the
+chosen sampler setting (the fastest of about equal quality) timed beside ordinary decoding at full recurrence and at
+the fewest loops of about equal quality in sample.repeats paired rounds, for the speed verdicts of C7."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from tqdm import tqdm
 
-from twoscale.inference.sampling import measure_prompt, settings_grid, shared_settings
+from twoscale.inference.sampling import (
+    SAMPLER,
+    measure_prompt,
+    sampler_throughput,
+    settings_grid,
+    settings_of,
+    shared_settings,
+    speed_rows,
+)
 from twoscale.inference.sweep import held_out_prompts
+from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet, write_text
-from twoscale.pipeline.params import params_hash
+from twoscale.pipeline.params import SampleParams, params_hash
 from twoscale.report import plots
-from twoscale.report.tables import sampling_summary
+from twoscale.report.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
 
@@ -30,7 +42,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out-dir", type=Path, required=True,
-                        help="writes sample.parquet (per prompt), summary.csv (per setting) and tradeoff.png")
+                        help="writes sample.parquet (per prompt), summary.csv (per setting), speed.csv (the paired "
+                        "rounds) and tradeoff.png")
+
+
+def paired_rounds(model: LoopedGPT, prompts: list[list[int]], sample: SampleParams, summary: pl.DataFrame
+                  ) -> list[dict[str, Any]]:
+    """The speed rows after the grid: the fastest sampler setting of about equal quality (none if no setting is)
+    timed beside ordinary decoding at full recurrence and at the fewest loops of about equal quality."""
+    chosen = fastest_of_equal_quality(summary, SAMPLER)
+    settings = None if chosen is None else settings_of(chosen, sample)
+    matched_loops = int(matched_decoding(summary)["loops"])
+    log.info("timing %s beside ordinary decoding at %d and %d loops in %d paired rounds",
+             "no sampler setting (none of about equal quality)" if settings is None else "the sampler at "
+             f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}",
+             sample.loops, matched_loops, sample.repeats)
+    rates = sampler_throughput(model, prompts, sample.new_tokens, sample.loops, matched_loops, settings,
+                               sample.repeats)
+    return speed_rows(rates, sample.loops, matched_loops, settings)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -51,20 +80,25 @@ def run(args: argparse.Namespace) -> None:
         for index, prompt in enumerate(tqdm(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")):
             rows += measure_prompt(model, index, prompt, sample.new_tokens, sample.loops, sample.baseline_loops,
                                    grid)
+        run_keys = (pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"))
         table = pl.DataFrame(rows, infer_schema_length=None).select(
-            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.all(),
-            pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
-        )
+            *run_keys, pl.all(), pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"))
         summary = sampling_summary(table, sample.loops).with_columns(
-            pl.lit(sample.loops).alias("full_loops"), pl.lit(sample.quality_tolerance).alias("quality_tolerance"))
+            pl.lit(sample.loops).alias("full_loops"), pl.lit(sample.quality_tolerance).alias("quality_tolerance"),
+            pl.lit(sample.distinct_tolerance).alias("distinct_tolerance"))
+        speed = pl.DataFrame(paired_rounds(model, prompts, sample, summary), infer_schema_length=None).select(
+            *run_keys, pl.all())
         write_parquet(args.out_dir / "sample.parquet", table)
         write_text(args.out_dir / "summary.csv", summary.write_csv(float_precision=6))
+        write_text(args.out_dir / "speed.csv", speed.write_csv(float_precision=6))
         plots.fig_sampler_tradeoff(summary, args.out_dir / "tradeoff.png")
-        for name in ("summary.csv", "tradeoff.png"):
+        for name in ("summary.csv", "speed.csv", "tradeoff.png"):
             mlflow.log_artifact(str(args.out_dir / name))
         for index, row in enumerate(summary.iter_rows(named=True)):
             mlflow.log_metrics({key: row[key] for key in ("tokens_per_s", "forward_passes_per_token",
-                                                          "agreement", "cross_entropy_gap")}, step=index)
-            log.info("%s loops %d r' %s eps %s %s: %.0f tokens/s, gap %+.3f nats, agreement %.2f", row["method"],
-                     row["loops"], row["inner_loops"], row["tolerance"], row["freeze"], row["tokens_per_s"],
-                     row["cross_entropy_gap"], row["agreement"])
+                                                          "gflops_per_token", "agreement", "distinct_fraction",
+                                                          "cross_entropy_gap")}, step=index)
+            log.info("%s loops %d r' %s eps %s %s: %.0f tokens/s, %.4g GFLOPs/token, gap %+.3f nats, distinct "
+                     "%.2f, agreement %.2f", row["method"], row["loops"], row["inner_loops"], row["tolerance"],
+                     row["freeze"], row["tokens_per_s"], row["gflops_per_token"], row["cross_entropy_gap"],
+                     row["distinct_fraction"], row["agreement"])

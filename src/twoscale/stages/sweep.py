@@ -1,5 +1,5 @@
-"""Stage `sweep`: one early-exit strategy over its settings on the final checkpoint (one job per strategy): quality
-with teacher forcing, compute, and real latency of cached generation at batch size 1."""
+"""Stage `sweep`: one early-exit strategy over its settings on the final checkpoint (one job per strategy): quality,
+loop counts and cost per token of teacher-forced cached decoding. The `latency` stage times the same settings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from twoscale.inference.sweep import held_out_prompts, latency_ms_per_token, sweep_point, swept_key
+from twoscale.inference.sweep import sweep_point, swept_key
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
@@ -45,7 +45,6 @@ def run(args: argparse.Namespace) -> None:
     sweep = params.sweep
     strategy = strategy_of(params, args.strategy)
     model, meta, val_ids, device = open_checkpoint(args, params, run, sweep.threads)
-    prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     criterion = str(strategy.spec["criterion"])
     log.info("sweeping %s (%s) over %d settings on %s, seed %d, step %d", args.strategy, strategy.spec,
              len(strategy.settings), run.recipe, run.seed, meta["step"])
@@ -53,16 +52,15 @@ def run(args: argparse.Namespace) -> None:
         import mlflow
 
         log_sections(params, "sweep")
-        latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
         rows = []
         settings = tqdm(strategy.settings, desc=f"sweep {run.recipe} {args.strategy}", unit="setting")
         for index, setting in enumerate(settings):
             row = sweep_point(model, val_ids, strategy.spec, setting, sweep.max_loops, sweep.n_windows,
-                              sweep.batch_size, prompts, sweep.new_tokens, device)
+                              sweep.batch_size, device)
             rows.append(row)
             mlflow.log_metrics({k: v for k, v in row.items() if np.isfinite(v)}, step=index)
-            log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.2f ms/token", swept_key(criterion), setting,
-                     row["cross_entropy"], row["mean_loops"], row["ms_per_token"])
+            log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.3f GFLOPs/token", swept_key(criterion), setting,
+                     row["cross_entropy"], row["mean_loops"], row["gflops_per_token"])
         table = pl.DataFrame(rows).select(
             pl.lit(run.recipe).alias("recipe"),
             pl.lit(run.seed).alias("seed"),

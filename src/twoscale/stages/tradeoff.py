@@ -1,5 +1,5 @@
-"""Stage `tradeoff`: gather every run's sweep of every strategy into one table, summarise each strategy's
-trade-off per run and draw Figure 4 and the trade-off figure, one row of panels per recipe."""
+"""Stage `tradeoff`: gather every run's sweep of every strategy and its latency rounds into one table, summarise each
+strategy's trade-off per run and draw Figure 4 and the trade-off figure, one row of panels per recipe."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, read_parquet, run_subdir, write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.report import plots
-from twoscale.report.tables import of_run, runs_in
+from twoscale.report.tables import of_run, runs_in, with_latency
 from twoscale.report.thresholds import C6_TOLERANCE
 from twoscale.report.verdicts.exits import best_fixed_depth, best_within, full_depth
 from twoscale.stages.common import add_params_argument, load
@@ -31,7 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--strategies-dir", type=Path, required=True,
                         help="reads <recipe>/seed_<seed>/<strategy>.parquet for every run and strategy")
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes sweep.parquet and summary.csv")
+    parser.add_argument("--latency-dir", type=Path, required=True,
+                        help="reads <recipe>/seed_<seed>.parquet of the latency stage for every run")
+    parser.add_argument("--out-dir", type=Path, required=True,
+                        help="writes sweep.parquet, latency.parquet (every round) and summary.csv")
     parser.add_argument("--figures-dir", type=Path, required=True, help="writes the figures here")
 
 
@@ -42,13 +45,18 @@ def gather(strategies_dir: Path, runs: list[tuple[str, int]], names: list[str]) 
     return pl.concat(parts, how="diagonal_relaxed")
 
 
-BEST_POINT = ("setting", "ms_per_token", "perplexity", "latency_cut")
+def gather_latency(latency_dir: Path, runs: list[tuple[str, int]]) -> pl.DataFrame:
+    return pl.concat([read_parquet(latency_dir / f"{run_subdir(recipe, seed)}.parquet",
+                                   f"the latency stage for {recipe}, seed {seed}") for recipe, seed in runs])
+
+
+BEST_POINT = ("setting", "gflops_per_token", "flop_ratio", "ms_per_token", "perplexity", "latency_cut")
 
 
 def summarise(sweep: pl.DataFrame, tolerance: float = C6_TOLERANCE) -> pl.DataFrame:
-    """Per run and strategy: the compute span its settings reached, and its fastest setting whose perplexity is
-    within `tolerance` of the run's full depth (best_*, the paper's reference) and of its best fixed depth K*
-    (kstar_*; the same when looping longer never hurts)."""
+    """Per run and strategy: the compute span its settings reached, and its cheapest setting (FLOPs per token) whose
+    perplexity is within `tolerance` of the run's full depth (best_*, the paper's reference) and of its best fixed
+    depth K* (kstar_*; the same when looping longer never hurts), with its median latency."""
     rows = []
     for recipe, seed in runs_in(sweep):
         own_run = of_run(sweep, recipe, seed)
@@ -68,12 +76,14 @@ def summarise(sweep: pl.DataFrame, tolerance: float = C6_TOLERANCE) -> pl.DataFr
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    sweep = gather(args.strategies_dir, params.runs(), list(params.sweep.strategies))
+    latency = gather_latency(args.latency_dir, params.runs())
+    sweep = with_latency(gather(args.strategies_dir, params.runs(), list(params.sweep.strategies)), latency)
     summary = summarise(sweep)
     with tracking.stage_run("tradeoff", params_hash(params.sweep)):
         import mlflow
 
         write_parquet(args.out_dir / "sweep.parquet", sweep)
+        write_parquet(args.out_dir / "latency.parquet", latency)
         with atomic_path(args.out_dir / "summary.csv") as tmp:
             summary.write_csv(tmp)
         mlflow.log_artifact(str(args.out_dir / "summary.csv"))

@@ -7,14 +7,20 @@ A claim is checked once per group, hand-off or sub-test; each check passes (True
   reproduced = None   ("mixed")           when some pass and some fail,
   reproduced = None   ("inconclusive")    when any check cannot decide (or there is none).
 The string `verdict` tells "mixed" from "inconclusive". The precondition S says "holds" or "does not hold".
+
+A speed check reads a ratio with its 95% interval from paired repeats: it passes or fails only when the whole
+interval is on one side of the threshold, and cannot decide when the interval straddles it.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from scipy.stats import t as student_t
 
 Check = bool | None  # one check of a claim: passes, fails, or cannot decide
 
@@ -62,3 +68,52 @@ class Verdict:
 def finite(x: Any) -> float | None:
     """x as a float, or None where it is missing or not finite."""
     return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+CONFIDENCE = 0.95  # of every speed ratio's interval
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A speed ratio from paired repeats: the geometric mean of the per-repeat ratios and its 95% interval."""
+
+    ratio: float
+    low: float
+    high: float
+    repeats: int
+
+    def as_dict(self) -> dict[str, float]:
+        return {"ratio": self.ratio, "low": self.low, "high": self.high, "repeats": self.repeats}
+
+
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> Ratio:
+    """The ratio of two timings measured in pairs (repeat i of both ran side by side): a t-interval on the mean
+    log ratio, so that slow drifts of the machine that hit both members of a pair cancel. One repeat gives an
+    unbounded interval."""
+    if len(numerator) != len(denominator) or not numerator:
+        raise ValueError(f"need paired repeats, got {len(numerator)} and {len(denominator)}")
+    logs = [math.log(a / b) for a, b in zip(numerator, denominator, strict=True)]
+    n = len(logs)
+    mean = statistics.fmean(logs)
+    if n == 1:
+        return Ratio(math.exp(mean), 0.0, math.inf, 1)
+    half = float(student_t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * statistics.stdev(logs) / math.sqrt(n)
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+
+
+def at_least(ratio: Ratio | None, minimum: float) -> Check:
+    """Passes when the whole interval is at or above `minimum`, fails when it is all below, else undecided."""
+    if ratio is None:
+        return None
+    if ratio.low >= minimum:
+        return True
+    return False if ratio.high < minimum else None
+
+
+def at_most(ratio: Ratio | None, maximum: float) -> Check:
+    """Passes when the whole interval is at or below `maximum`, fails when it is all above, else undecided."""
+    if ratio is None:
+        return None
+    if ratio.high <= maximum:
+        return True
+    return False if ratio.low > maximum else None

@@ -1,7 +1,12 @@
 """The verdicts on the early-exit sweep: the paper's C6 and our C6b, pure functions of the sweep table gathered by
-the `tradeoff` stage (one row per strategy and setting), and the sweep's reference points that the `tradeoff`
-stage reports too: full depth, the best fixed depth K*, and a strategy's fastest setting within a perplexity
-tolerance of either."""
+the `tradeoff` stage (one row per strategy and setting: quality, loops, cost per token and the median latency) and
+of its latency rounds (one row per strategy, setting and round), and the sweep's reference points that the
+`tradeoff` stage reports too: full depth, the best fixed depth K*, and a strategy's cheapest setting within a
+perplexity tolerance of either.
+
+A strategy's best point within a tolerance is its setting with the fewest FLOPs per token (a count, the same on
+every run), and every speed comparison between two points is the ratio of their latencies paired by round, with a
+95% interval: a check passes or fails only when the whole interval is on one side of its threshold."""
 
 from __future__ import annotations
 
@@ -23,10 +28,11 @@ from twoscale.report.thresholds import (
     C6_PAPER_RANGE,
     C6_TOLERANCE,
 )
-from twoscale.report.verdicts.common import Verdict, finite
+from twoscale.report.verdicts.common import Ratio, Verdict, at_least, at_most, finite, paired_ratio
 
-SWEEP_COLUMNS = ("strategy", "criterion", "swept", "setting", "perplexity", "ms_per_token", "mean_loops",
-                 "max_loops")
+SWEEP_COLUMNS = ("strategy", "criterion", "swept", "setting", "perplexity", "gflops_per_token", "ms_per_token",
+                 "mean_loops", "max_loops")
+LATENCY_COLUMNS = ("strategy", "setting", "round", "ms_per_token")
 _ROUND_OFF = 1e-9  # relative slack comparing thresholds (1e-3 off a log grid may be 1.0000000000000002e-3)
 
 
@@ -37,13 +43,35 @@ def power_of_ten(x: float) -> str:
 
 
 def _sweep_points(sweep: pl.DataFrame, strategy: str) -> list[dict[str, Any]]:
-    """One strategy's rows as dicts sorted by setting; non-finite perplexity/ms/loops become None."""
+    """One strategy's rows as dicts sorted by setting; non-finite perplexity/cost/ms/loops become None."""
     rows = sweep.filter(pl.col("strategy") == strategy).sort("setting")
     return [
-        {"setting": float(r["setting"]), "perplexity": finite(r["perplexity"]),
-         "ms_per_token": finite(r["ms_per_token"]), "mean_loops": finite(r["mean_loops"])}
+        {"strategy": strategy, "setting": float(r["setting"]), "perplexity": finite(r["perplexity"]),
+         "gflops_per_token": finite(r["gflops_per_token"]), "ms_per_token": finite(r["ms_per_token"]),
+         "mean_loops": finite(r["mean_loops"])}
         for r in rows.iter_rows(named=True)
     ]
+
+
+def speed_ratio(latency: pl.DataFrame, point: dict[str, Any] | None, reference: dict[str, Any] | None
+                ) -> Ratio | None:
+    """The latency of `point` over that of `reference` (each a strategy and setting), paired by round; None when
+    either is missing or the two share no round."""
+    if point is None or reference is None:
+        return None
+    require(latency, "latency", LATENCY_COLUMNS, "C6")
+
+    def rounds(p: dict[str, Any]) -> pl.DataFrame:
+        setting = p["setting"]
+        same = ((pl.col("setting") - setting).abs() <= _ROUND_OFF * abs(setting) if math.isfinite(setting)
+                else pl.col("setting") == setting)
+        at = (pl.col("strategy") == p["strategy"]) & same
+        return latency.filter(at).select("round", "ms_per_token")
+
+    pairs = rounds(point).join(rounds(reference), on="round", suffix="_reference")
+    if pairs.height == 0:
+        return None
+    return paired_ratio(pairs["ms_per_token"].to_list(), pairs["ms_per_token_reference"].to_list())
 
 
 def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
@@ -55,10 +83,11 @@ def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
         raise TwoscaleError(
             "C6: the sweep table has no full-depth row (strategy 'fixed' at setting = max_loops)")
     r = rows.row(0, named=True)
-    ppl, ms = finite(r["perplexity"]), finite(r["ms_per_token"])
-    if ppl is None or ms is None or ppl <= 0 or ms <= 0:
-        raise TwoscaleError("C6: the full-depth row has no positive finite perplexity and ms_per_token")
-    return {"max_loops": int(r["max_loops"]), "perplexity": ppl, "ms_per_token": ms,
+    ppl, gflops = finite(r["perplexity"]), finite(r["gflops_per_token"])
+    if ppl is None or gflops is None or ppl <= 0 or gflops <= 0:
+        raise TwoscaleError("C6: the full-depth row has no positive finite perplexity and gflops_per_token")
+    return {"strategy": C6_FULL_DEPTH, "setting": float(r["setting"]), "max_loops": int(r["max_loops"]),
+            "perplexity": ppl, "gflops_per_token": gflops, "ms_per_token": finite(r["ms_per_token"]),
             "mean_loops": finite(r["mean_loops"])}
 
 
@@ -66,27 +95,28 @@ def best_fixed_depth(sweep: pl.DataFrame) -> dict[str, Any]:
     """The fixed loop count K* with the lowest perplexity, in the form of `full_depth`."""
     full = full_depth(sweep)
     points = [p for p in _sweep_points(sweep, C6_FULL_DEPTH) if p["perplexity"] is not None
-              and p["ms_per_token"] is not None]
+              and p["gflops_per_token"] is not None]
     best = min(points, key=lambda p: (p["perplexity"], p["setting"]))
-    return {"max_loops": full["max_loops"], "loops": int(best["setting"]), "perplexity": best["perplexity"],
-            "ms_per_token": best["ms_per_token"], "mean_loops": best["mean_loops"]}
+    return {**best, "max_loops": full["max_loops"], "loops": int(best["setting"])}
 
 
 def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = C6_TOLERANCE,
                 reference: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The strategy's fastest setting (lowest ms/token) whose perplexity is <= (1 + tolerance) x the
-    reference's (default: full depth): {strategy, setting, ms_per_token, perplexity, mean_loops,
-    latency_cut = 1 - ms / ms_reference, perplexity_increase = ppl / ppl_reference - 1}; None when no setting
-    qualifies (or the strategy is absent). Ties in ms/token go to the lower perplexity, then the lower setting."""
+    """The strategy's cheapest setting (fewest GFLOPs per token) whose perplexity is <= (1 + tolerance) x the
+    reference's (default: full depth): {strategy, setting, gflops_per_token, ms_per_token, perplexity,
+    mean_loops, flop_ratio = gflops / gflops_reference, latency_cut = 1 - ms / ms_reference (medians, None
+    without latencies), perplexity_increase = ppl / ppl_reference - 1}; None when no setting qualifies (or the
+    strategy is absent). Ties in cost go to the lower perplexity, then the lower setting."""
     full = reference or full_depth(sweep)
     limit = (1 + tolerance) * full["perplexity"]
     qualifying = [p for p in _sweep_points(sweep, strategy) if p["perplexity"] is not None
-                  and p["ms_per_token"] is not None and p["perplexity"] <= limit]
+                  and p["gflops_per_token"] is not None and p["perplexity"] <= limit]
     if not qualifying:
         return None
-    best = min(qualifying, key=lambda p: (p["ms_per_token"], p["perplexity"], p["setting"]))
-    return {"strategy": strategy, **best,
-            "latency_cut": 1 - best["ms_per_token"] / full["ms_per_token"],
+    best = min(qualifying, key=lambda p: (p["gflops_per_token"], p["perplexity"], p["setting"]))
+    timed = best["ms_per_token"] is not None and full["ms_per_token"] is not None
+    return {**best, "flop_ratio": best["gflops_per_token"] / full["gflops_per_token"],
+            "latency_cut": 1 - best["ms_per_token"] / full["ms_per_token"] if timed else None,
             "perplexity_increase": best["perplexity"] / full["perplexity"] - 1}
 
 
@@ -98,14 +128,20 @@ def _in_range(x: float, lo: float, hi: float) -> bool:
     return lo * (1 - _ROUND_OFF) <= x <= hi * (1 + _ROUND_OFF)
 
 
-def _latency_cut(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
-    """(a) acceleration's best point within 1% cuts ms/token by >= 25%."""
+def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
+    """(a) acceleration's best point within 1% cuts ms/token by >= 25%: its paired latency ratio to the reference
+    is at most 0.75, the whole interval."""
     if not _sweep_points(sweep, C6_ACCELERATION):
         return {"passes": None, "reason": f"no {C6_ACCELERATION} rows"}
     best = best_within(sweep, C6_ACCELERATION, reference=full)
     if best is None:
         return {"passes": False, "best": None, "reason": "no threshold keeps perplexity within 1%"}
-    return {"passes": best["latency_cut"] >= C6_MIN_LATENCY_CUT, "best": best}
+    ratio = speed_ratio(latency, best, full)
+    passes = at_most(ratio, 1 - C6_MIN_LATENCY_CUT)
+    info = {"passes": passes, "best": best, "ratio": ratio}
+    if ratio is None:
+        return {**info, "reason": "no paired latency rounds"}
+    return info if passes is not None else {**info, "reason": "the ratio's interval straddles the line"}
 
 
 def _flat(sweep: pl.DataFrame) -> dict[str, Any]:
@@ -147,15 +183,17 @@ def _first_order_knee(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, An
     return {**info, "passes": info["within_below"] and info["degrades_above"]}
 
 
-def _kl_slower(sweep: pl.DataFrame, full: dict[str, Any], acceleration: dict[str, Any] | None) -> dict[str, Any]:
-    """(d) at each one's best point within 1%, every KL strategy has a higher ms/token than acceleration."""
+def _kl_slower(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any],
+               acceleration: dict[str, Any] | None) -> dict[str, Any]:
+    """(d) at each one's best point within 1%, every KL strategy is slower than acceleration: the paired latency
+    ratio KL / acceleration is above 1, the whole interval."""
     names = _kl_strategies(sweep)
     kl = []
     for name in names:
         best = best_within(sweep, name, reference=full)
-        slower = (None if best is None or acceleration is None
-                  else best["ms_per_token"] > acceleration["ms_per_token"])
-        kl.append({"strategy": name, "best": best, "slower": slower})
+        ratio = speed_ratio(latency, best, acceleration)
+        kl.append({"strategy": name, "best": best, "ratio": ratio, "slower": _slower(ratio),
+                   "flop_ratio": _flop_ratio(best, acceleration)})
     info: dict[str, Any] = {"kl": kl}
     if not names:
         return {**info, "passes": None, "reason": f"no strategy with criterion '{C6_KL_CRITERION}'"}
@@ -164,12 +202,27 @@ def _kl_slower(sweep: pl.DataFrame, full: dict[str, Any], acceleration: dict[str
     verdicts = [k["slower"] for k in kl]
     if any(v is False for v in verdicts):
         return {**info, "passes": False}
-    if any(v is None for v in verdicts):
+    if any(k["best"] is None for k in kl):
         return {**info, "passes": None, "reason": "a KL strategy has no point within 1%"}
+    if any(v is None for v in verdicts):
+        return {**info, "passes": None, "reason": "a latency ratio's interval straddles 1"}
     return {**info, "passes": True}
 
 
-def acceleration_exit(sweep: pl.DataFrame) -> Verdict:
+def _slower(ratio: Ratio | None) -> bool | None:
+    """Slower: the whole interval of the latency ratio is above 1 (faster: all below; else undecided)."""
+    if ratio is None:
+        return None
+    return True if ratio.low > 1 else (False if ratio.high < 1 else None)
+
+
+def _flop_ratio(point: dict[str, Any] | None, reference: dict[str, Any] | None) -> float | None:
+    if point is None or reference is None:
+        return None
+    return point["gflops_per_token"] / reference["gflops_per_token"]
+
+
+def acceleration_exit(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
     """C6 against full depth: (a) acceleration cuts ms/token by >= 25% within 1% of full-depth perplexity, (b) its
     perplexity is flat (<= 1%) over the paper's thresholds, (c) step_norm is within 1% up to tau = 1e-3 and
     degrades beyond, (d) every KL strategy is slower than acceleration at matched quality. Every strategy's best
@@ -180,23 +233,32 @@ def acceleration_exit(sweep: pl.DataFrame) -> Verdict:
         rows = sweep.filter(pl.col("strategy") == name)
         strategies.append({"strategy": name, "criterion": rows["criterion"][0], "swept": rows["swept"][0],
                            "settings": rows.height, "best": best_within(sweep, name, reference=full)})
-    latency_cut = _latency_cut(sweep, full)
+    latency_cut = _latency_cut(sweep, latency, full)
     tests = {"latency_cut": latency_cut, "flat": _flat(sweep), "first_order": _first_order_knee(sweep, full),
-             "kl_slower": _kl_slower(sweep, full, latency_cut.get("best"))}
+             "kl_slower": _kl_slower(sweep, latency, full, latency_cut.get("best"))}
     return Verdict([t["passes"] for t in tests.values()],
                    {"tolerance": C6_TOLERANCE, "full_depth": full, "strategies": strategies, "tests": tests})
 
 
-def acceleration_against_best_fixed_depth(sweep: pl.DataFrame) -> Verdict:
+def acceleration_against_best_fixed_depth(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
     """C6b: C6's (a) and (d) read against the best fixed depth K* instead of full depth. Added after the numbers
     showed that on our model full depth is the worst setting, which makes "within 1% of full depth" admit any
     early exit."""
     reference = best_fixed_depth(sweep)
     acceleration = best_within(sweep, C6_ACCELERATION, reference=reference)
-    kl = {name: best_within(sweep, name, reference=reference) for name in _kl_strategies(sweep)}
-    cut = None if acceleration is None else acceleration["latency_cut"] >= C6_MIN_LATENCY_CUT
+    ratio = speed_ratio(latency, acceleration, reference)
+    cut = None if acceleration is None else at_most(ratio, 1 - C6_MIN_LATENCY_CUT)
+    kl = []
+    for name in _kl_strategies(sweep):
+        best = best_within(sweep, name, reference=reference)
+        kl_ratio = speed_ratio(latency, best, acceleration)
+        # a KL exit that never comes within 1% of K* cannot match acceleration's quality: it loses
+        kl.append({"strategy": name, "best": best, "ratio": kl_ratio, "flop_ratio": _flop_ratio(best, acceleration),
+                   "slower": True if best is None else _slower(kl_ratio)})
+    slower = [k["slower"] for k in kl]
     if acceleration is None or not kl:
         kl_slower = None
-    else:  # a KL exit that never comes within 1% of K* cannot match acceleration's quality: it loses
-        kl_slower = all(best is None or best["ms_per_token"] > acceleration["ms_per_token"] for best in kl.values())
-    return Verdict([cut, kl_slower], {"reference": reference, "acceleration": acceleration, "kl": kl})
+    else:
+        kl_slower = False if False in slower else (None if None in slower else True)
+    return Verdict([cut, kl_slower], {"reference": reference, "acceleration": acceleration, "ratio": ratio,
+                                      "kl": kl})

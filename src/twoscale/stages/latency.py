@@ -1,0 +1,55 @@
+"""Stage `latency`: real latency of every setting of every early-exit strategy on a run's final checkpoint (one job
+per recipe and seed, alone on the machine): cached greedy generation at batch size 1 from held-out prompts, timed
+in rounds that each run every setting once, so that any two settings' timings of a round form a pair."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from twoscale.inference.sweep import held_out_prompts, latency_ms_per_token, timed_rounds
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import write_parquet
+from twoscale.pipeline.params import params_hash
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_run_arguments, log_sections
+from twoscale.stages.validation import read_params
+
+log = logging.getLogger("twoscale.inference.latency")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--out", type=Path, required=True, help="the run's latency rounds (Parquet)")
+
+
+def run(args: argparse.Namespace) -> None:
+    params = read_params(args.params)  # every strategy's grid builds
+    run = params.run(args.recipe, args.seed)
+    sweep = params.sweep
+    model, meta, val_ids, _ = open_checkpoint(args, params, run, sweep.threads)
+    prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
+    points = [(name, strategy.spec, setting) for name, strategy in sweep.strategies.items()
+              for setting in strategy.settings]
+    log.info("timing %d settings of %d strategies on %s, seed %d, step %d, in %d rounds", len(points),
+             len(sweep.strategies), run.recipe, run.seed, meta["step"], sweep.rounds)
+    with tracking.stage_run("latency", params_hash(params.sweep), run.tags):
+        import mlflow
+
+        log_sections(params, "sweep")
+        latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
+        rows = timed_rounds(model, prompts, sweep.new_tokens, points, sweep.max_loops, sweep.rounds,
+                            progress=f"latency {run.recipe} seed {run.seed}")
+        table = pl.DataFrame(rows).select(
+            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.all(),
+            pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"))
+        write_parquet(args.out, table)
+        medians = table.group_by("strategy", "setting", maintain_order=True).agg(pl.col("ms_per_token").median())
+        for index, row in enumerate(medians.iter_rows(named=True)):
+            mlflow.log_metric(f"{row['strategy']}_ms_per_token", row["ms_per_token"], step=index)
+        log.info("median ms per token over %d rounds:\n%s", sweep.rounds, medians)
