@@ -87,18 +87,17 @@ def strategy_latency(
     max_loops: int, repeats: int,
 ) -> dict[str, float]:
     """ms per generated token (the median over `repeats` passes over the prompts of each pass's median), split into
-    criterion work (the exit decisions' decode and arithmetic: their mean time per token) and layer work (the
-    rest), and mean loops."""
-    medians, criterion, loops = [], [], []
-    tokens = len(prompts) * new_tokens
+    criterion work (the exit decisions' decode and arithmetic) and layer work (the rest) by the share of the
+    generated tokens' time that went to exit decisions, and mean loops."""
+    medians, shares, loops = [], [], []
     for _ in range(repeats):
         timer = CriterionClock()
         ms, mean_loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops, timer)
         medians.append(ms)
-        criterion.append(1000 * timer.seconds / tokens)
+        shares.append(timer.criterion_share)
         loops.append(mean_loops)
     ms = statistics.median(medians)
-    criterion_ms = statistics.median(criterion)
+    criterion_ms = ms * statistics.median(shares)
     return {"ms_per_token": ms, "spread_ms": max(medians) - min(medians), "layer_ms": ms - criterion_ms,
             "criterion_ms": criterion_ms, "generated_mean_loops": statistics.fmean(loops)}
 

@@ -10,7 +10,16 @@ import pytest
 
 from twoscale.report.thresholds import C1_K_SETTLED, C4_MIN_DLR, C7_MIN_SPEEDUP, C8_RECOVERY, S_TOLERANCE
 from twoscale.report.verdicts import exits, geometry, sampler, surrogates
-from twoscale.report.verdicts.common import S_WORDS, Ratio, Verdict, aggregate, at_least, at_most, paired_ratio
+from twoscale.report.verdicts.common import (
+    S_WORDS,
+    Ratio,
+    Verdict,
+    aggregate,
+    at_least,
+    at_most,
+    paired_ratio,
+    ratio_by_round,
+)
 from sweeps import latency_rounds
 
 # --- common: how checks add up ----------------------------------------------------------------------------------
@@ -305,6 +314,16 @@ def test_a_paired_ratio_by_hand():
 def test_a_drift_shared_by_both_members_of_every_pair_cancels():
     ratio = paired_ratio([2.0, 4.0, 3.0], [1.0, 2.0, 1.5])
     assert (ratio.ratio, ratio.low, ratio.high) == pytest.approx((2.0, 2.0, 2.0))
+
+
+def test_rounds_pair_by_their_number_and_only_where_both_ran():
+    """Rows out of order pair by round; round 2, timed for one side only, is left out; nothing shared, no ratio."""
+    a = pl.DataFrame({"round": [1, 0, 2], "ms": [4.0, 2.0, 9.0]})
+    b = pl.DataFrame({"round": [0, 1], "ms": [1.0, 2.0]})
+    ratio = ratio_by_round(a, b, "ms")
+    assert (ratio.ratio, ratio.low, ratio.high, ratio.repeats) == (pytest.approx(2.0), pytest.approx(2.0),
+                                                                   pytest.approx(2.0), 2)
+    assert ratio_by_round(a, b.with_columns(pl.col("round") + 5), "ms") is None
 
 
 def test_one_repeat_cannot_bound_a_ratio_and_unpaired_lists_are_refused():

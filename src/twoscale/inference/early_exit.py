@@ -16,7 +16,7 @@ import torch
 
 from twoscale.inference.cost import token_costs
 from twoscale.inference.exits import ExitRule
-from twoscale.inference.generation import check_rules, new_cache, step_tokens
+from twoscale.inference.generation import new_cache, step_tokens
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.training.batches import held_out_batches
 
@@ -36,7 +36,6 @@ def teacher_forced(model: LoopedGPT, idx: Tensor, rules: Sequence[ExitRule]) -> 
     if len(rules) != model.n_groups or any(rule.max_loops is None for rule in rules):
         raise ValueError(f"need one exit rule with max_loops per group ({model.n_groups} groups)")
     max_loops = max(rule.max_loops for rule in rules)
-    check_rules(rules, max_loops)
     B, T = idx.shape
     caches = new_cache(model, max_loops, T, rows=B)
     logits, loops = [], []

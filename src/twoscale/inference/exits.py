@@ -27,8 +27,8 @@ consumes logits:
   Huginn's coda does: the KL exit of Geiping et al.
 - "head": only the final norm and LM head on the group's current state (`head_decode`): the cheap variant.
 
-The sweep and generation drive a rule step by step as the group runs (`early_exit.run_with_exits` for the
-teacher-forced quality, `generation.step_token` for cached decoding); nothing here replays a stored trajectory.
+Cached decoding (`generation.step_tokens`, which both the sweep's teacher-forced quality and generation run) drives
+a rule step by step as the group runs; nothing here replays a stored trajectory.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ class LayerCache:
         self.values[step - 1, selected, position] = v
         self.depth[selected, position] = step
 
-    def finish(self, position: int, deepest: int) -> None:
-        """A position is done with this layer; `deepest` is the fewest steps any of its rows ran."""
+    def finish(self, deepest: int) -> None:
+        """The newest position is done with this layer; `deepest` is the fewest steps any of its rows ran."""
         self.complete_to = min(self.complete_to, deepest)
 
     def visible(self, step: int, count: int, rows: Rows) -> tuple[Tensor, Tensor]:
@@ -139,10 +139,15 @@ def loop_fixed(model: LoopedGPT, segment: Segment, x: Tensor, caches: list[Layer
 
 @dataclass
 class CriterionClock:
-    """Wall time spent deciding exits (each criterion's decode and arithmetic), added up over the tokens it is
-    handed to (the benchmark's split of a token's latency into layer work and criterion work)."""
+    """Wall time of the generated tokens and, within it, of their exit decisions (each criterion's decode and
+    arithmetic): the benchmark's split of a token's latency into layer work and criterion work."""
 
-    seconds: float = 0.0
+    seconds: float = 0.0  # exit decisions
+    token_seconds: float = 0.0  # whole tokens
+
+    @property
+    def criterion_share(self) -> float:
+        return self.seconds / self.token_seconds if self.token_seconds else 0.0
 
 
 def loop_with_exits(model: LoopedGPT, segment_index: int, x: Tensor, caches: list[LayerCache], position: int,
@@ -194,7 +199,7 @@ def step_tokens(model: LoopedGPT, tokens: Tensor, position: int, caches: list[La
             x, steps = loop_with_exits(model, segment_index, x, caches, position, rule, timer)
             fewest = int(steps.min())
         for layer in segment.layers:
-            caches[layer].finish(position, fewest)
+            caches[layer].finish(fewest)
         loops.append(steps)
     return model.lm_head(model.ln_f(x)), torch.stack(loops)
 
@@ -249,4 +254,6 @@ def generate(
         if generating:
             out.tokens.append(pick(logits))
             out.ms_per_token.append(1000 * (clock(device) - started))
+            if timer:
+                timer.token_seconds += out.ms_per_token[-1] / 1000
     return out

@@ -306,12 +306,11 @@ def _ratio_value(ratio: Ratio | None) -> float | None:
     return None if ratio is None else ratio.ratio
 
 
-def _speed_text(ratio: Mapping[str, float] | Ratio | None) -> str:
+def _speed_text(ratio: Ratio | None) -> str:
     """A paired latency ratio with its 95% interval, e.g. '0.62× (0.60–0.64)'."""
     if ratio is None:
         return "n/a"
-    r = ratio if isinstance(ratio, Mapping) else ratio.as_dict()
-    return f"{_fmt(r['ratio'])}× ({_fmt(r['low'])}–{_fmt(r['high'])})"
+    return f"{_fmt(ratio.ratio)}× ({_fmt(ratio.low)}–{_fmt(ratio.high)})"
 
 
 def _best_point_text(name: str, best: Mapping[str, Any] | None, swept: str | None = "threshold") -> str:

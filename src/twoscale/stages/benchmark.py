@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> None:
     print(markdown(costs, ["recipe", "strategy", "criterion_ms_per_step", "group_step_ms"]))
     print(f"\nms per generated token ({params.sweep.threads} thread(s); {params.sweep.n_prompts} prompts x "
           f"{params.sweep.new_tokens} tokens), split into criterion work (the exit decisions: decode and "
-          "arithmetic, mean per token) and layer work (the rest of the median)\n")
+          "arithmetic) and layer work by the share of the tokens' time the exit decisions took\n")
     print(markdown(latency, ["recipe", "strategy", "setting", "chosen", "ms_per_token", "spread_ms", "layer_ms",
                              "criterion_ms", "generated_mean_loops", "vs_full_depth"]))
     if sampling:

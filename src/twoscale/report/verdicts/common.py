@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import polars as pl
 from scipy.stats import t as student_t
 
 Check = bool | None  # one check of a claim: passes, fails, or cannot decide
@@ -82,9 +83,6 @@ class Ratio:
     high: float
     repeats: int
 
-    def as_dict(self) -> dict[str, float]:
-        return {"ratio": self.ratio, "low": self.low, "high": self.high, "repeats": self.repeats}
-
 
 def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> Ratio:
     """The ratio of two timings measured in pairs (repeat i of both ran side by side): a t-interval on the mean
@@ -99,6 +97,16 @@ def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> Ra
         return Ratio(math.exp(mean), 0.0, math.inf, 1)
     half = float(student_t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * statistics.stdev(logs) / math.sqrt(n)
     return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n)
+
+
+def ratio_by_round(numerator: pl.DataFrame, denominator: pl.DataFrame, value: str) -> Ratio | None:
+    """`paired_ratio` of the `value` of two timed things, each given as rows with a `round` column, paired by round;
+    None when they share no round."""
+    pairs = numerator.select("round", value).join(denominator.select("round", value), on="round",
+                                                   suffix="_reference")
+    if pairs.height == 0:
+        return None
+    return paired_ratio(pairs[value].to_list(), pairs[f"{value}_reference"].to_list())
 
 
 def at_least(ratio: Ratio | None, minimum: float) -> Check:

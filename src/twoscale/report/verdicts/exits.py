@@ -28,7 +28,7 @@ from twoscale.report.thresholds import (
     C6_PAPER_RANGE,
     C6_TOLERANCE,
 )
-from twoscale.report.verdicts.common import Ratio, Verdict, at_least, at_most, finite, paired_ratio
+from twoscale.report.verdicts.common import Ratio, Verdict, at_most, finite, ratio_by_round
 
 SWEEP_COLUMNS = ("strategy", "criterion", "swept", "setting", "perplexity", "gflops_per_token", "ms_per_token",
                  "mean_loops", "max_loops")
@@ -65,13 +65,9 @@ def speed_ratio(latency: pl.DataFrame, point: dict[str, Any] | None, reference: 
         setting = p["setting"]
         same = ((pl.col("setting") - setting).abs() <= _ROUND_OFF * abs(setting) if math.isfinite(setting)
                 else pl.col("setting") == setting)
-        at = (pl.col("strategy") == p["strategy"]) & same
-        return latency.filter(at).select("round", "ms_per_token")
+        return latency.filter((pl.col("strategy") == p["strategy"]) & same)
 
-    pairs = rounds(point).join(rounds(reference), on="round", suffix="_reference")
-    if pairs.height == 0:
-        return None
-    return paired_ratio(pairs["ms_per_token"].to_list(), pairs["ms_per_token_reference"].to_list())
+    return ratio_by_round(rounds(point), rounds(reference), "ms_per_token")
 
 
 def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
@@ -187,15 +183,9 @@ def _kl_slower(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any],
                acceleration: dict[str, Any] | None) -> dict[str, Any]:
     """(d) at each one's best point within 1%, every KL strategy is slower than acceleration: the paired latency
     ratio KL / acceleration is above 1, the whole interval."""
-    names = _kl_strategies(sweep)
-    kl = []
-    for name in names:
-        best = best_within(sweep, name, reference=full)
-        ratio = speed_ratio(latency, best, acceleration)
-        kl.append({"strategy": name, "best": best, "ratio": ratio, "slower": _slower(ratio),
-                   "flop_ratio": _flop_ratio(best, acceleration)})
+    kl = _kl_against(sweep, latency, full, acceleration)
     info: dict[str, Any] = {"kl": kl}
-    if not names:
+    if not kl:
         return {**info, "passes": None, "reason": f"no strategy with criterion '{C6_KL_CRITERION}'"}
     if acceleration is None:
         return {**info, "passes": None, "reason": f"{C6_ACCELERATION} has no point within 1%"}
@@ -207,6 +197,19 @@ def _kl_slower(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any],
     if any(v is None for v in verdicts):
         return {**info, "passes": None, "reason": "a latency ratio's interval straddles 1"}
     return {**info, "passes": True}
+
+
+def _kl_against(sweep: pl.DataFrame, latency: pl.DataFrame, reference: dict[str, Any],
+                acceleration: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each KL strategy's best point within 1% of `reference`, its latency and FLOP ratios to acceleration's best
+    point, and whether it is slower (None: undecided, or no best point)."""
+    kl = []
+    for name in _kl_strategies(sweep):
+        best = best_within(sweep, name, reference=reference)
+        ratio = speed_ratio(latency, best, acceleration)
+        kl.append({"strategy": name, "best": best, "ratio": ratio, "slower": _slower(ratio),
+                   "flop_ratio": _flop_ratio(best, acceleration)})
+    return kl
 
 
 def _slower(ratio: Ratio | None) -> bool | None:
@@ -248,13 +251,9 @@ def acceleration_against_best_fixed_depth(sweep: pl.DataFrame, latency: pl.DataF
     acceleration = best_within(sweep, C6_ACCELERATION, reference=reference)
     ratio = speed_ratio(latency, acceleration, reference)
     cut = None if acceleration is None else at_most(ratio, 1 - C6_MIN_LATENCY_CUT)
-    kl = []
-    for name in _kl_strategies(sweep):
-        best = best_within(sweep, name, reference=reference)
-        kl_ratio = speed_ratio(latency, best, acceleration)
-        # a KL exit that never comes within 1% of K* cannot match acceleration's quality: it loses
-        kl.append({"strategy": name, "best": best, "ratio": kl_ratio, "flop_ratio": _flop_ratio(best, acceleration),
-                   "slower": True if best is None else _slower(kl_ratio)})
+    # a KL exit that never comes within 1% of K* cannot match acceleration's quality: it loses
+    kl = [{**k, "slower": True if k["best"] is None else k["slower"]}
+          for k in _kl_against(sweep, latency, reference, acceleration)]
     slower = [k["slower"] for k in kl]
     if acceleration is None or not kl:
         kl_slower = None

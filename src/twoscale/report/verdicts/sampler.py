@@ -18,7 +18,7 @@ import polars as pl
 
 from twoscale.report.tables import SPEED_COLUMNS, fastest_of_equal_quality, matched_decoding, require
 from twoscale.report.thresholds import C7_MIN_SPEEDUP, C7B_MIN_SPEEDUP
-from twoscale.report.verdicts.common import Ratio, Verdict, at_least, finite, paired_ratio
+from twoscale.report.verdicts.common import Ratio, Verdict, at_least, finite, ratio_by_round
 
 SAMPLER, FULL_RECURRENCE, MATCHED = "sampler", "full_recurrence", "matched"  # methods of the speed table
 
@@ -45,12 +45,8 @@ def _paired(speed: pl.DataFrame | None, numerator: str, denominator: str) -> Rat
     if speed is None:
         return None
     require(speed, "sample speed", SPEED_COLUMNS, "sampler verdict")
-
-    def rounds(method: str) -> pl.DataFrame:
-        return speed.filter(pl.col("method") == method).select("round", pl.col("tokens_per_s").alias(method))
-
-    pairs = rounds(numerator).join(rounds(denominator), on="round").sort("round")
-    return None if pairs.height == 0 else paired_ratio(pairs[numerator].to_list(), pairs[denominator].to_list())
+    return ratio_by_round(speed.filter(pl.col("method") == numerator), speed.filter(pl.col("method") == denominator),
+                          "tokens_per_s")
 
 
 def _reason(sampler: dict[str, Any] | None, ratio: Ratio | None, check: bool | None) -> dict[str, str]:
