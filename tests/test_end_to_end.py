@@ -137,6 +137,12 @@ def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run):
     table = (first_run / "results/claims.md").read_text()
     assert "| claim | paper says | " + " | ".join(recipes + teachers) + " |" in table
     assert "not measured" in table.split("| C7 |")[1].splitlines()[0]  # the recipe without injection
+    origin = table.split("## What computed these numbers")[1].split("## The tests")[0]
+    for recipe, seed in smoke_runs(first_run):
+        trained = json.loads((first_run / f"results/train/{recipe}/seed_{seed}/metrics.json").read_text())
+        assert f"| {recipe}, seed {seed} | training | {trained['precision']} | {trained['machine']} |" in origin
+        assert f"| {recipe}, seed {seed} | loop geometry" in origin and "| float64 |" in origin
+    assert [o["computation"] for o in claims["origins"]].count("early-exit timings (C6)") == len(smoke_runs(first_run))
 
 
 def test_the_distill_stages_write_phases_surrogates_and_their_recovery(first_run):
@@ -384,7 +390,7 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert client.search_logged_models([experiment.experiment_id], filter_string=f"source_run_id = '{train.info.run_id}'")
 
     geometry = next(r for r in snakemake_children if r.data.tags["stage"] == "geometry")
-    dlr = client.get_metric_history(geometry.info.run_id, "paper/seed_1337/dlr_median_0_to_1")
+    dlr = client.get_metric_history(geometry.info.run_id, "paper/seed_1337/dlr_median_0_to_1_K10")
     assert sorted(m.step for m in dlr) == smoke["train"]["checkpoint_steps"]  # MLflow step = training step
     figures = {a.path for a in client.list_artifacts(geometry.info.run_id, "figures")}
     assert "figures/fig3a_step_size.png" in figures

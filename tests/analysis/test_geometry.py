@@ -11,16 +11,19 @@ import torch
 
 from twoscale.analysis.geometry import (
     FIRST_K,
+    FLOOR_EPS,
     MetricAccumulator,
     acceleration,
     acceleration_by_state,
     acceleration_by_step,
     at_fixed_point,
+    at_floor,
     cross_token_cosine,
     drift_to_loop_ratio,
     flatten_tokens,
     measure_trajectories,
     pca_2d,
+    precision_floor,
     radial_fraction,
     radial_step,
     relative_step_size,
@@ -145,13 +148,48 @@ def test_rotation_with_constant_step_length_separates_scalar_and_vector_readings
     assert (acceleration(x) > 0.05).all()
 
 
-def test_drift_to_loop_ratio_two_groups():
-    # token 0: steps 1, 1 (mean 1), jump (1,1) -> (4,5) of length 5; token 1: steps 2, 4 (mean 3), jump 6
+def test_drift_to_loop_ratio_two_groups_for_every_k():
+    # token 0: steps 1, 1, jump (1,1) -> (4,5) of length 5: DLR_1 = 5/1, DLR_2 = 5/1
+    # token 1: steps 2, 4, jump (2,4) -> (2,-2) of length 6: DLR_1 = 6/2, DLR_2 = 6/((2+4)/2)
     g = tokens(path((0, 0), (1, 0), (1, 1)), path((0, 0), (2, 0), (2, 4)))
     h = tokens(path((9, 9), (4, 5)), path((0, 0), (2, -2)))
-    close(drift_to_loop_ratio(g[-1], h[1], step_size(g)), [5.0, 2.0])
+    close(drift_to_loop_ratio(g[-1], h[1], step_size(g)), [[5.0, 3.0], [5.0, 2.0]])
     still = path((1, 1), (1, 1))
-    close(drift_to_loop_ratio(still[-1], h[1][:1], step_size(still)), [math.nan])
+    close(drift_to_loop_ratio(still[-1], h[1][:1], step_size(still)), [[math.nan]])
+
+
+def test_a_converging_loop_has_a_dlr_growing_with_k():
+    # steps halve: 1, 1/2, 1/4, ...: the mean of the first K steps is (2 - 2^(1-K))/K, so DLR_K = jump K/(2 - 2^(1-K))
+    x = torch.tensor([[[2.0 - 2.0 ** (1 - k), 0.0]] for k in range(7)], dtype=torch.float64)
+    jump_to = x[-1] + torch.tensor([[0.0, 3.0]], dtype=torch.float64)
+    expected = [3.0 * K / (2 - 2.0 ** (1 - K)) for K in range(1, 7)]
+    close(drift_to_loop_ratio(x[-1], jump_to, step_size(x)), [[e] for e in expected])
+
+
+def test_at_floor_marks_steps_within_the_floor_of_their_state():
+    # state (1e6, 0): steps of 1e-7 (relative 1e-13), 1e-5 (1e-11), 0 and 1: floor 1e-12 marks the first and third
+    x = torch.tensor([[[1e6, 0.0]], [[1e6, 1e-7]], [[1e6, 1e-7 + 1e-5]], [[1e6, 1e-7 + 1e-5]], [[1e6 + 1, 0.0]]],
+                     dtype=torch.float64)
+    close(at_floor(x, 1e-12), [[1.0], [0.0], [1.0], [0.0]])
+    assert precision_floor(torch.float64) == pytest.approx(FLOOR_EPS * 2.220446049250313e-16)
+    assert precision_floor(torch.float32) == pytest.approx(FLOOR_EPS * 1.1920928955078125e-07)
+
+
+def test_directional_metrics_leave_out_steps_at_the_floor_and_sizes_keep_them():
+    # token 0 walks (1,0), (0,1), (1e-13,0) at norm ~1: its third step is at a floor of 1e-12, its others are not;
+    # token 1 walks (1,0), (0,1), (-1,0): nothing at the floor, every turn 90 degrees
+    a = path((0, 0), (1, 0), (1, 1), (1 + 1e-13, 1))
+    b = path((0, 0), (1, 0), (1, 1), (0, 1))
+    traj = tokens(a, b)[:, :, None, :]
+    m = measure_trajectories([traj, traj], floor=1e-12)
+    close(m["at_floor"][0], [[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    close(m["step_size"][0], [[1.0, 1.0], [1.0, 1.0], [1e-13, 1.0]])  # sizes stay
+    close(m["step_cosine"][0], [[0.0, 0.0], [math.nan, 0.0]])  # k = 3 reads the floored step
+    close(m["turning_angle"][0], [[90.0, 90.0], [math.nan, 90.0]])
+    close(m["acceleration_by_step"][0][1], [math.nan, math.sqrt(2)])
+    assert math.isnan(m["radial_fraction"][0][2, 0]) and not math.isnan(m["radial_fraction"][0][2, 1])
+    unmarked = measure_trajectories([traj, traj], floor=0.0)  # a floor of 0 marks exact fixed points only
+    assert not unmarked["step_cosine"][0].isnan().any()
 
 
 def test_measure_trajectories_on_hand_built_groups():
@@ -162,8 +200,9 @@ def test_measure_trajectories_on_hand_built_groups():
     assert set(m) == set(FIRST_K)
     close(m["step_size"][0], [[1.0, 2.0], [1.0, 4.0]])
     close(m["step_cosine"][1], [[-4 / math.sqrt(41), 1 / SQRT2]])  # (-5,-4) then (0,1); (2,-2) then (1,0)
-    close(m["drift_to_loop_ratio"][0], [5.0, 2.0])
+    close(m["drift_to_loop_ratio"][0], [[5.0, 3.0], [5.0, 2.0]])
     assert len(m["drift_to_loop_ratio"]) == 1
+    close(m["at_floor"][0], [[0.0, 0.0], [0.0, 0.0]])
 
 
 # --- the diagnostics of SCIENCE §1.6 -------------------------------------------------------------------------
@@ -228,21 +267,24 @@ def test_accumulator_matches_numpy_over_batches_with_nans():
             acc.add(metric, group, torch.from_numpy(values), first_k)
             for i in range(n_k):
                 seen.setdefault((metric, group, first_k + i), []).append(values[i])
-    dlr = np.array([1.0, np.nan, 3.0, 10.0], dtype=np.float32)
-    acc.add("dlr", 0, torch.from_numpy(dlr), None)
-    seen[("dlr", 0, None)] = [dlr]
-
     rows = acc.summary()
     assert [(r["metric"], r["group"], r["k"]) for r in rows] == [
         ("a", 0, 1), ("a", 0, 2), ("a", 0, 3), ("a", 1, 1), ("a", 1, 2),
-        ("b", 0, 2), ("b", 0, 3), ("dlr", 0, None),
+        ("b", 0, 2), ("b", 0, 3),
     ]
     for row in rows:
         expected = numpy_row(np.concatenate(seen[(row["metric"], row["group"], row["k"])]).astype(np.float64))
         assert row["n"] == expected.pop("n")
         for key, value in expected.items():
             assert row[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
-    assert rows[-1]["n"] == 3 and rows[-1]["median"] == pytest.approx(3.0)
+
+
+def test_accumulator_keeps_float64_values_exactly():
+    acc = MetricAccumulator()
+    tiny = torch.tensor([[1e-300, 1.0 + 1e-15]], dtype=torch.float64)
+    acc.add("a", 0, tiny, 1)
+    (row,) = acc.summary()
+    assert row["mean"] == (1e-300 + 1.0 + 1e-15) / 2  # float32 storage would give 0.5
 
 
 def test_accumulator_all_nan_row_and_bad_shapes():
@@ -252,8 +294,6 @@ def test_accumulator_all_nan_row_and_bad_shapes():
     assert row["n"] == 0 and math.isnan(row["mean"]) and math.isnan(row["q90"])
     with pytest.raises(ValueError):
         acc.add("c", 0, torch.zeros(4), 1)
-    with pytest.raises(ValueError):
-        acc.add("c", 0, torch.zeros(2, 4), None)
 
 
 def test_accumulator_takes_measurements_and_keeps_no_states():
@@ -266,7 +306,7 @@ def test_accumulator_takes_measurements_and_keeps_no_states():
     rows = {(r["metric"], r["group"], r["k"]): r for r in acc.summary()}
     assert rows[("step_size", 1, 4)]["n"] == 12
     assert rows[("acceleration", 0, 2)]["n"] == 12 and ("acceleration", 0, 1) not in rows
-    assert rows[("drift_to_loop_ratio", 0, None)]["n"] == 12
+    assert rows[("drift_to_loop_ratio", 0, 4)]["n"] == 12 and ("drift_to_loop_ratio", 1, 1) not in rows
 
 
 # --- PCA ----------------------------------------------------------------------------------------------------
@@ -324,11 +364,9 @@ def test_measure_trajectories_on_a_tiny_looped_model():
     m = measure_trajectories(trajectories)
     N = 2 * 9
     for name, per_group in m.items():
-        if name == "drift_to_loop_ratio":
-            assert [tuple(t.shape) for t in per_group] == [(N,), (N,)]
-        else:
-            rows = [K - FIRST_K[name] + 1 for K in loops]
-            assert [tuple(t.shape) for t in per_group] == [(r, N) for r in rows], name
+        measured = loops[:-1] if name == "drift_to_loop_ratio" else loops  # one per hand-off, K_g rows
+        rows = [K - FIRST_K[name] + 1 for K in measured]
+        assert [tuple(t.shape) for t in per_group] == [(r, N) for r in rows], name
         assert all(t.isfinite().all() for t in per_group), name
 
     for g, traj in enumerate(trajectories):  # step sizes and accelerations by explicit loops over (k, b, t)
@@ -343,5 +381,6 @@ def test_measure_trajectories_on_a_tiny_looped_model():
                         torch.testing.assert_close(
                             m["acceleration"][g][k - 2, n], second, rtol=1e-4, atol=1e-6)
     jump = (trajectories[1][1] - trajectories[0][-1]).norm(dim=-1).flatten()
-    mean_step = (trajectories[0][1:] - trajectories[0][:-1]).norm(dim=-1).mean(0).flatten()
-    torch.testing.assert_close(m["drift_to_loop_ratio"][0], jump / mean_step)
+    for K in range(1, loops[0] + 1):
+        mean_step = (trajectories[0][1 : K + 1] - trajectories[0][:K]).norm(dim=-1).mean(0).flatten()
+        torch.testing.assert_close(m["drift_to_loop_ratio"][0][K - 1], jump / mean_step)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from twoscale.analysis.measurement import boundary_offsets, contiguous_ranges, layout_phases, measure_checkpoint
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.params import MeasureParams
+from twoscale.training.batches import held_out_batches
 
 
 def tiny_model() -> LoopedGPT:
@@ -53,12 +56,32 @@ def test_measure_checkpoint_covers_every_group_step_and_token():
     step_rows = [r for r in m.geometry if r["metric"] == "step_size"]
     assert sorted((r["group"], r["k"]) for r in step_rows) == [(g, k) for g in range(3) for k in (1, 2, 3)]
     assert all(r["n"] == tokens for r in step_rows)
-    assert sorted(r["group"] for r in m.geometry if r["metric"] == "drift_to_loop_ratio") == [0, 1]
+    dlr = sorted((r["group"], r["k"]) for r in m.geometry if r["metric"] == "drift_to_loop_ratio")
+    assert dlr == [(g, K) for g in (0, 1) for K in (1, 2, 3)]  # every hand-off, DLR_K for every K
     assert [r["loops"] for r in m.loss_vs_loops] == [1, 3]
     depth = 1 + 1 + 3 + 2 * 3 + 3 + 1
     assert m.similarity.shape == (depth, depth)
-    np.testing.assert_allclose(np.diag(m.similarity), 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.diag(m.similarity), 1.0, atol=1e-12)  # float64: cos(x, x) = 1 to rounding
     assert len(m.phases) == 3 and m.phases[0][0] == 0 and m.phases[-1][1] == depth - 1
     assert [p["group"] for p in m.trajectory] == [0] * 4 + [1] * 4 + [2] * 4  # x^(0..3) of each group
     assert [p["k"] for p in m.trajectory[:4]] == [0, 1, 2, 3]
     assert 0 < sum(m.explained_variance) <= 1 + 1e-6
+
+
+def test_measure_checkpoint_measures_a_float64_copy_and_leaves_the_model_alone():
+    model, params = tiny_model(), measure_params()
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    val = (np.arange(200) * 7 % 50).astype(np.uint16)
+    m = measure_checkpoint(model, val, params, torch.device("cpu"))
+    assert all(p.dtype == torch.float32 and torch.equal(p, before[n]) for n, p in model.state_dict().items())
+
+    def mean_last_step(dtype: torch.dtype) -> float:  # group 2's mean step size at k = 3, recomputed
+        net = copy.deepcopy(model).to(dtype)
+        sizes = [(t[3] - t[2]).norm(dim=-1).flatten() for x, _ in held_out_batches(val, 5, 2, 8)
+                 for t in net(x, [3, 3, 3], record_trajectories=True).trajectories[2:]]
+        return torch.cat(sizes).double().mean().item()
+
+    measured = [r["mean"] for r in m.geometry if (r["metric"], r["group"], r["k"]) == ("step_size", 2, 3)][0]
+    assert measured == pytest.approx(mean_last_step(torch.float64), rel=1e-13)
+    assert abs(measured - mean_last_step(torch.float32)) > 1e-13 * measured  # float32 arithmetic would differ
+    assert m.similarity.dtype == np.float64

@@ -61,8 +61,10 @@ def test_snakemake_refuses_to_start_while_dvc_holds_the_repository(repo):
 
 
 def test_dvc_stops_before_touching_anything_while_snakemake_runs(repo):
+    # Its own process group, stopped as Ctrl-C in a terminal stops it: the job under way gets the signal too, so the
+    # wait below does not depend on how long that job would take to finish.
     snakemake = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1"], cwd=repo, env=environment(),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         rwlock = repo / ".dvc/tmp/rwlock"
         for _ in range(600):
@@ -73,7 +75,7 @@ def test_dvc_stops_before_touching_anything_while_snakemake_runs(repo):
         assert claimed[str(repo.resolve() / "results")]["pid"] == snakemake.pid
         dvc = attempt(["dvc", "repro"], repo)
     finally:
-        snakemake.send_signal(signal.SIGINT)
+        os.killpg(snakemake.pid, signal.SIGINT)
         snakemake.wait(timeout=120)
     assert dvc.returncode != 0
     assert f"(PID {snakemake.pid}): snakemake --cores 1" in dvc.stderr + dvc.stdout

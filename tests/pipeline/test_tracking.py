@@ -85,3 +85,13 @@ def test_a_stage_job_stopped_by_sigterm_ends_its_run_killed(store):
     assert run.info.status == "KILLED"
     assert run.data.tags[tracking.HOST_TAG] == socket.gethostname()
     assert run.data.tags[tracking.PID_TAG] == str(job.pid)
+
+
+def test_a_stage_run_is_named_by_its_tags_and_also_tagged_with_its_origin(store):
+    origin = {"precision": "float64", "machine": "Test CPU, 2 CPUs", "torch": "2.13.0"}
+    with tracking.stage_run("measure", "hash", {"recipe": "huginn", "seed": "1"}, origin) as run:
+        run_id = run.info.run_id
+    logged = client(store).get_run(run_id)
+    assert logged.info.run_name == "measure recipe=huginn seed=1"
+    assert {key: logged.data.tags[key] for key in origin} == origin
+    assert logged.data.tags["recipe"] == "huginn" and logged.data.tags["stage"] == "measure"

@@ -45,8 +45,8 @@ def rows_for(step: int, group: int, metric: str, values: list[float], first_k: i
 def checkpoint(step: int, sizes: dict[int, list[float]], cosine: dict[int, list[float]] | float = 0.6,
                relative: dict[int, float] | float = 0.1, dlr: dict[int, float] | float = 50.0) -> list[dict]:
     """One checkpoint's geometry rows: per group step sizes for k = 1..K, cosines for k = 2..K (a list, or one
-    value for every k), a constant relative step size, and the DLR at hand-offs g -> g+1 for all but the last
-    group."""
+    value for every k), a constant relative step size, no step at the precision floor, and DLR_K (the same for
+    every K) at hand-offs g -> g+1 for all but the last group."""
     groups = sorted(sizes)
     out = []
     for g in groups:
@@ -57,8 +57,9 @@ def checkpoint(step: int, sizes: dict[int, list[float]], cosine: dict[int, list[
         out += rows_for(step, g, "relative_step_size", [rel] * n, 1)
         out += rows_for(step, g, "step_cosine", cos, 2)
         out += rows_for(step, g, "turning_angle", [math.degrees(math.acos(c)) for c in cos], 2)
-        if g != groups[-1]:
-            out += rows_for(step, g, "drift_to_loop_ratio", [dlr[g] if isinstance(dlr, dict) else dlr], None)
+        out += rows_for(step, g, "at_floor", [0.0] * n, 1)
+        if g != groups[-1]:  # DLR_K the same at every K = 1..K_g
+            out += rows_for(step, g, "drift_to_loop_ratio", [dlr[g] if isinstance(dlr, dict) else dlr] * n, 1)
     return out
 
 
@@ -208,7 +209,7 @@ def test_c5_shrinking_turning_steps_and_big_jumps_reproduce():
     row = c5_spirals_and_jumps(geometry, depth_frame(900, [0, 0, 1, 1], [0, 0, 1, 1]))
     assert row["reproduced"] is True
     harmonic = sum(inverse())
-    jump = 50.0 * harmonic / K  # median DLR x mean step size
+    jump = 50.0 * sum(inverse(10)) / 10  # median DLR_10 x the mean of the first 10 step sizes
     assert row["detail"]["jumps"][0]["jump_estimate"] == pytest.approx(jump)
     for g in row["detail"]["groups"]:  # group 1 has no jump out: it is judged against the jump into it
         assert g["mean_turning_deg"] == pytest.approx(60.0)
@@ -244,7 +245,7 @@ def test_claims_table_rows_are_strict_json_with_hand_checked_headlines():
     headline = {r["claim"]: r["headline"] for r in rows}
     assert headline["C1"] == {"s(10)/s(1) g0": pytest.approx(0.1), "s(10)/s(1) g1": pytest.approx(0.1)}
     assert headline["C3"] == {"late cosine g0": pytest.approx(0.6), "late cosine g1": pytest.approx(0.6)}
-    assert headline["C4"] == {"median DLR 0->1": 50.0}
+    assert headline["C4"] == {"median DLR_10 0->1": 50.0}
 
 
 def test_nan_becomes_null_in_json():
@@ -535,3 +536,46 @@ def test_c6_prime_fails_on_a_small_cut_and_a_faster_kl():
     assert kl_faster["verdict"] == "mixed"  # cut 30%; KL faster
     neither = c6_prime(acceleration=[(1e-2, 10.2, 1.0)], kl_head=[(1e-3, 10.08, 1.2)])
     assert neither["verdict"] == "inconclusive"  # acceleration never within 1% of K*
+
+
+# --- precision floor and DLR_K ---------------------------------------------------------------------------------
+
+
+def test_c4_and_c5_read_dlr_at_k_10_and_show_every_k():
+    # DLR_K = K (a converging loop's ratio grows with K): DLR_30 = 30 would pass, DLR_10 = 10 is the reading
+    rows = [dict(r, median=float(r["k"]), q10=0.5 * r["k"], q90=2.0 * r["k"]) if r["metric"] == "drift_to_loop_ratio"
+            else r for r in checkpoint(900, {0: inverse(), 1: inverse()}, dlr=1.0)]
+    c4 = c4_drift_to_loop(frame(rows))
+    (handoff,) = c4["detail"]["handoffs"]
+    assert c4["detail"]["loops"] == 10 and handoff["median"] == 10.0 and handoff["passes"] is True
+    assert handoff["by_loops"] == {"1": 1.0, "2": 2.0, "5": 5.0, "10": 10.0, str(K): float(K)}  # JSON keys
+    assert "K=1 1.00, K=2 2.00, K=5 5.00, K=10 10.00, K=30 30.00" in c4["measured"]
+    below = [dict(r, median=r["median"] - 0.5) if r["metric"] == "drift_to_loop_ratio" else r for r in rows]
+    assert c4_drift_to_loop(frame(below))["reproduced"] is False  # 9.5 at K = 10, though 29.5 at K = 30
+    c5 = c5_spirals_and_jumps(frame(rows))
+    assert c5["detail"]["jumps"][0]["median_dlr"] == 10.0
+    short = [r for r in rows if r["k"] is None or r["k"] <= 4]  # 4 loops measured: K = 4
+    assert c4_drift_to_loop(frame(short))["detail"]["handoffs"][0]["median"] == 4.0
+
+
+def test_c2_c3_c5_report_how_many_steps_were_at_the_floor():
+    # group 0: a quarter of the tokens at the floor for k >= 21, so the cosines there (k >= 21, and k = 21 reads
+    # Δ^(20) too) count 75 of 100 tokens; group 1: none at the floor
+    rows = []
+    for r in checkpoint(900, {0: inverse(), 1: inverse()}):
+        late = r["group"] == 0 and r["k"] is not None and r["k"] >= 21
+        if late and r["metric"] == "at_floor":
+            r = dict(r, mean=0.25)
+        if late and r["metric"] in ("step_cosine", "turning_angle"):
+            r = dict(r, n=75)
+        rows.append(r)
+    geometry = frame(checkpoint(100, {0: inverse(), 1: inverse()}, cosine=0.9), rows)
+    c3 = by_group(c3_step_cosine(geometry)["detail"]["groups"])
+    assert c3[0]["cosines_above_floor"] == {"kept": 15 * 100 - 10 * 25, "of": 15 * 100}  # k = 16..30
+    assert c3[1]["cosines_above_floor"] == {"kept": 1500, "of": 1500}
+    c2 = by_group(c2_steps_shrink_over_training(geometry)["detail"]["groups"])
+    assert c2[0]["steps_at_floor_first"] == {"at_floor": 0, "of": K * 100}
+    assert c2[0]["steps_at_floor_last"] == {"at_floor": 10 * 25, "of": K * 100}
+    c5 = by_group(c5_spirals_and_jumps(geometry)["detail"]["groups"])
+    assert c5[0]["turns_above_floor"] == {"kept": 29 * 100 - 10 * 25, "of": 29 * 100}  # k = 2..30
+    assert "1250/1500 cosines above the floor" in c3_step_cosine(geometry)["measured"]

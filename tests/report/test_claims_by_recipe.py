@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import re
 
+import polars as pl
 import pytest
 
 from twoscale.report.claims_by_recipe import number, recipe_verdict, spread, spread_text, summarise, to_json, to_markdown
+from twoscale.report.tables import origins
 
 
 def row(claim: str, verdict: str, **headline: float | None) -> dict:
@@ -81,3 +83,30 @@ def test_json_is_strict_and_keeps_every_run():
     payload = json.loads(to_json(summarise(RUNS), RUNS))
     assert [(r["recipe"], r["seed"]) for r in payload["runs"]] == list(RUNS)
     assert payload["summary"][1]["recipes"]["paper"]["headline"]["dlr"]["min"] == 1.8
+
+
+def test_what_computed_the_numbers_is_a_section_of_its_own_from_the_tables_columns():
+    geometry = pl.DataFrame({"recipe": ["huginn"] * 2 + ["paper"], "seed": [1, 1, 1], "metric": ["a", "b", "a"],
+                             "train_precision": ["bfloat16"] * 3, "train_machine": ["CPU X, 2 CPUs"] * 3,
+                             "train_torch": ["2.13.0"] * 3, "precision": ["float64"] * 3,
+                             "machine": ["CPU X, 2 CPUs", "CPU X, 2 CPUs", "CPU Y, 8 CPUs"], "torch": ["2.13.0"] * 3})
+    trained = origins(geometry, "training", "train_")
+    assert trained == [{"recipe": "huginn", "seed": 1, "computation": "training", "precision": "bfloat16",
+                        "machine": "CPU X, 2 CPUs", "torch": "2.13.0"},
+                       {"recipe": "paper", "seed": 1, "computation": "training", "precision": "bfloat16",
+                        "machine": "CPU X, 2 CPUs", "torch": "2.13.0"}]
+    measured = origins(geometry, "geometry")
+    assert [m["machine"] for m in measured] == ["CPU X, 2 CPUs", "CPU Y, 8 CPUs"]
+    untracked = origins(geometry.drop("torch"), "geometry")
+    assert untracked[0]["torch"] == "not recorded"
+    mixed = origins(geometry.with_columns(pl.Series("precision", ["float64", "float32", "float64"])), "geometry")
+    assert mixed[0]["precision"] == "float64 / float32"  # a run measured in two arithmetics says so
+
+    md = to_markdown(summarise(RUNS), RUNS, trained + measured)
+    lines = md.splitlines()
+    start = lines.index("## What computed these numbers")
+    assert lines.index("## The tests (fixed before the numbers)") > start
+    assert "| huginn, seed 1 | training | bfloat16 | CPU X, 2 CPUs | 2.13.0 |" in lines
+    assert "| paper, seed 1 | geometry | float64 | CPU Y, 8 CPUs | 2.13.0 |" in lines
+    assert json.loads(to_json(summarise(RUNS), RUNS, measured))["origins"] == measured
+    assert "## What computed these numbers" not in to_markdown(summarise(RUNS), RUNS)

@@ -18,7 +18,7 @@ METRICS_K1 = ["step_size", "relative_step_size"]
 METRICS_K2 = ["step_cosine", "turning_angle", "acceleration", "acceleration_by_step", "acceleration_by_state",
               "step_size_difference"]
 METRICS_K0 = ["state_norm", "cross_token_cosine"]
-METRICS_SIGNED = ["radial_fraction", "at_fixed_point"]
+METRICS_SIGNED = ["radial_fraction", "at_fixed_point", "at_floor"]
 RUNS = [("paper", 1), ("paper", 2), ("huginn", 1)]
 
 
@@ -49,14 +49,16 @@ def frames() -> dict[str, pl.DataFrame]:
                 first = 0 if metric in METRICS_K0 else 2 if metric in METRICS_K2 else 1
                 for k in range(first, K + 1):
                     v = (0.6 + 0.1 * rng.standard_normal() if metric in ("step_cosine", "radial_fraction",
-                                                                         "cross_token_cosine", "at_fixed_point")
+                                                                         "cross_token_cosine", "at_fixed_point",
+                                                                         "at_floor")
                          else 3.0 / ((k + 1) ** scale))
                     geometry.append({"step": step, "metric": metric, "group": g, "k": k, "n": 64, "mean": v,
                                      "median": v, "q10": 0.7 * v, "q90": 1.3 * v})
             if g < GROUPS[-1]:
-                v = 8.0 + 10 * i
-                geometry.append({"step": step, "metric": "drift_to_loop_ratio", "group": g, "k": None,
-                                 "n": 64, "mean": v, "median": v, "q10": v / 2, "q90": 2 * v})
+                for k in range(1, K + 1):
+                    v = (8.0 + 10 * i) * k
+                    geometry.append({"step": step, "metric": "drift_to_loop_ratio", "group": g, "k": k,
+                                     "n": 64, "mean": v, "median": v, "q10": v / 2, "q90": 2 * v})
             x0, y0 = 10.0 * g, 5.0 * g
             for k in range(K + 1):
                 angle, radius = k * 0.9, 2.0 / (k + 1)

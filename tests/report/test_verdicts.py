@@ -50,12 +50,12 @@ def test_the_precondition_has_words_of_its_own():
 
 def geometry_frame(step_sizes: dict[int, dict[int, float]], dlr: dict[int, float] | None = None,
                    step: int = 500) -> pl.DataFrame:
-    """One checkpoint: each group's mean step size by k, and the median DLR at the hand-off out of each group in
-    `dlr` (q10/q90 at 0.5x and 2x)."""
+    """One checkpoint: each group's mean step size by k, and the median DLR_K (the same at every K the group
+    has) at the hand-off out of each group in `dlr` (q10/q90 at 0.5x and 2x)."""
     rows = [{"step": step, "metric": "step_size", "group": g, "k": k, "mean": s, "median": s, "q10": s, "q90": s}
             for g, sizes in step_sizes.items() for k, s in sizes.items()]
-    rows += [{"step": step, "metric": "drift_to_loop_ratio", "group": g, "k": None, "mean": r, "median": r,
-              "q10": 0.5 * r, "q90": 2 * r} for g, r in (dlr or {}).items()]
+    rows += [{"step": step, "metric": "drift_to_loop_ratio", "group": g, "k": K, "mean": r, "median": r,
+              "q10": 0.5 * r, "q90": 2 * r} for g, r in (dlr or {}).items() for K in step_sizes[g]]
     return pl.DataFrame(rows, schema={"step": pl.Int64, "metric": pl.String, "group": pl.Int64, "k": pl.Int64,
                                       "mean": pl.Float64, "median": pl.Float64, "q10": pl.Float64,
                                       "q90": pl.Float64})

@@ -133,9 +133,11 @@ def test_unknown_stage_is_rejected(tmp_path):
     assert "invalid choice: 'measure-everything'" in result.stderr
 
 
-def measure(tmp_path: Path, checkpoint: Path, params: Path) -> subprocess.CompletedProcess:
+def measure(tmp_path: Path, checkpoint: Path, params: Path, train_metrics: str = "metrics.json"
+            ) -> subprocess.CompletedProcess:
+    (tmp_path / "metrics.json").write_text('{"precision": "float32", "machine": "a CPU", "torch": "2"}')
     return stage(tmp_path, "measure", "--params", str(params), *RUN, "--checkpoint", str(checkpoint),
-                 "--data-dir", "prepared", "--out-dir", "measured")
+                 "--train-metrics", train_metrics, "--data-dir", "prepared", "--out-dir", "measured")
 
 
 def test_measure_with_corrupt_checkpoint(tmp_path, tiny_data):
@@ -156,6 +158,20 @@ def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
     save_checkpoint(tmp_path / "step_5.pt", build_state(config, trained.train, 0, torch.device("cpu")), "fp")
     result = measure(tmp_path, tmp_path / "step_5.pt", smoke_params(tmp_path))  # n_embd back to the smoke value
     assert_one_line_error(result, "measure", "trained with other model parameters (n_embd)")
+    assert not (tmp_path / "measured").exists()
+
+
+def test_measure_without_the_training_metrics(tmp_path, tiny_data):
+    from twoscale.models.looped_gpt import ModelConfig
+    from twoscale.pipeline.params import load_params
+    from twoscale.training.trainer import build_state, save_checkpoint
+
+    params = smoke_params(tmp_path)
+    trained = load_params(params)
+    config = ModelConfig.from_params(trained.run("paper", 1337).model, vocab_size=300)
+    save_checkpoint(tmp_path / "step_5.pt", build_state(config, trained.train, 0, torch.device("cpu")), "fp")
+    result = measure(tmp_path, tmp_path / "step_5.pt", params, train_metrics="train/metrics.json")
+    assert_one_line_error(result, "measure", "train/metrics.json: not found")
     assert not (tmp_path / "measured").exists()
 
 

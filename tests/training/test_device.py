@@ -81,3 +81,31 @@ def test_utilisation_of_a_short_run_uses_every_step_and_of_no_step_is_unknown():
                         device=CPU)
     assert empty["model_tflops_per_s"] is None and empty["mfu"] is None and empty["mfu_datasheet"] is None
     assert empty["peak_memory_gib"] is None  # a CPU run: no device memory to report
+
+
+def test_the_machine_is_named_by_its_processor_model(monkeypatch, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Test CPU 9000 @ 3.00GHz\n"
+                       "processor\t: 1\nmodel name\t: Test CPU 9000 @ 3.00GHz\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(cpuinfo if path == "/proc/cpuinfo" else path,
+                                                                          *a, **k))
+    monkeypatch.setattr(device_module.os, "cpu_count", lambda: 4)
+    assert device_module.machine(torch.device("cpu")) == "Test CPU 9000 @ 3.00GHz, 4 CPUs"
+    record = device_module.provenance(torch.device("cpu"), torch.float64)
+    assert record == {"precision": "float64", "machine": "Test CPU 9000 @ 3.00GHz, 4 CPUs", "torch": torch.__version__}
+
+
+def test_without_cpuinfo_the_machine_is_what_the_platform_knows(monkeypatch):
+    def no_file(path, *args, **kwargs):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr("builtins.open", no_file)
+    monkeypatch.setattr(device_module.platform, "processor", lambda: "arm")
+    monkeypatch.setattr(device_module.os, "cpu_count", lambda: 8)
+    assert device_module.machine(torch.device("cpu")) == "arm, 8 CPUs"
+
+
+def test_a_gpu_is_named_by_its_device_name(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert device_module.machine(torch.device("cuda")) == "NVIDIA H100 80GB HBM3"

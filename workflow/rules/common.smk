@@ -63,8 +63,11 @@ def pipeline_started():
         WRITING.enter_context(orchestrators.written_by(Path.cwd(), command))
     except TwoscaleError as exc:
         raise WorkflowError(str(exc)) from None
-    invocation = f"snakemake-{os.getpid()}"
-    run_id = tracking.start_pipeline_run("snakemake", invocation, {"params_file": PARAMS_FILE})
+    try:
+        run_id = tracking.start_pipeline_run("snakemake", f"snakemake-{os.getpid()}", {"params_file": PARAMS_FILE})
+    except BaseException:  # Ctrl-C while the store is created: no job ran, so give the claim back now
+        WRITING.close()
+        raise
     os.environ[tracking.PARENT_ENV] = run_id
 
 

@@ -14,6 +14,12 @@ only grows or shrinks) and the part orthogonal to it (tangential: the state turn
 Undefined values are NaN, never 0: a cosine with a zero step, and any ratio whose denominator is exactly zero.
 Aggregators must ignore NaN (`MetricAccumulator` does). Functions compute in the input's dtype;
 `measure_trajectories` upcasts half-precision states to float32 first.
+
+The precision floor: a step smaller than `FLOOR_EPS` machine epsilons of the state it starts from is within the
+rounding of the arithmetic that computed it (a layer's output is rounded at about one epsilon of the state it
+is added to), so its size is known only to be tiny and its direction is noise. `measure_trajectories` marks such
+steps (`at_floor`, which includes exact fixed points) and leaves them out of the metrics that read a step's
+direction (`DIRECTIONAL`); sizes stay, since leaving tiny steps out would bias a mean of sizes upward.
 """
 
 from __future__ import annotations
@@ -104,6 +110,17 @@ def radial_fraction(x: Tensor) -> Tensor:
     return _ratio(radial_step(x), step_size(x)).clamp(-1.0, 1.0)
 
 
+def at_floor(x: Tensor, floor: float) -> Tensor:
+    """1 where the step is at most `floor` times the state it starts from, ‖Δ^(k)‖ <= floor · ‖x^(k−1)‖ (exact
+    fixed points included), else 0; (K, N), row i is k = i+1."""
+    return (step_size(x) <= floor * _norm(x[:-1])).to(x.dtype)
+
+
+def precision_floor(dtype: torch.dtype) -> float:
+    """The relative step size below which a step in `dtype` arithmetic is rounding: FLOOR_EPS epsilons."""
+    return FLOOR_EPS * torch.finfo(dtype).eps
+
+
 def at_fixed_point(x: Tensor) -> Tensor:
     """1 where the step is exactly zero in the state's precision (x^(k) = x^(k−1): a fixed point reached), else
     0; (K, N), row i is k = i+1. Its mean over tokens is the fraction of tokens at a fixed point."""
@@ -154,11 +171,14 @@ def step_size_difference(x: Tensor) -> Tensor:
 
 
 def drift_to_loop_ratio(last_of_g: Tensor, first_of_h: Tensor, g_steps: Tensor) -> Tensor:
-    """DLR = ‖x_h^(1) − x_g^(K_g)‖ / mean_k ‖Δ_g^(k)‖ per token; (N,). NaN where g never moved.
+    """DLR_K = ‖x_h^(1) − x_g^(K_g)‖ / mean_{k<=K} ‖Δ_g^(k)‖ per token, for K = 1..K_g; (K_g, N), row i is
+    K = i+1. The jump is the one made after all K_g loops; only the typical step it is compared with changes:
+    the mean of g's first K steps. NaN where those steps are all zero.
 
     last_of_g: x_g^(K_g) (N, C); first_of_h: x_h^(1) (N, C), after the next group's first application, so the
     jump includes any single-pass layers in between; g_steps: `step_size` of g (K_g, N)."""
-    return _ratio(_norm(first_of_h - last_of_g), g_steps.mean(0))
+    counts = torch.arange(1, len(g_steps) + 1, dtype=g_steps.dtype, device=g_steps.device)[:, None]
+    return _ratio(_norm(first_of_h - last_of_g)[None], g_steps.cumsum(0) / counts)
 
 
 # --- one batch, every metric -------------------------------------------------------------------------------
@@ -179,30 +199,47 @@ METRICS: dict[str, Callable[[Tensor], Tensor]] = {
     "radial_fraction": radial_fraction,
     "at_fixed_point": at_fixed_point,
 }
-FIRST_K: dict[str, int | None] = {
+FIRST_K: dict[str, int] = {
     "state_norm": 0, "cross_token_cosine": 0,
     "step_size": 1, "relative_step_size": 1, "radial_step": 1, "tangential_step": 1, "radial_fraction": 1,
-    "at_fixed_point": 1,
+    "at_fixed_point": 1, "at_floor": 1,
     "step_cosine": 2, "turning_angle": 2, "acceleration": 2, "acceleration_by_step": 2,
     "acceleration_by_state": 2, "step_size_difference": 2,
-    "drift_to_loop_ratio": None,  # one value per token at the hand-off, no loop step
+    "drift_to_loop_ratio": 1,  # k is K, the loop steps whose mean size the hand-off's jump is divided by
 }
+# Metrics that read the direction of a step (of Δ^(k) for first order; of Δ^(k) or Δ^(k−1) for second order):
+# NaN where a step they read is at the precision floor
+DIRECTIONAL = ("radial_fraction", "step_cosine", "turning_angle", "acceleration_by_step")
+FLOOR_EPS = 1000  # the precision floor in machine epsilons of the measuring dtype (float64: 2.2e-13)
 
 
 def _upcast(x: Tensor) -> Tensor:
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
+def _off_the_floor(values: Tensor, floored: Tensor, first_k: int) -> Tensor:
+    """values (rows k = first_k..K) with NaN where a step they read, Δ^(k) (and Δ^(k−1) for second order), is
+    at the floor; floored: `at_floor` as booleans, (K, N), row i is k = i+1."""
+    hidden = floored if first_k == 1 else floored[1:] | floored[:-1]
+    return values.masked_fill(hidden, math.nan)
+
+
 @torch.no_grad()
-def measure_trajectories(trajectories: list[Tensor]) -> dict[str, list[Tensor]]:
-    """Every metric for every group of one batch.
+def measure_trajectories(trajectories: list[Tensor], floor: float | None = None) -> dict[str, list[Tensor]]:
+    """Every metric for every group of one batch, with steps at the precision floor marked and left out of the
+    `DIRECTIONAL` metrics.
 
     trajectories: one (K_g+1, B, T, C) tensor per group, as `LoopedGPT.forward(..., record_trajectories=True)`
-    gives. Returns metric -> one tensor per group: (K_g, N) or (K_g−1, N) as in `FIRST_K`, N = B*T.
-    "drift_to_loop_ratio" has one (N,) tensor per hand-off: entry g is g -> g+1, so G−1 of them.
+    gives; floor: the relative step size of the floor, by default `precision_floor` of the states' dtype.
+    Returns metric -> one tensor per group: (K_g, N) or (K_g−1, N) as in `FIRST_K`, N = B*T.
+    "drift_to_loop_ratio" has one (K_g, N) tensor per hand-off: entry g is g -> g+1, so G−1 of them.
     """
     xs = [_upcast(flatten_tokens(t)) for t in trajectories]
+    floor = precision_floor(xs[0].dtype) if floor is None else floor
     out = {name: [fn(x) for x in xs] for name, fn in METRICS.items()}
+    out["at_floor"] = [at_floor(x, floor) for x in xs]
+    for name in DIRECTIONAL:
+        out[name] = [_off_the_floor(v, f.bool(), FIRST_K[name]) for v, f in zip(out[name], out["at_floor"])]
     out["drift_to_loop_ratio"] = [
         drift_to_loop_ratio(xs[g][-1], xs[g + 1][1], out["step_size"][g]) for g in range(len(xs) - 1)
     ]
@@ -215,23 +252,17 @@ def measure_trajectories(trajectories: list[Tensor]) -> dict[str, list[Tensor]]:
 class MetricAccumulator:
     """Per-token scalars of named metrics by (group, loop step k), across batches; exact summaries at the end.
 
-    Only the per-token scalars are kept, as float32 chunks on the CPU, never the (.., C) states: memory is
-    4 bytes × #tokens × Σ_metrics #steps, i.e. O(#tokens × #metrics × K), independent of C. For example 65k
-    tokens, 9 metrics, 3 groups of 30 steps: about 210 MB. Bound it by bounding the tokens measured.
+    Only the per-token scalars are kept, as float64 chunks on the CPU, never the (.., C) states: memory is
+    8 bytes × #tokens × Σ_metrics #steps, i.e. O(#tokens × #metrics × K), independent of C. For example 4096
+    tokens, 16 metrics, 3 groups of 30 steps: about 47 MB. Bound it by bounding the tokens measured.
     """
 
     def __init__(self) -> None:
-        self._chunks: dict[tuple[str, int, int | None], list[Tensor]] = {}
+        self._chunks: dict[tuple[str, int, int], list[Tensor]] = {}
 
-    def add(self, metric: str, group: int, values: Tensor, first_k: int | None) -> None:
-        """values (n_k, N): row i is loop step first_k + i. Or values (N,) with first_k None: no loop step
-        (DLR)."""
-        values = values.detach().to("cpu", torch.float32)
-        if first_k is None:
-            if values.dim() != 1:
-                raise ValueError(f"{metric}: step-less values must be (N,), got {tuple(values.shape)}")
-            self._chunks.setdefault((metric, group, None), []).append(values)
-            return
+    def add(self, metric: str, group: int, values: Tensor, first_k: int) -> None:
+        """values (n_k, N): row i is loop step first_k + i."""
+        values = values.detach().to("cpu", torch.float64)
         if values.dim() != 2:
             raise ValueError(f"{metric}: values must be (n_k, N), got {tuple(values.shape)}")
         for i, row in enumerate(values):
@@ -246,11 +277,11 @@ class MetricAccumulator:
     def summary(self) -> list[dict]:
         """One row per (metric, group, k): {metric, group, k, n, mean, median, q10, q90}, NaNs dropped first.
 
-        n counts the non-NaN values; with none left the statistics are NaN. k is None for step-less metrics.
-        Quantiles interpolate linearly (numpy's default). Rows are sorted by metric, group, k."""
+        n counts the non-NaN values; with none left the statistics are NaN. Quantiles interpolate linearly
+        (numpy's default). Rows are sorted by metric, group, k."""
         rows = []
-        for (metric, group, k), chunks in sorted(self._chunks.items(), key=lambda kv: _sort_key(kv[0])):
-            v = torch.cat(chunks).double().numpy()
+        for (metric, group, k), chunks in sorted(self._chunks.items()):
+            v = torch.cat(chunks).numpy()
             v = v[~np.isnan(v)]
             if v.size:
                 mean = float(v.mean())
@@ -260,11 +291,6 @@ class MetricAccumulator:
             rows.append(dict(metric=metric, group=group, k=k, n=int(v.size), mean=mean, median=median,
                              q10=q10, q90=q90))
         return rows
-
-
-def _sort_key(key: tuple[str, int, int | None]) -> tuple[str, int, int]:
-    metric, group, k = key
-    return metric, group, -1 if k is None else k
 
 
 # --- Fig. 1 ------------------------------------------------------------------------------------------------

@@ -3,10 +3,13 @@ the unrolled depth with its phases (§4), and one token's PCA path (Fig. 1).
 
 Every group is looped `measure.max_loops` times on `measure.n_sequences` fixed, evenly spaced validation windows;
 per batch only per-token scalars and a (D, D) similarity sum are kept, so memory does not grow with the sample.
+Everything is computed on a float64 copy of the model (`MEASURE_DTYPE`), whatever the arithmetic it was trained
+in: a converging loop's late steps are ~1e-7 of the state, where float32 rounding would decide their direction.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +20,8 @@ from twoscale.analysis.phases import SimilarityAccumulator, segment_phases
 from twoscale.models.looped_gpt import DepthPosition, LoopedGPT
 from twoscale.pipeline.params import MeasureParams
 from twoscale.training.batches import evaluate_loss, held_out_batches
+
+MEASURE_DTYPE = torch.float64
 
 
 @dataclass
@@ -62,14 +67,14 @@ def boundary_offsets(detected: list[tuple[int, int]], layout: list[tuple[int, in
 def measure_checkpoint(
     model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, device: torch.device
 ) -> CheckpointMeasurement:
-    model.eval()
+    model = copy.deepcopy(model).to(MEASURE_DTYPE).eval()
     loops = [measure.max_loops] * model.n_groups
     metrics, similarity = MetricAccumulator(), SimilarityAccumulator()
     path = None
     for x, _ in held_out_batches(val_ids, measure.n_sequences, measure.batch_size, model.config.block_size):
         out = model(x.to(device), loops, record_trajectories=True)
         metrics.add_measurements(measure_trajectories(out.trajectories))
-        similarity.add(torch.stack(out.depth_states).float())
+        similarity.add(torch.stack(out.depth_states))
         if path is None:
             path = token_path(out.trajectories, measure.trajectory_token)
     points, groups = path

@@ -175,8 +175,10 @@ def _parent_run_id(orchestrator_name: str) -> str | None:
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None) -> Iterator[Any]:
-    """A nested MLflow run for one stage job, under the invocation's parent run when there is one."""
+def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
+              origin: dict[str, str] | None = None) -> Iterator[Any]:
+    """A nested MLflow run for one stage job, under the invocation's parent run when there is one, named by the
+    stage and `tags`; `origin` (what computed its numbers: arithmetic, processor, torch) is tagged too."""
     mlflow = _mlflow()
     experiment_id = ensure_store()
     orchestrator_name = orchestrator()
@@ -188,6 +190,7 @@ def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None) 
         "params_hash": params_hash,
         **owner_tags(),
         **(tags or {}),
+        **(origin or {}),
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
     with mlflow.start_run(experiment_id=experiment_id, run_name=name, parent_run_id=parent, tags=run_tags) as run:

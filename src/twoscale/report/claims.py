@@ -26,6 +26,7 @@ from twoscale.report.thresholds import (
     C3_BAND,
     C3_ORTHOGONAL_MAX,
     C3_TREND_TOLERANCE,
+    C4_DLR_LOOPS,
     C4_MIN_DLR,
     C5_MAX_PATH_TO_JUMP,
     C5_MIN_DLR,
@@ -44,6 +45,7 @@ from twoscale.report.thresholds import (
     C8_RECOVERY,
     S_TOLERANCE,
 )
+from twoscale.report.tables import origins
 from twoscale.report.verdicts.common import Ratio, Verdict
 from twoscale.report.verdicts.exits import (
     acceleration_against_best_fixed_depth,
@@ -108,6 +110,11 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     if x is None or not math.isfinite(x):
         return "n/a"
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.{digits}f}"
+
+
+def _counted(count: Mapping[str, int] | None, kept: str) -> str:
+    """'12/4096' from {kept: 12, of: 4096}; 'n/a' where the table has no such count."""
+    return "n/a" if count is None else f"{count[kept]}/{count['of']}"
 
 
 def _sci(x: float) -> str:
@@ -189,13 +196,16 @@ def c2_steps_shrink_over_training(geometry: pl.DataFrame) -> dict[str, Any]:
             f"mean relative step {_fmt(d['mean_relative_first'], 3)} → {_fmt(d['mean_relative_last'], 3)}"
             if d["passes"] is not None else f"g{d['group']}: {d['reason']}"
             for d in groups
-        )
+        ) + "; steps at the precision floor (their sizes count as measured), first → last: " + ", ".join(
+            f"g{d['group']} {_counted(d.get('steps_at_floor_first'), 'at_floor')} → "
+            f"{_counted(d.get('steps_at_floor_last'), 'at_floor')}" for d in groups if d["passes"] is not None)
     return _row(
         "C2",
         "Across training, loop steps get smaller: the decay with k gets faster in later checkpoints.",
         f"First vs last checkpoint, per group: s(k*)/s(1) with k* = min({C2_K_SETTLED}, K) is lower at the "
         f"last checkpoint, and the mean over k of the relative step size ‖Δ^(k)‖/‖x^(k−1)‖ is lower. "
-        f"Reproduced if both hold for every group, mixed if for some.",
+        f"Reproduced if both hold for every group, mixed if for some. Steps at the precision floor are counted "
+        f"and reported; their sizes stay in the means (they are known to be below the floor).",
         measured,
         verdict,
         {label: d.get(key) for d in groups for label, key in (
@@ -212,7 +222,8 @@ def c3_step_cosine(geometry: pl.DataFrame) -> dict[str, Any]:
     lo, hi = C3_BAND
     measured = (
         f"step {last}, mean cos over k > K/2: "
-        + ", ".join(f"g{g['group']} {_fmt(g['late_cosine'], 3)}" for g in groups)
+        + ", ".join(f"g{g['group']} {_fmt(g['late_cosine'], 3)} "
+                    f"({_counted(g.get('cosines_above_floor'), 'kept')} cosines above the floor)" for g in groups)
         + (f"; step {first} → {last} (mean over groups) {_fmt(d['late_cosine_first'], 3)} → "
            f"{_fmt(d['late_cosine_last'], 3)}, {d['trend']}" if first != last else "; one checkpoint, no trend")
         + f". Supports {d['supports']}."
@@ -222,7 +233,8 @@ def c3_step_cosine(geometry: pl.DataFrame) -> dict[str, Any]:
         f"Consecutive-step cosine rises and settles around {lo}-{hi} late in training "
         "(the text also says steps grow 'increasingly orthogonal').",
         f"Last checkpoint, per group, mean of cos(Δ^(k), Δ^(k−1)) over the last half of the loop steps "
-        f"(k > K/2): reproduced if in [{lo}, {hi}] for every group. Also reported: its trend from the first "
+        f"(k > K/2), over the steps above the precision floor: reproduced if in [{lo}, {hi}] for every group. "
+        f"Also reported: its trend from the first "
         f"to the last checkpoint (toward 0 = orthogonal, toward 1 = aligned; |change| ≤ {C3_TREND_TOLERANCE} "
         f"= flat) "
         f"and which statement the level supports (|cos| ≤ {C3_ORTHOGONAL_MAX} counts as orthogonal).",
@@ -242,22 +254,26 @@ def c4_drift_to_loop(geometry: pl.DataFrame) -> dict[str, Any]:
         f"{h}: " + ", ".join(f"{_fmt(c['median'])}" for c in per_checkpoint if c["handoff"] == h)
         for h in dict.fromkeys(c["handoff"] for c in per_checkpoint)
     )
+    K = d["loops"]
     measured = (
-        f"step {d['step']}, median DLR: "
+        f"step {d['step']}, median DLR_{K}: "
         + ", ".join(f"{h['handoff']} {_fmt(h['median'])} (q10–q90 {_fmt(h['q10'])}–{_fmt(h['q90'])})"
                     for h in handoffs)
         + ("; all > 1" if d["all_above_one"] else "; some ≤ 1")
-        + (f". Over steps {', '.join(map(str, steps))}: {history}" if len(steps) > 1 else "")
+        + ". By K: " + "; ".join(f"{h['handoff']} " + ", ".join(f"K={k} {_fmt(v)}" for k, v in h["by_loops"].items())
+                                 for h in handoffs)
+        + (f". DLR_{K} over steps {', '.join(map(str, steps))}: {history}" if len(steps) > 1 else "")
     )
     return _row(
         "C4",
         "The drift-to-loop ratio is much greater than 1 at every hand-off.",
-        f"Last checkpoint: median over tokens of DLR = ‖x_h^(1) − x_g^(K)‖ / mean_k ‖Δ_g^(k)‖ is "
-        f"≥ {C4_MIN_DLR:g} at every hand-off ('≫ 1' read as at least an order of magnitude). "
-        f"All checkpoints reported.",
+        f"Last checkpoint: median over tokens of DLR_K = ‖x_h^(1) − x_g^(K_g)‖ / mean_(k≤K) ‖Δ_g^(k)‖ at "
+        f"K = min({C4_DLR_LOOPS}, loops measured) is ≥ {C4_MIN_DLR:g} at every hand-off ('≫ 1' read as at "
+        f"least an order of magnitude; DLR_K grows with K for a converging loop, so K is fixed in advance: "
+        f"docs/claims.md#c4). Other K and all checkpoints reported.",
         measured,
         verdict,
-        {f"median DLR {h['handoff']}": h["median"] for h in handoffs},
+        {f"median DLR_{K} {h['handoff']}": h["median"] for h in handoffs},
     )
 
 
@@ -278,19 +294,24 @@ def c5_spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = No
     d = verdict.detail
     jumps, groups = d["jumps"], d["groups"]
     measured = (
-        f"step {d['step']}: median DLR " + ", ".join(f"{j['handoff']} {_fmt(j['median_dlr'])}" for j in jumps)
-        + "; mean turning " + ", ".join(f"g{g['group']} {_fmt(g['mean_turning_deg'], 2)}°" for g in groups)
+        f"step {d['step']}: median DLR_{d['loops']} "
+        + ", ".join(f"{j['handoff']} {_fmt(j['median_dlr'])}" for j in jumps)
+        + "; mean turning " + ", ".join(f"g{g['group']} {_fmt(g['mean_turning_deg'], 2)}° "
+                                        f"({_counted(g.get('turns_above_floor'), 'kept')} above the floor)"
+                                        for g in groups)
         + "; path after k=1 / jump " + ", ".join(f"g{g['group']} {_fmt(g['path_to_jump'])}" for g in groups)
         + _phase_note(d)
     )
     return _row(
         "C5",
         "Within groups the trajectory is a tight spiral; between groups it makes large jumps.",
-        f"Last checkpoint. Large jumps: median DLR ≥ {C5_MIN_DLR:g} at every hand-off. Spiral: in every "
-        f"group the mean turning angle arccos(cos(Δ^(k), Δ^(k−1))) over k ≥ 2 is "
+        f"Last checkpoint. Large jumps: median DLR_K ≥ {C5_MIN_DLR:g} at every hand-off (K as in C4). Spiral: "
+        f"in every group the mean turning angle arccos(cos(Δ^(k), Δ^(k−1))) over k ≥ 2 (steps above the "
+        f"precision floor) is "
         f"≥ {C5_MIN_TURNING_DEG:g}° (a straight walk is 0°). Tight: in every group the path walked after the "
         f"first application, Σ_(k≥2) mean ‖Δ^(k)‖, is < {C5_MAX_PATH_TO_JUMP:g} × the smaller adjacent jump "
-        f"(jump out of g ≈ median DLR × g's mean step). Reproduced if all checks pass, mixed if some. "
+        f"(jump out of g ≈ median DLR_K × the mean of g's first K steps). Reproduced if all checks pass, mixed "
+        f"if some. "
         f"Whether the max-cut depth phases equal the layout is reported, not scored.",
         measured,
         verdict,
@@ -620,3 +641,17 @@ def claims_table(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
         speed = frames.get("sample_speed")
         rows += [c7_parallel_sampler(frames["sample"], speed), c7_against_matched_decoding(frames["sample"], speed)]
     return rows
+
+
+def computations(tables: dict[str, pl.DataFrame], runs: list[tuple[str, int]]) -> list[dict]:
+    """What computed the numbers of every run (`tables.origins`), run by run: the training, the geometry (with
+    its precision floor), the early exit's quality and timings, and the sampler where it ran."""
+    geometry = tables["geometry"]
+    floor = ", ".join(geometry["floor"].unique(maintain_order=True)) if "floor" in geometry.columns else "none"
+    found = [*origins(geometry, "training", "train_"),
+             *origins(geometry, f"loop geometry, loss vs loops (S, C1–C5); precision floor {floor}"),
+             *origins(tables["sweep"], "early-exit quality (C6)"),
+             *origins(tables["latency"], "early-exit timings (C6)")]
+    if "sample_speed" in tables:
+        found += origins(tables["sample_speed"], "sampler timings (C7)")
+    return sorted(found, key=lambda o: runs.index((o["recipe"], o["seed"])))

@@ -87,9 +87,9 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs) -> str:
-    """The claims per recipe (verdict and headline numbers with their spread over seeds), the tests, and every
-    run's own measurements."""
+def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The claims per recipe (verdict and headline numbers with their spread over seeds), what computed them
+    (`tables.origins` entries), the tests, and every run's own measurements."""
     recipes = recipes_of(runs)
     lines = [
         "# Claims per recipe",
@@ -111,6 +111,13 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs) -> str:
             numbers = "; ".join(f"{label} {spread_text(s)}" for label, s in entry["headline"].items())
             cells.append(f"**{entry['verdict']}**<br>{numbers}")
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if origins:
+        lines += ["", "## What computed these numbers", "",
+                  "The arithmetic, processor and torch version of each computation the claims read (from the "
+                  "columns its tables carry).", "",
+                  "| run | computation | arithmetic | processor | torch |", "|---|---|---|---|---|"]
+        lines += [f"| {o['recipe']}, seed {o['seed']} | {o['computation']} | {_cell(o['precision'])} | "
+                  f"{_cell(o['machine'])} | {_cell(o['torch'])} |" for o in origins]
     lines += ["", "## The tests (fixed before the numbers)", "", "| claim | test |", "|---|---|"]
     lines += [f"| {row['claim']} | {_cell(row['test'])} |" for row in summary]
     for (recipe, seed), rows in runs.items():
@@ -119,9 +126,10 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs) -> str:
-    """{summary: per claim and recipe, runs: [{recipe, seed, rows}]} as strict JSON."""
+def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = ()) -> str:
+    """{summary: per claim and recipe, runs: [{recipe, seed, rows}], origins} as strict JSON."""
     payload = {"summary": list(summary),
                "runs": [{"recipe": recipe, "seed": seed, "rows": list(rows)}
-                        for (recipe, seed), rows in runs.items()]}
+                        for (recipe, seed), rows in runs.items()],
+               "origins": list(origins)}
     return json.dumps(payload, indent=2, allow_nan=False) + "\n"

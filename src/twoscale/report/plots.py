@@ -34,8 +34,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report.tables import (RUN_KEYS, full_depth_rows, metric_rows, of_run, recipes_in, require, runs_in,
-                             training_steps)
+from twoscale.report.tables import (RUN_KEYS, dlr_loops, full_depth_rows, metric_rows, of_run, recipes_in, require,
+                                    runs_in, training_steps)
 from twoscale.report.thresholds import C4_MIN_DLR
 from twoscale.pipeline.io import atomic_path
 
@@ -235,19 +235,26 @@ def _draw_token_path(ax: plt.Axes, frame: pl.DataFrame, groups: Sequence[int], p
 
 
 def fig2_drift_to_loop(geometry: pl.DataFrame, path: Path) -> None:
-    """Median drift-to-loop ratio at each hand-off vs training step, one panel per recipe, one line per seed;
-    the 10th-90th percentile band over tokens of each seed."""
+    """Top row: the median drift-to-loop ratio DLR_K at each hand-off vs training step, K = `dlr_loops` (the K
+    that C4 reads), one panel per recipe, one line per seed, with the 10th-90th percentile band over tokens.
+    Bottom row: the median DLR_K against K (the loop steps averaged in its denominator) at the last checkpoint."""
     name = "fig2_drift_to_loop"
     recipes = _recipes(geometry, "geometry", name)
-    rows = metric_rows(geometry, "drift_to_loop_ratio", name).sort("recipe", "seed", "group", "step")
+    every_k = metric_rows(geometry, "drift_to_loop_ratio", name).sort("recipe", "seed", "group", "step", "k")
+    loops = dlr_loops(geometry)
+    rows = every_k.filter(pl.col("k") == loops)
     steps = training_steps(rows)
     handoffs = sorted(int(g) for g in rows["group"].unique())
     labels = {g: f"group {g} → {g + 1}" for g in handoffs}
     palette = dict(zip(labels.values(), sns.color_palette("deep", len(handoffs)), strict=True))
-    pdf = rows.with_columns(pl.col("group").replace_strict(labels, return_dtype=pl.String).alias("hand-off"))
-    pdf = pdf.to_pandas()
+
+    def named(frame: pl.DataFrame):
+        return frame.with_columns(pl.col("group").replace_strict(labels, return_dtype=pl.String)
+                                  .alias("hand-off")).to_pandas()
+
+    pdf, by_k = named(rows), named(every_k.filter(pl.col("step") == steps[-1]))
     with _style():
-        fig, axes = _grid(1, len(recipes), width=6.2, height=4.6, sharey=True)
+        fig, axes = _grid(2, len(recipes), width=6.2, height=4.2, sharey=True)
         for ax, recipe in zip(axes[0], recipes, strict=True):
             own = pdf[pdf["recipe"] == recipe]
             for (label, _), part in own.groupby(["hand-off", "seed"]):
@@ -260,19 +267,34 @@ def fig2_drift_to_loop(geometry: pl.DataFrame, path: Path) -> None:
                                 fmt="none", ecolor=palette[label], alpha=0.5, lw=6)
             sns.lineplot(data=own, x="step", y="median", hue="hand-off", units="seed", palette=palette,
                          marker="o", ax=ax, estimator=None, legend=False)
+            _step_axis(ax, steps)
+            ax.set_title(f"{recipe} ({_seed_note(rows, recipe)}): DLR_{loops} over training")
+        for ax, recipe in zip(axes[1], recipes, strict=True):
+            own = by_k[by_k["recipe"] == recipe]
+            for (label, _), part in own.groupby(["hand-off", "seed"]):
+                ax.fill_between(part["k"], part["q10"], part["q90"], color=palette[label], alpha=0.15, lw=0)
+            sns.lineplot(data=own, x="k", y="median", hue="hand-off", units="seed", palette=palette, ax=ax,
+                         estimator=None, legend=False)
+            ax.axvline(loops, color="0.4", lw=1, ls="--")
+            ax.set_xscale("log")
+            _plain_log_ticks(ax, "x")
+            ax.set_xlabel("K: loop steps of the group averaged in the denominator (log scale)")
+            ax.set_title(f"{recipe}: DLR_K against K, step {steps[-1]}")
+        for ax in (a for row in axes for a in row):
             ax.axhline(1.0, color="black", lw=1.2)
             ax.axhline(C4_MIN_DLR, color="black", lw=1, ls=":")
-            _step_axis(ax, steps)
             ax.set_yscale("log")
             _plain_log_ticks(ax)
-            ax.set_title(f"{recipe} ({_seed_note(rows, recipe)})")
-        low = float(np.nanmin(_positive(pdf["q10"].to_numpy()))) if pdf["q10"].notna().any() else 1.0
-        high = float(np.nanmax(pdf["q90"].to_numpy())) if pdf["q90"].notna().any() else 10.0
+        every = every_k.to_pandas()
+        low = float(np.nanmin(_positive(every["q10"].to_numpy()))) if every["q10"].notna().any() else 1.0
+        high = float(np.nanmax(every["q90"].to_numpy())) if every["q90"].notna().any() else 10.0
         axes[0][0].set_ylim(min(0.7, low * 0.8), max(C4_MIN_DLR * 1.5, high * 1.3))
-        axes[0][0].set_ylabel("drift-to-loop ratio (unitless, log scale)\n‖jump to next group‖ / mean loop step")
+        for row in axes:
+            row[0].set_ylabel("drift-to-loop ratio DLR_K (log scale)\n‖jump to next group‖ / mean of first K steps")
         handles = [Line2D([], [], color=colour, marker="o", label=label) for label, colour in palette.items()]
         handles += [Line2D([], [], color="black", lw=1.2, label="DLR = 1 (jump = one loop step)"),
                     Line2D([], [], color="black", lw=1, ls=":", label=f"DLR = {C4_MIN_DLR:g} ('≫ 1' in C4)"),
+                    Line2D([], [], color="0.4", lw=1, ls="--", label=f"K = {loops}, read by C4 and C5"),
                     Patch(color="0.6", alpha=0.35, label="10th–90th percentile over tokens")]
         fig.legend(handles=handles, loc="outside right upper", title="median over tokens", frameon=False)
         fig.suptitle("Fig. 2 — drift-to-loop ratio at each hand-off between looped groups, per recipe")
@@ -526,15 +548,15 @@ DIAGNOSTICS = {  # metric: (title, y label, axis: "log" where the values span a 
                            "(1 = all alike)", "signed"),
     "radial_fraction": ("direction of each step", r"mean $\cos(\Delta^{(k)}, x^{(k-1)})$" + "\n(+1 outward, "
                         "0 turning, −1 inward)", "signed"),
-    "at_fixed_point": ("exact fixed points", "fraction of tokens with\n" + r"$x^{(k)} = x^{(k-1)}$ (float32)",
-                       "fraction"),
+    "at_floor": ("steps at the precision floor", "fraction of tokens with\n" + r"$\|\Delta^{(k)}\| \leq$ floor "
+                 r"$\cdot \|x^{(k-1)}\|$ (incl. $\Delta^{(k)} = 0$)", "fraction"),
 }
 
 
 def fig_diagnostics(geometry: pl.DataFrame, path: Path) -> None:
     """What the loops do to the state, per recipe: its norm, the cosine between different tokens' states, the
-    direction of each step relative to the state, and the fraction of tokens at an exact fixed point, vs loop
-    step; one colour per group, the last checkpoint solid and the first dashed, one line per seed."""
+    direction of each step relative to the state, and the fraction of tokens whose step is at the precision floor
+    (exact fixed points included), vs loop step; one colour per group, the last checkpoint solid and the first dashed, one line per seed."""
     name = "fig_diagnostics"
     recipes = _recipes(geometry, "geometry", name)
     rows = metric_rows(geometry, list(DIAGNOSTICS), name).filter(pl.col("k").is_not_null())

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
 from twoscale.pipeline.errors import TwoscaleError
+from twoscale.report.thresholds import C4_DLR_LOOPS
 
 RUN_KEYS = ("recipe", "seed")  # every table after train says which training run its rows come from
 GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
@@ -49,6 +51,30 @@ def with_latency(sweep: pl.DataFrame, latency: pl.DataFrame) -> pl.DataFrame:
         pl.col("ms_per_token").median(), pl.col("ms_per_token").min().alias("ms_low"),
         pl.col("ms_per_token").max().alias("ms_high"), pl.col("generated_mean_loops").mean())
     return sweep.join(summary, on=keys, how="left", maintain_order="left")
+
+
+def dlr_loops(geometry: pl.DataFrame) -> int:
+    """The K at which C4, C5 and Fig. 2 read DLR_K: C4_DLR_LOOPS, or the fewest loops any checkpoint measured."""
+    rows = metric_rows(geometry, "drift_to_loop_ratio", "dlr_loops")
+    return min(C4_DLR_LOOPS, *(int(k) for k in rows.group_by("step").agg(pl.col("k").max())["k"]))
+
+
+ORIGIN = ("precision", "machine", "torch")  # what the stages record of the arithmetic behind their numbers
+
+
+def origins(frame: pl.DataFrame, computation: str, prefix: str = "") -> list[dict[str, Any]]:
+    """What computed a stacked table's numbers, one entry per run: {recipe, seed, computation, precision, machine,
+    torch} from its columns `prefix` + ORIGIN (several values joined by ' / '; 'not recorded' if absent)."""
+    out = []
+    for recipe, seed in runs_in(frame):
+        own = of_run(frame, recipe, seed)
+        entry: dict[str, Any] = {"recipe": recipe, "seed": seed, "computation": computation}
+        for key in ORIGIN:
+            column = prefix + key
+            entry[key] = " / ".join(own[column].unique(maintain_order=True).cast(pl.String)) \
+                if column in own.columns else "not recorded"
+        out.append(entry)
+    return out
 
 
 def training_steps(frame: pl.DataFrame) -> list[int]:

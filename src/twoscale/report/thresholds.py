@@ -26,6 +26,11 @@ C3_TREND_TOLERANCE = 0.02  # a change of the late-k cosine smaller than this acr
 
 # --- C4: DLR >> 1 at every hand-off -------------------------------------------------------------------------
 C4_MIN_DLR = 10.0        # ">> 1" read as at least one order of magnitude
+C4_DLR_LOOPS = C1_K_SETTLED  # DLR_K divides the jump by the mean of the group's first K steps, and grows with K for
+                         # a converging loop; read at K = 10, the k by which C1 says the steps have settled (also
+                         # the mean loop count of training), or at the most loops measured if fewer. Fixed from C1's
+                         # wording, not from any DLR_K; every K in DLR_SHOWN_LOOPS is printed beside it
+DLR_SHOWN_LOOPS = (1, 2, 5, 10, 30)  # the K whose DLR_K the claims and the summaries print (tables hold every K)
 
 # --- C5: tight spirals within groups, large jumps between --------------------------------------------------
 C5_MIN_DLR = C4_MIN_DLR  # large jumps: the same order-of-magnitude reading as C4

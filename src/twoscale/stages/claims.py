@@ -13,7 +13,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import read_parquet, run_subdir, write_text
 from twoscale.pipeline.params import params_hash
-from twoscale.report.claims import claims_table, surrogate_claims
+from twoscale.report.claims import claims_table, computations, surrogate_claims
 from twoscale.report.claims_by_recipe import summarise, to_json, to_markdown
 from twoscale.report.tables import MEASUREMENT_TABLES, of_run
 from twoscale.stages.common import add_params_argument, load
@@ -75,8 +75,9 @@ def run(args: argparse.Namespace) -> None:
     with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample, params.distill)):
         import mlflow
 
-        write_text(args.out_dir / "claims.md", to_markdown(summary, runs))
-        write_text(args.out_dir / "claims.json", to_json(summary, runs))
+        origin = computations(tables, params.runs())
+        write_text(args.out_dir / "claims.md", to_markdown(summary, runs, origin))
+        write_text(args.out_dir / "claims.json", to_json(summary, runs, origin))
         mlflow.log_artifact(str(args.out_dir / "claims.md"))
         mlflow.log_artifact(str(args.out_dir / "claims.json"))
         mlflow.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]

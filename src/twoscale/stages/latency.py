@@ -15,6 +15,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
 
@@ -32,13 +33,14 @@ def run(args: argparse.Namespace) -> None:
     params = read_params(args.params)  # every strategy's grid builds
     run = params.run(args.recipe, args.seed)
     sweep = params.sweep
-    model, meta, val_ids, _ = open_checkpoint(args, params, run, sweep.threads)
+    model, meta, val_ids, device = open_checkpoint(args, params, run, sweep.threads)
+    source = provenance(device, next(model.parameters()).dtype)
     prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     points = [(name, strategy.spec, setting) for name, strategy in sweep.strategies.items()
               for setting in strategy.settings]
     log.info("timing %d settings of %d strategies on %s, seed %d, step %d, in %d rounds", len(points),
              len(sweep.strategies), run.recipe, run.seed, meta["step"], sweep.rounds)
-    with tracking.stage_run("latency", params_hash(params.sweep), run.tags):
+    with tracking.stage_run("latency", params_hash(params.sweep), run.tags, source):
         import mlflow
 
         log_sections(params, "sweep")
@@ -47,7 +49,8 @@ def run(args: argparse.Namespace) -> None:
                             progress=f"latency {run.recipe} seed {run.seed}")
         table = pl.DataFrame(rows).select(
             pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.all(),
-            pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"))
+            pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
+            *(pl.lit(value).alias(key) for key, value in source.items()))
         write_parquet(args.out, table)
         medians = table.group_by("strategy", "setting", maintain_order=True).agg(pl.col("ms_per_token").median())
         for index, row in enumerate(medians.iter_rows(named=True)):

@@ -9,13 +9,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from twoscale.analysis.measurement import CheckpointMeasurement, boundary_offsets, measure_checkpoint
+from twoscale.analysis.geometry import FLOOR_EPS, precision_floor
+from twoscale.analysis.measurement import MEASURE_DTYPE, CheckpointMeasurement, boundary_offsets, measure_checkpoint
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import load_token_array, read_json, write_json, write_parquet
+from twoscale.pipeline.io import read_json, write_json, write_parquet
 from twoscale.pipeline.params import RunParams, params_hash
+from twoscale.report.thresholds import DLR_SHOWN_LOOPS
+from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
-from twoscale.training.device import configure_torch, resolve_device
-from twoscale.training.trainer import load_model_matching
+from twoscale.training.device import provenance
 
 log = logging.getLogger("twoscale.measure")
 
@@ -23,12 +25,14 @@ log = logging.getLogger("twoscale.measure")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
     parser.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by the train stage")
+    parser.add_argument("--train-metrics", type=Path, required=True,
+                        help="the train stage's metrics.json of the run: the arithmetic and machine it trained on")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes the per-checkpoint tables here")
 
 
 AT_THE_LAST_LOOP = ("step_size", "step_cosine", "state_norm", "cross_token_cosine", "radial_fraction",
-                    "at_fixed_point")
+                    "at_fixed_point", "at_floor")
 
 
 def summarise(step: int, m: CheckpointMeasurement, max_loops: int) -> dict:
@@ -36,8 +40,10 @@ def summarise(step: int, m: CheckpointMeasurement, max_loops: int) -> dict:
     diagnostics of the loop dynamics at the last loop step."""
     geometry = pl.DataFrame(m.geometry)
     out: dict[str, float] = {"step": step}
-    for row in geometry.filter(pl.col("metric") == "drift_to_loop_ratio").iter_rows(named=True):
-        out[f"dlr_median_{row['group']}_to_{row['group'] + 1}"] = row["median"]
+    shown = {*DLR_SHOWN_LOOPS, max_loops}  # the tables hold DLR_K for every K
+    dlr = geometry.filter((pl.col("metric") == "drift_to_loop_ratio") & pl.col("k").is_in(shown))
+    for row in dlr.iter_rows(named=True):
+        out[f"dlr_median_{row['group']}_to_{row['group'] + 1}_K{row['k']}"] = row["median"]
     headline = {("step_size", 1), ("step_size", 10)} | {(metric, max_loops) for metric in AT_THE_LAST_LOOP}
     for (metric, group, k), value in _means(geometry).items():
         if (metric, k) in headline:
@@ -55,9 +61,18 @@ def _means(geometry: pl.DataFrame) -> dict[tuple[str, int, int], float]:
     return {(r["metric"], r["group"], r["k"]): r["mean"] for r in rows}
 
 
-def tables(run: RunParams, step: int, m: CheckpointMeasurement) -> dict[str, pl.DataFrame]:
-    """The measurement tables of one checkpoint, each led by the run (recipe, seed) and training step."""
+def origin(train_metrics: dict, measured: dict[str, str]) -> dict[str, str]:
+    """Where a checkpoint's measurements come from: the training's arithmetic, machine and torch (train_*), and
+    the measurement's (`provenance`), with its precision floor."""
+    trained = {f"train_{key}": str(train_metrics.get(key, "not recorded")) for key in ("precision", "machine", "torch")}
+    return {**trained, **measured, "floor": f"{FLOOR_EPS} eps = {precision_floor(MEASURE_DTYPE):.1e} of the state"}
+
+
+def tables(run: RunParams, step: int, m: CheckpointMeasurement, source: dict[str, str]) -> dict[str, pl.DataFrame]:
+    """The measurement tables of one checkpoint, each led by the run (recipe, seed) and training step and closed
+    by where the numbers come from (`origin`)."""
     keys = [pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.lit(step).alias("step")]
+    origin_columns = [pl.lit(value).alias(key) for key, value in source.items()]
     phase_of = np.empty(len(m.positions), dtype=np.int64)
     layout_of = np.empty(len(m.positions), dtype=np.int64)
     for labels, ranges in ((phase_of, m.phases), (layout_of, m.layout_phases)):
@@ -88,28 +103,27 @@ def tables(run: RunParams, step: int, m: CheckpointMeasurement) -> dict[str, pl.
         "similarity": similarity,
         "trajectory": trajectory,
     }
-    return {name: frame.select(*keys, pl.all()) for name, frame in frames.items()}
+    return {name: frame.select(*keys, pl.all(), *origin_columns) for name, frame in frames.items()}
 
 
 def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
-    stats = read_json(args.data_dir / "stats.json")
-    val_ids = load_token_array(args.data_dir / "val.npy")
-    configure_torch(params.measure.threads, run.seed)
-    device = resolve_device(params.runtime.device)
-    model, meta = load_model_matching(args.checkpoint, run.model, stats["vocab_size"], device)
+    model, meta, val_ids, device = open_checkpoint(args, params, run, params.measure.threads)
+    train_metrics = read_json(args.train_metrics)
     step = meta["step"]
-    log.info("measuring %s, seed %d, step %d: %d windows, every group looped %d times",
-             run.recipe, run.seed, step, params.measure.n_sequences, params.measure.max_loops)
-    with tracking.stage_run("measure", params_hash(params.measure), {**run.tags, "checkpoint": f"step_{step}"}):
+    source = origin(train_metrics, provenance(device, MEASURE_DTYPE))
+    log.info("measuring %s, seed %d, step %d in %s: %d windows, every group looped %d times",
+             run.recipe, run.seed, step, source["precision"], params.measure.n_sequences, params.measure.max_loops)
+    with tracking.stage_run("measure", params_hash(params.measure),
+                            {**run.tags, "checkpoint": f"step_{step}"}, source):
         import mlflow
 
         m = measure_checkpoint(model, val_ids, params.measure, device)
         summary = summarise(step, m, params.measure.max_loops)
         log_sections(params, "measure")
         mlflow.log_metrics({k: v for k, v in summary.items() if np.isfinite(v)}, step=step)
-        for name, frame in tables(run, step, m).items():
+        for name, frame in tables(run, step, m, source).items():
             write_parquet(args.out_dir / f"{name}.parquet", frame)
         write_json(args.out_dir / "summary.json", summary)
-        log.info("phases %s (layout %s); DLR medians %s", m.phases, m.layout_phases,
+        log.info("phases %s (layout %s); DLR_K medians %s", m.phases, m.layout_phases,
                  {k: round(v, 2) for k, v in summary.items() if k.startswith("dlr")})

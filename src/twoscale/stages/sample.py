@@ -32,6 +32,7 @@ from twoscale.pipeline.params import SampleParams, params_hash
 from twoscale.report import plots
 from twoscale.report.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
 from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
 
 log = logging.getLogger("twoscale.inference.sampling")
@@ -67,12 +68,13 @@ def run(args: argparse.Namespace) -> None:
     sample = params.sample
     if run.recipe not in sample.recipes:
         raise TwoscaleError(f"--recipe {run.recipe!r} is not under sample.recipes ({', '.join(sample.recipes)})")
-    model, meta, val_ids, _ = open_checkpoint(args, params, run, sample.threads)
+    model, meta, val_ids, device = open_checkpoint(args, params, run, sample.threads)
+    source = provenance(device, next(model.parameters()).dtype)
     prompts = held_out_prompts(val_ids, sample.n_prompts, sample.prompt_tokens)
     grid = settings_grid(sample.inner_loops, sample.tolerances, sample.freezes, **shared_settings(sample))
     log.info("sampling %s, seed %d, step %d: %d prompts x (%d sampler settings + %d loop counts)", run.recipe,
              run.seed, meta["step"], len(prompts), len(grid), len(sample.baseline_loops))
-    with tracking.stage_run("sample", params_hash(params.sample), run.tags):
+    with tracking.stage_run("sample", params_hash(params.sample), run.tags, source):
         import mlflow
 
         log_sections(params, "sample")
@@ -81,13 +83,14 @@ def run(args: argparse.Namespace) -> None:
             rows += measure_prompt(model, index, prompt, sample.new_tokens, sample.loops, sample.baseline_loops,
                                    grid)
         run_keys = (pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"))
+        origin = [pl.lit(value).alias(key) for key, value in source.items()]
         table = pl.DataFrame(rows, infer_schema_length=None).select(
-            *run_keys, pl.all(), pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"))
+            *run_keys, pl.all(), pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"), *origin)
         summary = sampling_summary(table, sample.loops).with_columns(
             pl.lit(sample.loops).alias("full_loops"), pl.lit(sample.quality_tolerance).alias("quality_tolerance"),
             pl.lit(sample.distinct_tolerance).alias("distinct_tolerance"))
         speed = pl.DataFrame(paired_rounds(model, prompts, sample, summary), infer_schema_length=None).select(
-            *run_keys, pl.all())
+            *run_keys, pl.all(), *origin)
         write_parquet(args.out_dir / "sample.parquet", table)
         write_text(args.out_dir / "summary.csv", summary.write_csv(float_precision=6))
         write_text(args.out_dir / "speed.csv", speed.write_csv(float_precision=6))

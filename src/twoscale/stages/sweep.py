@@ -17,6 +17,7 @@ from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import Params, params_hash
 from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
 
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> None:
     criterion = str(strategy.spec["criterion"])
     log.info("sweeping %s (%s) over %d settings on %s, seed %d, step %d", args.strategy, strategy.spec,
              len(strategy.settings), run.recipe, run.seed, meta["step"])
-    with tracking.stage_run("sweep", params_hash(params.sweep), {**run.tags, "strategy": args.strategy}):
+    source = provenance(device, next(model.parameters()).dtype)
+    with tracking.stage_run("sweep", params_hash(params.sweep), {**run.tags, "strategy": args.strategy}, source):
         import mlflow
 
         log_sections(params, "sweep")
@@ -70,5 +72,6 @@ def run(args: argparse.Namespace) -> None:
             pl.all(),
             pl.lit(sweep.max_loops).cast(pl.Int64).alias("max_loops"),
             pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
+            *(pl.lit(value).alias(key) for key, value in source.items()),
         )
         write_parquet(args.out, table)

@@ -23,8 +23,8 @@ from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_json, write_parquet
 from twoscale.pipeline.params import Params, RunParams, params_hash
 from twoscale.stages.common import add_run_arguments, load_run, log_params
-from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, resolve_device,
-                                      training_dtype)
+from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, provenance,
+                                      resolve_device, training_dtype)
 from twoscale.training.memory import check_fits
 from twoscale.training.trainer import (build_state, checkpoint_name, compile_blocks, latest_resumable, publish,
                                        restore_state, train)
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> None:
              run.recipe, run.seed, state.model.num_parameters(), list(config.groups), describe(device),
              params.runtime.threads, dtype, peak)
 
-    with tracking.stage_run("train", run_hash, run.tags):
+    with tracking.stage_run("train", run_hash, run.tags, provenance(device, dtype)):
         started = time.perf_counter()
         start_step = state.step
         with tqdm(total=run.train.steps, initial=state.step, desc=f"train {run.recipe}", unit="step") as bar:
@@ -170,8 +170,8 @@ def run(args: argparse.Namespace) -> None:
             else (state.step - start_step) * run.train.batch_size * config.block_size / elapsed,
             "parameters": state.model.num_parameters(),
             "eval_loops": run.train.eval_loops,
-            "precision": str(dtype).removeprefix("torch."),
             "device": describe(device),
+            **provenance(device, dtype),
             **speed,
         }
         log.info("final: val loss %.3f (unigram baseline %.3f), %s tokens/s, %s model TFLOP/s, MFU %s",

@@ -52,6 +52,24 @@ def describe(device: torch.device) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} CPUs)"
 
 
+def machine(device: torch.device) -> str:
+    """The processor that runs the arithmetic, by model: the GPU's name, or the CPU's model name (Linux's
+    /proc/cpuinfo; elsewhere what the platform module knows), with its core count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            name = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
+    return f"{name or platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+
+
+def provenance(device: torch.device, dtype: torch.dtype) -> dict[str, str]:
+    """What computes a stage's numbers, for its tables and its MLflow run: the arithmetic, the processor and
+    torch's version."""
+    return {"precision": str(dtype).removeprefix("torch."), "machine": machine(device), "torch": torch.__version__}
+
+
 def native_bf16(device: torch.device) -> bool:
     """Whether the device multiplies bf16 in hardware (CUDA with bf16, a CPU with AVX512-BF16 or AMX)."""
     if device.type == "cuda":

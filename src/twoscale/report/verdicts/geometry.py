@@ -3,8 +3,10 @@ loss over loop counts, and the paper's findings C1-C5 on the geometry stage's fr
 checkpoints.
 
 Statistics used: step sizes, relative step sizes, cosines and turning angles are the per-k *mean over tokens*
-(column `mean`); the drift-to-loop ratio is the *median over tokens* (column `median`), with q10/q90 reported.
-"First" and "last" checkpoint mean the smallest and largest training `step` in the frame.
+(column `mean`); the drift-to-loop ratio is the *median over tokens* (column `median`), with q10/q90 reported,
+read at K = `dlr_loops` loop steps (its row k = K). "First" and "last" checkpoint mean the smallest and largest
+training `step` in the frame. Cosines and turning angles exist only for steps above the precision floor (the
+measurement leaves the others out); C2, C3 and C5 report how many there were (`_above_floor`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.report.tables import metric_rows, require, training_steps
+from twoscale.report.tables import dlr_loops, metric_rows, require, training_steps
 from twoscale.report.thresholds import (
     C1_K_SETTLED,
     C1_MAX_RATIO,
@@ -24,6 +26,7 @@ from twoscale.report.thresholds import (
     C3_ORTHOGONAL_MAX,
     C3_TREND_TOLERANCE,
     C4_MIN_DLR,
+    DLR_SHOWN_LOOPS,
     C5_MAX_PATH_TO_JUMP,
     C5_MIN_DLR,
     C5_MIN_TURNING_DEG,
@@ -48,12 +51,42 @@ def _curves(geometry: pl.DataFrame, metric: str, step: int,
     return out
 
 
-def _handoffs(geometry: pl.DataFrame, step: int) -> list[dict[str, Any]]:
-    rows = metric_rows(geometry, "drift_to_loop_ratio", "claims").filter(pl.col("step") == step).sort("group")
-    return [
-        {"step": step, "handoff": f"{g}->{g + 1}", "group": int(g), "median": med, "q10": q10, "q90": q90}
-        for g, med, q10, q90 in rows.select("group", "median", "q10", "q90").iter_rows()
-    ]
+def _handoffs(geometry: pl.DataFrame, step: int, loops: int) -> list[dict[str, Any]]:
+    """Every hand-off's DLR_K at K = loops (median, q10, q90 over tokens) and, under "by_loops", its median at
+    every K of DLR_SHOWN_LOOPS measured and at the most loops measured."""
+    rows = metric_rows(geometry, "drift_to_loop_ratio", "claims").filter(pl.col("step") == step)
+    most = int(rows["k"].max())
+    shown = sorted({k for k in DLR_SHOWN_LOOPS if k <= most} | {loops, most})
+    out = []
+    for g in sorted(int(g) for g in rows["group"].unique()):
+        own = {int(k): (med, q10, q90) for k, med, q10, q90 in
+               rows.filter(pl.col("group") == g).select("k", "median", "q10", "q90").iter_rows()}
+        med, q10, q90 = own.get(loops, (None, None, None))
+        out.append({"step": step, "handoff": f"{g}->{g + 1}", "group": g, "loops": loops, "median": med,
+                    "q10": q10, "q90": q90, "by_loops": {k: own[k][0] for k in shown if k in own}})
+    return out
+
+
+def _above_floor(geometry: pl.DataFrame, metric: str, step: int, first_k: int) -> dict[int, dict[str, int]]:
+    """Per group, how many (token, k) values of `metric` at k >= first_k exist (`kept`: the steps they read are
+    above the precision floor) out of all there are (`of`: tokens × loop steps)."""
+    rows = metric_rows(geometry, ("step_size", metric), "claims").filter((pl.col("step") == step)
+                                                                         & pl.col("k").is_not_null())
+    out = {}
+    for g in sorted(int(g) for g in rows["group"].unique()):
+        own = rows.filter(pl.col("group") == g)
+        tokens = int(own.filter((pl.col("metric") == "step_size") & (pl.col("k") == 1))["n"].sum())
+        values = own.filter((pl.col("metric") == metric) & (pl.col("k") >= first_k))
+        out[g] = {"kept": int(values["n"].sum()), "of": tokens * values.height}
+    return out
+
+
+def _floored_steps(geometry: pl.DataFrame, step: int) -> dict[int, dict[str, int]]:
+    """Per group, how many (token, k) steps are at the precision floor (`at_floor`) out of all (`of`); no group
+    where the table has no at_floor rows (a measurement that marked no floor)."""
+    rows = geometry.filter((pl.col("metric") == "at_floor") & (pl.col("step") == step))
+    return {int(g): {"at_floor": int(round(float((part["mean"] * part["n"]).sum()))), "of": int(part["n"].sum())}
+            for (g,), part in rows.group_by("group", maintain_order=True)}
 
 
 def _ratio(num: float, den: float) -> float:
@@ -120,6 +153,7 @@ def steps_shrink_over_training(geometry: pl.DataFrame) -> Verdict:
                 "mean_relative_step": _mean(list(relative.get(g, {}).values())),
             })
     first, last = steps[0], steps[-1]
+    floored = {step: _floored_steps(geometry, step) for step in (first, last)}
     by = {(d["step"], d["group"]): d for d in per_checkpoint}
     groups = []
     for g in sorted({d["group"] for d in per_checkpoint if d["step"] == last}):
@@ -132,6 +166,7 @@ def steps_shrink_over_training(geometry: pl.DataFrame) -> Verdict:
             info.update(passes=None, reason="step size at k=1 or relative step size missing")
         else:
             info.update(
+                steps_at_floor_first=floored[first].get(g), steps_at_floor_last=floored[last].get(g),
                 k_ref=b["k_ref"],
                 decay_ratio_first=a["decay_ratio"], decay_ratio_last=b["decay_ratio"],
                 mean_relative_first=a["mean_relative_step"], mean_relative_last=b["mean_relative_step"],
@@ -144,9 +179,9 @@ def steps_shrink_over_training(geometry: pl.DataFrame) -> Verdict:
                    {"first_step": first, "last_step": last, "groups": groups, "per_checkpoint": per_checkpoint})
 
 
-def _late_cosine(curve: dict[int, float]) -> float:
-    K = max(curve)
-    return _mean([v for k, v in curve.items() if k > K / 2])
+def _late_cosine(curve: dict[int, float], loops: int) -> float:
+    """The mean over k > loops/2 of a group's per-k mean cosine (a k whose steps are all at the floor has none)."""
+    return _mean([v for k, v in curve.items() if k > loops / 2])
 
 
 def _cosine_trend(first: float, last: float, checkpoints: int) -> str:
@@ -178,7 +213,7 @@ def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
     """C3: late-k mean cosine in [0.5, 0.65] for every group at the last checkpoint; trend across training."""
     steps = training_steps(metric_rows(geometry, "step_cosine", "claims"))
     per_checkpoint = [
-        {"step": step, "group": g, "late_cosine": _late_cosine(curve)}
+        {"step": step, "group": g, "late_cosine": _late_cosine(curve, max(_curves(geometry, "step_size", step)[g]))}
         for step in steps
         for g, curve in _curves(geometry, "step_cosine", step).items()
     ]
@@ -188,7 +223,10 @@ def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
     for d in (d for d in per_checkpoint if d["step"] == last):
         c = d["late_cosine"]
         ok = None if not math.isfinite(c) else lo <= c <= hi
-        groups.append({"group": d["group"], "late_cosine": c, "in_band": ok, "passes": ok})
+        late_k = max(_curves(geometry, "step_size", last)[d["group"]]) // 2 + 1
+        counted = _above_floor(geometry, "step_cosine", last, late_k).get(d["group"])
+        groups.append({"group": d["group"], "late_cosine": c, "in_band": ok, "passes": ok,
+                       "cosines_above_floor": counted})
 
     def overall(step: int) -> float:
         return _mean([d["late_cosine"] for d in per_checkpoint if d["step"] == step])
@@ -204,16 +242,18 @@ def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
 
 
 def drift_exceeds_loop(geometry: pl.DataFrame) -> Verdict:
-    """C4: median DLR >= 10 at every hand-off of the last checkpoint; all checkpoints reported."""
+    """C4: median DLR_K >= 10 at every hand-off of the last checkpoint, K = `dlr_loops`; all checkpoints and the
+    medians at other K reported."""
     steps = training_steps(metric_rows(geometry, "drift_to_loop_ratio", "claims"))
-    per_checkpoint = [h for step in steps for h in _handoffs(geometry, step)]
+    loops = dlr_loops(geometry)
+    per_checkpoint = [h for step in steps for h in _handoffs(geometry, step, loops)]
     last = steps[-1]
     handoffs = [dict(h) for h in per_checkpoint if h["step"] == last]
     for h in handoffs:
         h["passes"] = None if h["median"] is None or not math.isfinite(h["median"]) else h["median"] >= C4_MIN_DLR
     return Verdict(
         [h["passes"] for h in handoffs],
-        {"step": last, "threshold": C4_MIN_DLR, "handoffs": handoffs,
+        {"step": last, "threshold": C4_MIN_DLR, "loops": loops, "handoffs": handoffs,
          "all_above_one": all(h["median"] is not None and h["median"] > 1 for h in handoffs),
          "per_checkpoint": per_checkpoint},
     )
@@ -251,11 +291,13 @@ def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
     last = training_steps(metric_rows(geometry, "step_size", "claims"))[-1]
     sizes = _curves(geometry, "step_size", last)
     turning = _curves(geometry, "turning_angle", last)
-    handoffs = _handoffs(geometry, last)
+    turns_counted = _above_floor(geometry, "turning_angle", last, 2)
+    loops = dlr_loops(geometry)
+    handoffs = _handoffs(geometry, last, loops)
     checks: list[Check] = []
 
-    # estimated mean jump out of g: median DLR x g's mean step size (DLR's own denominator)
-    mean_step = {g: _mean(list(s.values())) for g, s in sizes.items()}
+    # estimated mean jump out of g: median DLR_K x the mean of g's first K step sizes (DLR_K's own denominator)
+    mean_step = {g: _mean([v for k, v in s.items() if k <= loops]) for g, s in sizes.items()}
     path_after_first = {g: sum(v for k, v in s.items() if k >= 2) for g, s in sizes.items()}
     jumps = []
     for h in handoffs:
@@ -278,11 +320,12 @@ def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
         path_to_jump = _ratio(path_after_first[g], jump) if math.isfinite(jump) else math.nan
         tight = None if not math.isfinite(path_to_jump) else path_to_jump < C5_MAX_PATH_TO_JUMP
         groups.append({"group": g, "mean_turning_deg": mean_turn, "bends": bends,
+                       "turns_above_floor": turns_counted.get(g),
                        "path_after_first": path_after_first[g], "adjacent_jump": jump,
                        "path_to_jump": path_to_jump, "tight": tight})
         checks += [bends, tight]
 
-    detail: dict[str, Any] = {"step": last, "jumps": jumps, "groups": groups,
+    detail: dict[str, Any] = {"step": last, "loops": loops, "jumps": jumps, "groups": groups,
                               "thresholds": {"min_dlr": C5_MIN_DLR, "min_turning_deg": C5_MIN_TURNING_DEG,
                                              "max_path_to_jump": C5_MAX_PATH_TO_JUMP}}
     if depth is not None and depth.height:
