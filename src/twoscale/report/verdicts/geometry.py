@@ -12,7 +12,7 @@ measurement leaves the others out); C2, C3 and C5 report how many there were (`_
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -67,16 +67,17 @@ def _handoffs(geometry: pl.DataFrame, step: int, loops: int) -> list[dict[str, A
     return out
 
 
-def _above_floor(geometry: pl.DataFrame, metric: str, step: int, first_k: int) -> dict[int, dict[str, int]]:
-    """Per group, how many (token, k) values of `metric` at k >= first_k exist (`kept`: the steps they read are
-    above the precision floor) out of all there are (`of`: tokens × loop steps)."""
+def _above_floor(geometry: pl.DataFrame, metric: str, step: int, first_k: Mapping[int, int]
+                 ) -> dict[int, dict[str, int]]:
+    """Per group g of `first_k`, how many (token, k) values of `metric` at k >= first_k[g] exist (`kept`: the steps
+    they read are above the precision floor) out of all there are (`of`: tokens × loop steps)."""
     rows = metric_rows(geometry, ("step_size", metric), "claims").filter((pl.col("step") == step)
                                                                          & pl.col("k").is_not_null())
     out = {}
-    for g in sorted(int(g) for g in rows["group"].unique()):
+    for g, first in first_k.items():
         own = rows.filter(pl.col("group") == g)
         tokens = int(own.filter((pl.col("metric") == "step_size") & (pl.col("k") == 1))["n"].sum())
-        values = own.filter((pl.col("metric") == metric) & (pl.col("k") >= first_k))
+        values = own.filter((pl.col("metric") == metric) & (pl.col("k") >= first))
         out[g] = {"kept": int(values["n"].sum()), "of": tokens * values.height}
     return out
 
@@ -179,9 +180,14 @@ def steps_shrink_over_training(geometry: pl.DataFrame) -> Verdict:
                    {"first_step": first, "last_step": last, "groups": groups, "per_checkpoint": per_checkpoint})
 
 
+def _first_late_k(loops: int) -> int:
+    """The first of the late loop steps, k > loops/2, that C3 reads."""
+    return loops // 2 + 1
+
+
 def _late_cosine(curve: dict[int, float], loops: int) -> float:
-    """The mean over k > loops/2 of a group's per-k mean cosine (a k whose steps are all at the floor has none)."""
-    return _mean([v for k, v in curve.items() if k > loops / 2])
+    """The mean over the late k of a group's per-k mean cosine (a k whose steps are all at the floor has none)."""
+    return _mean([v for k, v in curve.items() if k >= _first_late_k(loops)])
 
 
 def _cosine_trend(first: float, last: float, checkpoints: int) -> str:
@@ -212,21 +218,21 @@ def _supported_statement(cosines: Sequence[float]) -> str:
 def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
     """C3: late-k mean cosine in [0.5, 0.65] for every group at the last checkpoint; trend across training."""
     steps = training_steps(metric_rows(geometry, "step_cosine", "claims"))
+    loops = {step: {g: max(s) for g, s in _curves(geometry, "step_size", step).items()} for step in steps}
     per_checkpoint = [
-        {"step": step, "group": g, "late_cosine": _late_cosine(curve, max(_curves(geometry, "step_size", step)[g]))}
+        {"step": step, "group": g, "late_cosine": _late_cosine(curve, loops[step][g])}
         for step in steps
         for g, curve in _curves(geometry, "step_cosine", step).items()
     ]
     first, last = steps[0], steps[-1]
     lo, hi = C3_BAND
+    counted = _above_floor(geometry, "step_cosine", last, {g: _first_late_k(K) for g, K in loops[last].items()})
     groups = []
     for d in (d for d in per_checkpoint if d["step"] == last):
         c = d["late_cosine"]
         ok = None if not math.isfinite(c) else lo <= c <= hi
-        late_k = max(_curves(geometry, "step_size", last)[d["group"]]) // 2 + 1
-        counted = _above_floor(geometry, "step_cosine", last, late_k).get(d["group"])
         groups.append({"group": d["group"], "late_cosine": c, "in_band": ok, "passes": ok,
-                       "cosines_above_floor": counted})
+                       "cosines_above_floor": counted.get(d["group"])})
 
     def overall(step: int) -> float:
         return _mean([d["late_cosine"] for d in per_checkpoint if d["step"] == step])
@@ -291,7 +297,7 @@ def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
     last = training_steps(metric_rows(geometry, "step_size", "claims"))[-1]
     sizes = _curves(geometry, "step_size", last)
     turning = _curves(geometry, "turning_angle", last)
-    turns_counted = _above_floor(geometry, "turning_angle", last, 2)
+    turns_counted = _above_floor(geometry, "turning_angle", last, {g: 2 for g in sizes})
     loops = dlr_loops(geometry)
     handoffs = _handoffs(geometry, last, loops)
     checks: list[Check] = []
