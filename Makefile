@@ -47,6 +47,7 @@ study: setup
 	$(RUN) snakemake --cores all --configfile configs/study.yaml
 	rm -rf results/study
 	cd results && for path in $(STUDY_RESULTS); do mkdir -p study/$$(dirname $$path) && cp -r $$path study/$$path; done
+	sed -i 's#](\.\./docs/#](../../docs/#g' results/study/claims.md  # one folder deeper: its links to docs/
 
 smoke: setup
 	$(RUN) snakemake --cores all --configfile configs/smoke.yaml

@@ -104,9 +104,13 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
             assert never["compute_fraction"].item() == 1.0, name
     assert combined.filter(pl.col("setting") == float("inf"))["mean_loops"].max() < sweep_params["max_loops"]
     rounds = pl.read_parquet(first_run / "results/sweep/latency.parquet")
+    untimed = [name for name, strategy in sweep_params["strategies"].items() if strategy.get("timed") is False]
+    assert untimed, "the smoke set should keep one strategy untimed"
+    timed = stacked.filter(~pl.col("strategy").is_in(untimed))
     per_point = rounds.group_by("recipe", "seed", "strategy", "setting").len()
-    assert per_point.height == stacked.height and set(per_point["len"]) == {sweep_params["rounds"]}
-    assert stacked["ms_low"].le(stacked["ms_per_token"]).all() and stacked["ms_per_token"].le(stacked["ms_high"]).all()
+    assert per_point.height == timed.height and set(per_point["len"]) == {sweep_params["rounds"]}
+    assert timed["ms_low"].le(timed["ms_per_token"]).all() and timed["ms_per_token"].le(timed["ms_high"]).all()
+    assert stacked.filter(pl.col("strategy").is_in(untimed))["ms_per_token"].is_null().all()
     summary = pl.read_csv(first_run / "results/sweep/summary.csv")
     assert summary["strategy"].to_list() == list(sweep_params["strategies"]) * len(smoke_runs(first_run))
     best_fixed = fixed["perplexity"].min()  # K*: the fixed depth with the lowest perplexity
@@ -136,13 +140,18 @@ def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run):
         assert [row["claim"] for row in r["rows"]] == expected
     table = (first_run / "results/claims.md").read_text()
     assert "| claim | paper says | " + " | ".join(recipes + teachers) + " |" in table
-    assert "not measured" in table.split("| C7 |")[1].splitlines()[0]  # the recipe without injection
+    assert "not measured" in table.split("| [C7](../docs/claims.md#c7) |")[1].splitlines()[0]  # no injection
     origin = table.split("## What computed these numbers")[1].split("## The tests")[0]
     for recipe, seed in smoke_runs(first_run):
         trained = json.loads((first_run / f"results/train/{recipe}/seed_{seed}/metrics.json").read_text())
         assert f"| {recipe}, seed {seed} | training | {trained['precision']} | {trained['machine']} |" in origin
         assert f"| {recipe}, seed {seed} | loop geometry" in origin and "| float64 |" in origin
     assert [o["computation"] for o in claims["origins"]].count("early-exit timings (C6)") == len(smoke_runs(first_run))
+    for teacher, seed in teacher_runs(first_run):
+        trained = json.loads((first_run / f"results/train/{teacher}/seed_{seed}/metrics.json").read_text())
+        assert f"| {teacher}, seed {seed} | teacher training (C8) | {trained['precision']} | {trained['machine']} |" \
+            in origin
+        assert f"| {teacher}, seed {seed} | surrogate and control training (C8) | {trained['precision']} |" in origin
 
 
 def test_the_distill_stages_write_phases_surrogates_and_their_recovery(first_run):
@@ -288,21 +297,26 @@ def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_ru
     assert dvc_changed_stages(first_run) == set()
 
 
+def planned_with(repo: Path, raw: dict) -> dict[str, int]:
+    """What Snakemake would run with the parameters `raw`, given as a second parameter file."""
+    other = repo / "other_params.yaml"
+    other.write_text(yaml.safe_dump(raw, sort_keys=False))
+    try:
+        return planned_jobs(repo, "--configfile", other.name)
+    finally:
+        other.unlink()
+
+
 def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
     """How a study extends the default run: another parameter file with the same values, one more seed and one
     strategy's grid changed plans the new seed's jobs, that strategy's jobs and the latency rounds (which time every
-    setting) for the runs already done, and the stages that gather every run; nothing else of the runs already
+    setting of it) for the runs already done, and the stages that gather every run; nothing else of the runs already
     done."""
     raw = yaml.safe_load((first_run / "params.yaml").read_text())
     done = len(raw["runtime"]["seeds"])
     raw["runtime"]["seeds"] = [*raw["runtime"]["seeds"], 99]
-    raw["sweep"]["strategies"]["step_norm"]["settings"].insert(1, 1.0e-4)
-    extended = first_run / "extended.yaml"
-    extended.write_text(yaml.safe_dump(raw, sort_keys=False))
-    try:
-        plan = planned_jobs(first_run, "--configfile", extended.name)
-    finally:
-        extended.unlink()
+    raw["sweep"]["strategies"]["acceleration"]["settings"].insert(1, 1.0e-4)
+    plan = planned_with(first_run, raw)
     recipes, steps, strategies = (len(raw["recipes"]), len(raw["train"]["checkpoint_steps"]),
                                   len(raw["sweep"]["strategies"]))
     teachers = len(raw["teachers"])
@@ -310,6 +324,13 @@ def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
                     "latency": recipes * (1 + done), "sample": len(raw["sample"]["recipes"]), "geometry": 1, "tradeoff": 1, "claims": 1,
                     "train_teacher": teachers, "phases": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
                     "surrogates": 1}
+
+
+def test_timing_one_strategy_no_more_reruns_the_latency_rounds_alone(first_run):
+    """`timed` is not part of a strategy's quality sweep: flipping it plans the latency rounds and what gathers them."""
+    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    raw["sweep"]["strategies"]["kl_rest"]["timed"] = False
+    assert planned_with(first_run, raw) == {"latency": len(smoke_runs(first_run)), "tradeoff": 1, "claims": 1}
 
 
 @pytest.fixture(scope="module")

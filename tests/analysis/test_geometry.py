@@ -1,5 +1,5 @@
-"""Trajectory geometry (SCIENCE §1.2) on hand-built paths with known answers, the accumulator against numpy,
-PCA against numpy's SVD, and the whole measurement on a real tiny looped model."""
+"""Trajectory geometry (docs/methods.md#loop-geometry) on hand-built paths with known answers, the accumulator
+against numpy, PCA against numpy's SVD, and the whole measurement on a real tiny looped model."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def test_measure_trajectories_on_hand_built_groups():
     close(m["at_floor"][0], [[0.0, 0.0], [0.0, 0.0]])
 
 
-# --- the diagnostics of SCIENCE §1.6 -------------------------------------------------------------------------
+# --- the diagnostics of docs/methods.md#the-looped-model-and-its-recipes ------------------------------------
 
 
 def test_identical_token_states_have_cross_token_cosine_one():

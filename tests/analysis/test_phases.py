@@ -1,5 +1,6 @@
-"""Depth phases (SCIENCE §4): the similarity matrix on hand-built states, its additivity over batches, the
-exact segmentation against brute force, and the unrolled states against the model's own forward pass."""
+"""Depth phases (docs/methods.md#block-recurrent-surrogates): the similarity matrix on hand-built states, its
+additivity over batches, the exact segmentation against brute force, and the unrolled states against the
+model's own forward pass."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Exit criteria (SCIENCE §1.3, §2) on hand-built trajectories whose exit steps are worked out by hand in the
-comments, the hit rule's corner cases, KL and entropy against direct computations, and make_rule's errors."""
+"""Exit criteria (docs/methods.md#early-exit) on hand-built trajectories whose exit steps are worked out by
+hand in the comments, the hit rule's corner cases, KL and entropy against direct computations, and make_rule's
+errors."""
 
 from __future__ import annotations
 

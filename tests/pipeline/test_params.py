@@ -183,6 +183,7 @@ def test_snakemake_refuses_bad_params_before_any_job(tmp_path):
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1, 2]}}, "must include max_loops (4)"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1.5, 4]}}, "loops must be whole numbers"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4, 9]}}, "fixed loops 9 > max_loops 4"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4], "timed": False}}, "fixed must be timed"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},
           "mystery": {"spec": {"criterion": "telepathy"}, "settings": [1]}}, "strategies.mystery: unknown exit"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},

@@ -12,7 +12,7 @@ import yaml
 from dvc.repo import Repo
 
 from twoscale.pipeline import dependencies
-from twoscale.pipeline.params import SweepParams, load_params
+from twoscale.pipeline.params import SweepParams, SweepStrategy, load_params
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -110,7 +110,9 @@ def test_the_sweep_and_latency_jobs_together_depend_on_every_sweep_setting():
     quality, latency = dependencies.STAGES["sweep"], dependencies.STAGES["latency"]
     settings = {key for key in [*quality, *latency] if key.startswith("sweep.") and "{" not in key}
     assert settings == {f"sweep.{name}" for name in SweepParams.model_fields}
-    assert "sweep.strategies.{strategy}" in quality and "sweep.strategies" not in quality  # its own strategy only
+    # its own strategy's rule and grid only; whether it is timed matters to the latency rounds alone
+    own = {f"sweep.strategies.{{strategy}}.{field}" for field in SweepStrategy.model_fields if field != "timed"}
+    assert own == {key for key in quality if key.startswith("sweep.strategies")} and "sweep.strategies" in latency
     assert {"sweep.n_prompts", "sweep.new_tokens", "sweep.rounds"} <= set(latency) and "sweep.n_windows" not in latency
 
 

@@ -7,8 +7,10 @@ import re
 
 import polars as pl
 import pytest
+from workspace import ROOT
 
-from twoscale.report.claims_by_recipe import number, recipe_verdict, spread, spread_text, summarise, to_json, to_markdown
+from twoscale.report.claims_by_recipe import (claim_anchor, number, recipe_verdict, spread, spread_text, summarise,
+                                             to_json, to_markdown)
 from twoscale.report.tables import origins
 
 
@@ -110,3 +112,13 @@ def test_what_computed_the_numbers_is_a_section_of_its_own_from_the_tables_colum
     assert "| paper, seed 1 | geometry | float64 | CPU Y, 8 CPUs | 2.13.0 |" in lines
     assert json.loads(to_json(summarise(RUNS), RUNS, measured))["origins"] == measured
     assert "## What computed these numbers" not in to_markdown(summarise(RUNS), RUNS)
+
+
+def test_every_claim_links_to_its_test_in_the_methods_documents():
+    md = to_markdown(summarise(RUNS), RUNS, docs="../docs/claims.md")
+    assert "| [C1](../docs/claims.md#c1) | C1 says \\| something |" in md
+    assert "| C1 | C1 says" in to_markdown(summarise(RUNS), RUNS)  # no link without the path
+    headings = re.findall(r"^## (\S+)$", (ROOT / "docs/claims.md").read_text(), flags=re.MULTILINE)
+    anchors = {"#" + heading.lower() for heading in headings}
+    every_claim = ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b", "C7", "C7b", "C8", "C8b"]
+    assert {claim: claim_anchor(claim) in anchors for claim in every_claim} == dict.fromkeys(every_claim, True)

@@ -8,7 +8,7 @@ import pytest
 
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report import surrogate_plots
-from twoscale.report.claims import c8_against_scratch, c8_two_blocks_recover, surrogate_claims
+from twoscale.report.claims import c8_against_scratch, c8_two_blocks_recover, computations, surrogate_claims
 from twoscale.report.tables import recovery_table
 
 
@@ -34,6 +34,24 @@ def test_recovery_table_has_a_row_per_k_and_a_row_per_layer_of_r2():
     assert table["surrogate_recovered"].to_list() == pytest.approx([0.5, 0.95])
     assert table["control_recovered"].to_list() == pytest.approx([0.4, 0.7])
     assert r2.height == 16 and r2.filter(pl.col("blocks") == 2)["layer"].to_list() == list(range(1, 9))
+
+
+def test_recovery_rows_say_what_trained_the_teacher_and_the_surrogate():
+    recorded = {**evaluation(2, 4.1, 4.6), "teacher_precision": "bfloat16", "teacher_machine": "CPU X, 2 CPUs",
+                "teacher_torch": "2.13.0", "precision": "float32", "machine": "GPU Y", "torch": "2.13.0"}
+    table = recovery(recorded, evaluation(1, 5.0, 5.2))  # the second, from before provenance was recorded
+    assert [table[c][0] for c in ("teacher_precision", "teacher_machine", "precision", "machine")] == [
+        "bfloat16", "CPU X, 2 CPUs", "float32", "GPU Y"]
+    assert {table[c][1] for c in ("teacher_precision", "machine", "torch")} == {"not recorded"}
+    looped = pl.DataFrame({"recipe": ["paper"], "seed": [1], "precision": ["float64"], "machine": ["CPU X, 2 CPUs"],
+                           "torch": ["2.13.0"], "train_precision": ["bfloat16"], "train_machine": ["CPU X, 2 CPUs"],
+                           "train_torch": ["2.13.0"]})
+    found = computations({"geometry": looped, "sweep": looped, "latency": looped, "recovery": table},
+                         [("paper", 1), ("plain", 1)])
+    assert [o["recipe"] for o in found] == ["paper"] * 4 + ["plain"] * 2  # the looped runs first, then the teachers
+    assert [(o["computation"], o["precision"], o["machine"]) for o in found if o["recipe"] == "plain"] == [
+        ("teacher training (C8)", "bfloat16 / not recorded", "CPU X, 2 CPUs / not recorded"),
+        ("surrogate and control training (C8)", "float32 / not recorded", "GPU Y / not recorded")]
 
 
 @pytest.mark.parametrize(("surrogate_ce", "verdict"), [(4.1, "reproduced"), (4.19, "reproduced"),

@@ -219,13 +219,14 @@ def test_phases_of_a_looped_recipe(tmp_path):
     ("3", {"phases": {"1": [[0, 4]], "2": [[0, 0], [1, 4]]}}, "--blocks 3 is not in distill.blocks [1, 2]"),
     ("2", {"phases": {"1": [[0, 4]]}}, "phases.json: no phases for k = 2"),
     ("2", None, "phases.json: not found"),
+    ("2", {"phases": {"2": [[0, 0], [1, 4]]}}, "train/metrics.json: not found"),
 ])
-def test_distill_without_its_phases(tmp_path, blocks, phases, message):
+def test_distill_without_its_phases_or_the_teachers_metrics(tmp_path, blocks, phases, message):
     if phases is not None:
         (tmp_path / "phases.json").write_text(json.dumps(phases))
     result = stage(tmp_path, "distill", "--params", str(smoke_params(tmp_path)), *TEACHER, "--blocks", blocks,
-                   "--checkpoint", "none.pt", "--phases", "phases.json", "--data-dir", "prepared",
-                   "--out-dir", "distilled")
+                   "--checkpoint", "none.pt", "--train-metrics", "train/metrics.json", "--phases", "phases.json",
+                   "--data-dir", "prepared", "--out-dir", "distilled")
     assert_one_line_error(result, "distill", message)
     assert not (tmp_path / "distilled").exists()
 

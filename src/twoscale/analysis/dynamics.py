@@ -1,4 +1,5 @@
-"""The dynamics of depth (SCIENCE §4), on unit-normalised residual states x̂_l = x_l / ‖x_l‖.
+"""The dynamics of depth (docs/methods.md#block-recurrent-surrogates), on unit-normalised residual states
+x̂_l = x_l / ‖x_l‖.
 
 For states at depth positions l = 0..D-1 of the same tokens:
   directional convergence  cos(x̂_l, x̂_{D-1}), mean over tokens: how close the direction already is to the last

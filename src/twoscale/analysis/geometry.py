@@ -1,4 +1,4 @@
-"""Geometry of looped-group trajectories, per token and per loop step (SCIENCE §1.2).
+"""Geometry of looped-group trajectories, per token and per loop step (docs/methods.md#loop-geometry).
 
 A trajectory is x^(0..K) of one group: x^(0) is the group's input and x^(k) the residual stream after k
 applications. Every function here takes the states flattened to tokens, x shaped (K+1, N, C) (see
@@ -6,10 +6,11 @@ applications. Every function here takes the states flattened to tokens, x shaped
 k = first_k + i, where first_k is 0 for metrics of the state itself, 1 for first-order metrics (they need
 x^(k-1)) and 2 for second-order ones (they need x^(k-2)); `FIRST_K` records it per metric.
 
-The diagnostics of SCIENCE §1.6 name the mechanism: the state norm ‖x^(k)‖ (a pre-LN loop's grows without
-bound), the mean cosine between different tokens' states (1 = every token has the same state: collapse to the
-unigram distribution), and the split of each step into its part along the previous state (radial: the state
-only grows or shrinks) and the part orthogonal to it (tangential: the state turns).
+The diagnostics of docs/methods.md#the-looped-model-and-its-recipes name the mechanism: the state norm ‖x^(k)‖
+(a pre-LN loop's grows without bound), the mean cosine between different tokens' states (1 = every token has
+the same state: collapse to the unigram distribution), and the split of each step into its part along the
+previous state (radial: the state only grows or shrinks) and the part orthogonal to it (tangential: the state
+turns).
 
 Undefined values are NaN, never 0: a cosine with a zero step, and any ratio whose denominator is exactly zero.
 Aggregators must ignore NaN (`MetricAccumulator` does). Functions compute in the input's dtype;

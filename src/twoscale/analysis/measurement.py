@@ -1,5 +1,5 @@
-"""One checkpoint's measurements on held-out text: loop geometry (SCIENCE §1.2), loss vs loops, the similarity of
-the unrolled depth with its phases (§4), and one token's PCA path (Fig. 1).
+"""One checkpoint's measurements on held-out text: loop geometry (docs/methods.md#loop-geometry), loss vs
+loops, the similarity of the unrolled depth with its phases, and one token's PCA path (Fig. 1).
 
 Every group is looped `measure.max_loops` times on `measure.n_sequences` fixed, evenly spaced validation windows;
 per batch only per-token scalars and a (D, D) similarity sum are kept, so memory does not grow with the sample.

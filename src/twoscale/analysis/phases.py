@@ -1,4 +1,5 @@
-"""Phases of the unrolled depth, as in the block-recurrent hypothesis (SCIENCE §4).
+"""Phases of the unrolled depth, as in the block-recurrent hypothesis
+(docs/methods.md#block-recurrent-surrogates).
 
 Take the residual stream at every depth position of the unrolled network (embedding, then after every layer
 application, loops included: `ModelOutput.depth_states`), average the cosine similarity between positions over

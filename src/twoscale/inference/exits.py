@@ -1,4 +1,5 @@
-"""Per-token early-exit criteria for looped groups (SCIENCE §1.3 and the Huginn criteria of §2).
+"""Per-token early-exit criteria for looped groups (docs/methods.md#early-exit: the paper's rule and Huginn's,
+arXiv 2502.05171).
 
 A group is applied k = 1, 2, ... times; x^(0) is its input and x^(k) the state after k applications, one row
 per token. After every application the caller hands the new states of the tokens *still running* to an

@@ -1,4 +1,5 @@
-"""The parallel "diffusion forcing" sampler for recurrent-depth models (Geiping et al., SCIENCE §3), batch size 1.
+"""The parallel "diffusion forcing" sampler for recurrent-depth models (Geiping et al., arXiv 2510.14961;
+docs/methods.md#the-parallel-sampler), batch size 1.
 
 Ordinary decoding runs each new token through the full recurrence before the next token starts. This sampler
 decodes a new position at every forward pass (an *outer step*) while the latent states of the recent, still

@@ -1,5 +1,5 @@
 """What the sample stage measures: the parallel sampler at every setting of its grid and ordinary cached decoding at
-every loop count, greedy at batch size 1 on the same held-out prompts (SCIENCE §3).
+every loop count, greedy at batch size 1 on the same held-out prompts (docs/methods.md#the-parallel-sampler).
 
 Per prompt and setting: the tokens per second after the prompt's prefill, forward passes and looped-group
 applications per generated token, its cost per generated token in layer applications and GFLOPs (`generation_cost`),

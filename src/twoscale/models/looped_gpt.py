@@ -1,4 +1,5 @@
-"""A GPT-2 style decoder whose middle layers loop: the recurrent-depth model of the paper (SCIENCE §1.1).
+"""A GPT-2 style decoder whose middle layers loop: the recurrent-depth model of the paper
+(docs/methods.md#the-looped-model-and-its-recipes).
 
 Layers are pre-LayerNorm blocks with learned positions, as in nanoGPT. Some contiguous layer ranges form *looped
 groups*: applying group g once runs its layers in order once, and at inference each group may be applied any number

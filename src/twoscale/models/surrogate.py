@@ -1,4 +1,4 @@
-"""Block-recurrent surrogate of a plain (non-looped) GPT: Raptor (SCIENCE §4).
+"""Block-recurrent surrogate of a plain (non-looped) GPT: Raptor (docs/methods.md#block-recurrent-surrogates).
 
 The teacher's L layers are split into k contiguous phases. The surrogate keeps one shared block per phase and
 applies it once for every teacher layer of that phase, starting from the teacher's embedding output:

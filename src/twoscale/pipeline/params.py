@@ -220,6 +220,8 @@ class SweepStrategy(Section):
         min_length=1, description="swept values: thresholds (.inf: exit at once, 0: never), or the loop counts of "
         "fixed, or the hit counts of argmax"
     )
+    timed: bool = Field(True, description="timed by the latency stage; an untimed strategy is compared by "
+                        "quality and FLOPs only, and a speed verdict that needs its latency is inconclusive")
 
     @field_validator("settings")
     @classmethod
@@ -239,8 +241,8 @@ class SweepParams(Section):
     prompt_tokens: PositiveInt = Field(description="tokens per prompt")
     new_tokens: PositiveInt = Field(description="tokens generated per prompt; a round's latency is the median over "
                                     "all")
-    rounds: int = Field(ge=2, description="latency rounds: each times every setting of every strategy once; two "
-                        "settings' timings of one round are a pair")
+    rounds: int = Field(ge=2, description="latency rounds: each times every setting of every timed strategy "
+                        "once; two settings' timings of one round are a pair")
     strategies: dict[str, SweepStrategy] = Field(
         min_length=1, description="exit strategies by name; 'fixed' (the fixed-depth baseline) is required"
     )
@@ -252,6 +254,8 @@ class SweepParams(Section):
             raise ValueError("strategies need 'fixed' with spec {criterion: fixed}: the full-depth reference")
         if self.max_loops not in self.strategies["fixed"].settings:
             raise ValueError(f"strategies.fixed.settings must include max_loops ({self.max_loops}): full depth")
+        if not self.strategies["fixed"].timed:
+            raise ValueError("strategies.fixed must be timed: every latency ratio is read against a fixed depth")
         return self
 
 

@@ -644,8 +644,9 @@ def claims_table(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
 
 
 def computations(tables: dict[str, pl.DataFrame], runs: list[tuple[str, int]]) -> list[dict]:
-    """What computed the numbers of every run (`tables.origins`), run by run: the training, the geometry (with
-    its precision floor), the early exit's quality and timings, and the sampler where it ran."""
+    """What computed the numbers of every run (`tables.origins`), run by run (`runs`: the looped runs, then the
+    teacher runs): the training, the geometry (with its precision floor), the early exit's quality and timings,
+    the sampler where it ran, and the teachers' training and distillation ('recovery')."""
     geometry = tables["geometry"]
     floor = ", ".join(geometry["floor"].unique(maintain_order=True)) if "floor" in geometry.columns else "none"
     found = [*origins(geometry, "training", "train_"),
@@ -654,4 +655,8 @@ def computations(tables: dict[str, pl.DataFrame], runs: list[tuple[str, int]]) -
              *origins(tables["latency"], "early-exit timings (C6)")]
     if "sample_speed" in tables:
         found += origins(tables["sample_speed"], "sampler timings (C7)")
+    if "recovery" in tables:
+        teachers = tables["recovery"].rename({"teacher": "recipe"})
+        found += [*origins(teachers, "teacher training (C8)", "teacher_"),
+                  *origins(teachers, "surrogate and control training (C8)")]
     return sorted(found, key=lambda o: runs.index((o["recipe"], o["seed"])))

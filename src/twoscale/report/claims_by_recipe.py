@@ -87,9 +87,16 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = ()) -> str:
+def claim_anchor(claim: str) -> str:
+    """The section of docs/claims.md that holds a claim's test: '#c6' for C6 and for its variant C6b."""
+    return "#" + claim.lower().removesuffix("b")
+
+
+def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = (),
+                docs: str | None = None) -> str:
     """The claims per recipe (verdict and headline numbers with their spread over seeds), what computed them
-    (`tables.origins` entries), the tests, and every run's own measurements."""
+    (`tables.origins` entries), the tests, and every run's own measurements. With `docs` (the path of
+    docs/claims.md from where the table is written) every claim's name links to its test there."""
     recipes = recipes_of(runs)
     lines = [
         "# Claims per recipe",
@@ -102,7 +109,8 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
         "|---|---|" + "---|" * len(recipes),
     ]
     for row in summary:
-        cells = [row["claim"], row["statement"]]
+        name = row["claim"]
+        cells = [f"[{name}]({docs}{claim_anchor(name)})" if docs else name, row["statement"]]
         for recipe in recipes:
             entry = row["recipes"].get(recipe)
             if entry is None:

@@ -1,4 +1,5 @@
-"""The paper's figures (SCIENCE §1.4) from the geometry stage's frames, as PNGs readable without the code.
+"""The paper's figures (docs/methods.md#loop-geometry) from the geometry stage's frames, as PNGs readable
+without the code.
 
 One function per figure, `fig_x(frames..., path)`. Every frame is a Polars DataFrame stacked over training runs
 and checkpoints, with a string `recipe`, an int `seed` and an int `step` column (the training step of the
@@ -40,7 +41,7 @@ from twoscale.report.thresholds import C4_MIN_DLR
 from twoscale.pipeline.io import atomic_path
 
 DPI = 150
-PAPER_COSINE_BAND = (0.5, 0.65)  # SCIENCE §1.5 C3
+PAPER_COSINE_BAND = (0.5, 0.65)  # docs/claims.md#c3
 STEP_CMAP = "viridis"
 MAX_LEGEND_CHECKPOINTS = 10  # more checkpoints than this get a colour bar instead of a legend
 
@@ -540,7 +541,7 @@ def fig_acceleration(geometry: pl.DataFrame, path: Path) -> None:
         _save(fig, path)
 
 
-# --- diagnostics of the loop dynamics (SCIENCE §1.6) --------------------------------------------------------
+# --- diagnostics of the loop dynamics (docs/methods.md#the-looped-model-and-its-recipes) --------------------
 
 DIAGNOSTICS = {  # metric: (title, y label, axis: "log" where the values span a decade, "signed", "fraction")
     "state_norm": ("state norm", r"mean $\|x^{(k)}\|_2$" + f"\n({RESIDUAL_UNITS})", "log"),

@@ -1,5 +1,6 @@
-"""Figures of the block-recurrent surrogates (SCIENCE §4): a teacher's phases, what its surrogates recover, and the
-dynamics of depth of teachers, surrogates and looped models. Written atomically like `report.plots`."""
+"""Figures of the block-recurrent surrogates (docs/methods.md#block-recurrent-surrogates): a teacher's phases,
+what its surrogates recover, and the dynamics of depth of teachers, surrogates and looped models. Written
+atomically like `report.plots`."""
 
 from __future__ import annotations
 

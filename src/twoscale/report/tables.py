@@ -9,6 +9,7 @@ import polars as pl
 
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.thresholds import C4_DLR_LOOPS
+from twoscale.training.device import PROVENANCE
 
 RUN_KEYS = ("recipe", "seed")  # every table after train says which training run its rows come from
 GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
@@ -59,17 +60,16 @@ def dlr_loops(geometry: pl.DataFrame) -> int:
     return min(C4_DLR_LOOPS, *(int(k) for k in rows.group_by("step").agg(pl.col("k").max())["k"]))
 
 
-ORIGIN = ("precision", "machine", "torch")  # what the stages record of the arithmetic behind their numbers
 
 
 def origins(frame: pl.DataFrame, computation: str, prefix: str = "") -> list[dict[str, Any]]:
     """What computed a stacked table's numbers, one entry per run: {recipe, seed, computation, precision, machine,
-    torch} from its columns `prefix` + ORIGIN (several values joined by ' / '; 'not recorded' if absent)."""
+    torch} from its columns `prefix` + PROVENANCE (several values joined by ' / '; 'not recorded' if absent)."""
     out = []
     for recipe, seed in runs_in(frame):
         own = of_run(frame, recipe, seed)
         entry: dict[str, Any] = {"recipe": recipe, "seed": seed, "computation": computation}
-        for key in ORIGIN:
+        for key in PROVENANCE:
             column = prefix + key
             entry[key] = " / ".join(own[column].unique(maintain_order=True).cast(pl.String)) \
                 if column in own.columns else "not recorded"
@@ -169,7 +169,8 @@ def sampling_summary(rows: pl.DataFrame, full_loops: int) -> pl.DataFrame:
 
 
 def recovery_table(evaluations: Sequence[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The distill stage's evaluations as (one row per teacher, seed and k; one row per layer of each surrogate's
+    """The distill stage's evaluations as (one row per teacher, seed and k, with what trained the teacher
+    (teacher_precision, ...) and the surrogate and control (precision, ...); one row per layer of each surrogate's
     R²)."""
     rows, layers = [], []
     for e in evaluations:
@@ -180,7 +181,9 @@ def recovery_table(evaluations: Sequence[dict]) -> tuple[pl.DataFrame, pl.DataFr
                      **{f"{model}_{measure}": e[model][measure] for model in ("surrogate", "control")
                         for measure in ("cross_entropy", "recovered", "kl_to_teacher")},
                      **{f"{model}_parameters": e[f"{model}_parameters"] for model in ("teacher", "surrogate",
-                                                                                      "control")}})
+                                                                                      "control")},
+                     **{key: str(e.get(key, "not recorded")) for prefix in ("teacher_", "")
+                        for key in (prefix + name for name in PROVENANCE)}})
         layers += [{**key, "layer": layer, "r2": r2} for layer, r2 in enumerate(e["layer_r2"], start=1)]
     recovery_schema = {"teacher": pl.String, "seed": pl.Int64, "blocks": pl.Int64}
     return (pl.DataFrame(rows, schema_overrides=recovery_schema) if rows else pl.DataFrame(schema=recovery_schema),

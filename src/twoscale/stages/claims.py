@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 
 import polars as pl
@@ -19,6 +20,7 @@ from twoscale.report.tables import MEASUREMENT_TABLES, of_run
 from twoscale.stages.common import add_params_argument, load
 
 log = logging.getLogger("twoscale.report.claims")
+CLAIMS_DOC = "docs/claims.md"  # each claim's test, linked from the table (stages run from the repository's root)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> None:
     if params.teachers:
         if not args.recovery.exists():
             raise TwoscaleError(f"{args.recovery}: not found (run the surrogates stage first)")
-        recovery = pl.read_csv(args.recovery)
+        recovery = tables["recovery"] = pl.read_csv(args.recovery)
         runs |= {(teacher, seed): surrogate_claims(recovery.filter((pl.col("teacher") == teacher)
                                                                    & (pl.col("seed") == seed)))
                  for teacher, seed in params.teacher_runs()}
@@ -75,8 +77,9 @@ def run(args: argparse.Namespace) -> None:
     with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample, params.distill)):
         import mlflow
 
-        origin = computations(tables, params.runs())
-        write_text(args.out_dir / "claims.md", to_markdown(summary, runs, origin))
+        origin = computations(tables, [*params.runs(), *params.teacher_runs()])
+        docs = Path(os.path.relpath(CLAIMS_DOC, args.out_dir)).as_posix()
+        write_text(args.out_dir / "claims.md", to_markdown(summary, runs, origin, docs))
         write_text(args.out_dir / "claims.json", to_json(summary, runs, origin))
         mlflow.log_artifact(str(args.out_dir / "claims.md"))
         mlflow.log_artifact(str(args.out_dir / "claims.json"))

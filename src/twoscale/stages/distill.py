@@ -27,7 +27,7 @@ from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
 from twoscale.training.batches import held_out_batches
-from twoscale.training.device import training_dtype
+from twoscale.training.device import provenance, recorded_provenance, training_dtype
 from twoscale.training.distillation import distill, save_surrogate, train_plain_gpt
 
 log = logging.getLogger("twoscale.training.distillation")
@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
     parser.add_argument("--blocks", type=int, required=True, help="k: the surrogate's shared blocks (distill.blocks)")
     parser.add_argument("--checkpoint", type=Path, required=True, help="the teacher's final checkpoint")
+    parser.add_argument("--train-metrics", type=Path, required=True,
+                        help="the teacher's metrics.json of the train stage: the arithmetic and machine it trained on")
     parser.add_argument("--phases", type=Path, required=True, help="phases.json of the phases stage")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads train.npy, val.npy and stats.json")
     parser.add_argument("--out-dir", type=Path, required=True,
@@ -51,10 +53,12 @@ def run(args: argparse.Namespace) -> None:
     phases = read_json(args.phases)["phases"].get(str(k))
     if phases is None:
         raise TwoscaleError(f"{args.phases}: no phases for k = {k} (rerun the phases stage)")
+    teacher_trained = recorded_provenance(read_json(args.train_metrics), "teacher_")
     teacher, meta, val_ids, device = open_checkpoint(args, params, run, settings.threads)
     teacher.requires_grad_(False)
     train_ids = load_token_array(args.data_dir / "train.npy")
     dtype = training_dtype(params.runtime.precision, device)
+    source = {**teacher_trained, **provenance(device, dtype)}
     surrogate = RaptorSurrogate(SurrogateConfig(teacher.config, tuple(tuple(p) for p in phases),
                                                 settings.depth_hidden, settings.layerscale_init)).to(device)
     control_config = ModelConfig.from_params(run.model.model_copy(update={"n_layer": k}),
@@ -62,7 +66,7 @@ def run(args: argparse.Namespace) -> None:
     tags = {**run.tags, "blocks": str(k)}
     log.info("%s seed %d: %d-block surrogate (%d parameters) of %d layers, phases %s; control: %d layers",
              run.recipe, run.seed, k, surrogate.num_parameters(), teacher.config.n_layer, phases, k)
-    with tracking.stage_run("distill", params_hash(settings, run.model, run.train), tags):
+    with tracking.stage_run("distill", params_hash(settings, run.model, run.train), tags, source):
         import mlflow
 
         log_sections(params, "distill")
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> None:
                       "teacher_layers": teacher.config.n_layer, "train_step": meta["step"],
                       "surrogate_parameters": surrogate.num_parameters(),
                       "control_parameters": control.num_parameters(),
-                      "teacher_parameters": teacher.num_parameters(), **evaluation}
+                      "teacher_parameters": teacher.num_parameters(), **evaluation, **source}
         save_surrogate(args.out_dir / "surrogate.pt", surrogate, {"teacher": run.recipe, "seed": run.seed})
         write_parquet(args.out_dir / "history.parquet", pl.DataFrame(history))
         write_json(args.out_dir / "evaluation.json", evaluation)

@@ -1,6 +1,7 @@
-"""Stage `latency`: real latency of every setting of every early-exit strategy on a run's final checkpoint (one job
-per recipe and seed, alone on the machine): cached greedy generation at batch size 1 from held-out prompts, timed
-in rounds that each run every setting once, so that any two settings' timings of a round form a pair."""
+"""Stage `latency`: real latency of every setting of every timed early-exit strategy on a run's final checkpoint
+(one job per recipe and seed, alone on the machine): cached greedy generation at batch size 1 from held-out
+prompts, timed in rounds that each run every setting once, so that any two settings' timings of a round form a
+pair."""
 
 from __future__ import annotations
 
@@ -36,10 +37,10 @@ def run(args: argparse.Namespace) -> None:
     model, meta, val_ids, device = open_checkpoint(args, params, run, sweep.threads)
     source = provenance(device, next(model.parameters()).dtype)
     prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
-    points = [(name, strategy.spec, setting) for name, strategy in sweep.strategies.items()
-              for setting in strategy.settings]
-    log.info("timing %d settings of %d strategies on %s, seed %d, step %d, in %d rounds", len(points),
-             len(sweep.strategies), run.recipe, run.seed, meta["step"], sweep.rounds)
+    timed = {name: strategy for name, strategy in sweep.strategies.items() if strategy.timed}
+    points = [(name, strategy.spec, setting) for name, strategy in timed.items() for setting in strategy.settings]
+    log.info("timing %d settings of %d strategies (%s) on %s, seed %d, step %d, in %d rounds", len(points),
+             len(timed), ", ".join(timed), run.recipe, run.seed, meta["step"], sweep.rounds)
     with tracking.stage_run("latency", params_hash(params.sweep), run.tags, source):
         import mlflow
 

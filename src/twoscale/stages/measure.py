@@ -17,7 +17,7 @@ from twoscale.pipeline.params import RunParams, params_hash
 from twoscale.report.thresholds import DLR_SHOWN_LOOPS
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
-from twoscale.training.device import provenance
+from twoscale.training.device import provenance, recorded_provenance
 
 log = logging.getLogger("twoscale.measure")
 
@@ -64,8 +64,8 @@ def _means(geometry: pl.DataFrame) -> dict[tuple[str, int, int], float]:
 def origin(train_metrics: dict, measured: dict[str, str]) -> dict[str, str]:
     """Where a checkpoint's measurements come from: the training's arithmetic, machine and torch (train_*), and
     the measurement's (`provenance`), with its precision floor."""
-    trained = {f"train_{key}": str(train_metrics.get(key, "not recorded")) for key in ("precision", "machine", "torch")}
-    return {**trained, **measured, "floor": f"{FLOOR_EPS} eps = {precision_floor(MEASURE_DTYPE):.1e} of the state"}
+    floor = f"{FLOOR_EPS} eps = {precision_floor(MEASURE_DTYPE):.1e} of the state"
+    return {**recorded_provenance(train_metrics, "train_"), **measured, "floor": floor}
 
 
 def tables(run: RunParams, step: int, m: CheckpointMeasurement, source: dict[str, str]) -> dict[str, pl.DataFrame]:

@@ -1,6 +1,6 @@
 """Stage `surrogates`: gather every distill job into one recovery table and figure, and measure the dynamics of
-depth (SCIENCE §4) of every teacher, every surrogate and every looped recipe's final checkpoint on the same
-held-out windows, with one figure comparing them."""
+depth (docs/methods.md#block-recurrent-surrogates) of every teacher, every surrogate and every looped recipe's
+final checkpoint on the same held-out windows, with one figure comparing them."""
 
 from __future__ import annotations
 

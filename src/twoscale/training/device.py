@@ -10,6 +10,8 @@ import platform
 import re
 import statistics
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -64,10 +66,19 @@ def machine(device: torch.device) -> str:
     return f"{name or platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
 
 
+PROVENANCE = ("precision", "machine", "torch")  # what a stage records of the arithmetic behind its numbers
+
+
 def provenance(device: torch.device, dtype: torch.dtype) -> dict[str, str]:
-    """What computes a stage's numbers, for its tables and its MLflow run: the arithmetic, the processor and
-    torch's version."""
+    """What computes a stage's numbers, for its tables and its MLflow run (the keys of PROVENANCE): the arithmetic,
+    the processor and torch's version."""
     return {"precision": str(dtype).removeprefix("torch."), "machine": machine(device), "torch": torch.__version__}
+
+
+def recorded_provenance(record: Mapping[str, Any], prefix: str) -> dict[str, str]:
+    """The provenance an earlier stage recorded (the train stage's metrics.json), its keys prefixed ('train_'):
+    'not recorded' where a key is missing."""
+    return {f"{prefix}{key}": str(record.get(key, "not recorded")) for key in PROVENANCE}
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -1,4 +1,5 @@
-"""Two-stage distillation of a plain GPT into a block-recurrent surrogate (Raptor, SCIENCE §4).
+"""Two-stage distillation of a plain GPT into a block-recurrent surrogate (Raptor,
+docs/methods.md#block-recurrent-surrogates).
 
 Targets are the teacher's residual states x_0 (embedding) .. x_L (after every layer) on random training windows.
   stage 1 ("phases"): every block learns its own phase. For a phase of layers a..b its loss is

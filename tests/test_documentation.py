@@ -1,0 +1,100 @@
+"""The README and docs/ are true to the repository: every link resolves inside it, the README's verdicts are those
+of the committed claims, and every command they show runs as written (in its dry-run form where running it would
+train models)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from workspace import ROOT, copy_repository, run
+
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+BASH_BLOCK = re.compile(r"```bash\n(.*?)```", re.S)
+NEEDS_A_CLUSTER = "profiles/slurm"  # the Slurm executor plugin and a cluster: not part of a fresh clone's set-up
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(document: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", document.read_text(), flags=re.S)
+    return {github_anchor(line.lstrip("#")) for line in text.splitlines() if re.match(r"#+ ", line)}
+
+
+def links(document: Path) -> list[str]:
+    return [target for target in LINK.findall(document.read_text()) if not target.startswith(("http://", "https://"))]
+
+
+def commands(document: Path) -> list[list[str]]:
+    """The commands of a document's bash blocks as argument lists, continuation lines joined, comments dropped."""
+    found = []
+    for block in BASH_BLOCK.findall(document.read_text()):
+        for line in block.replace("\\\n", " ").splitlines():
+            if words := shlex.split(line, comments=True):
+                found.append(words)
+    return found
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)
+def test_every_link_resolves_inside_the_repository(document):
+    for target in links(document):
+        path, _, anchor = target.partition("#")
+        resolved = (document.parent / path).resolve() if path else document
+        assert resolved.is_relative_to(ROOT), f"{document.name} links outside the repository: {target}"
+        assert resolved.exists(), f"{document.name} links to a missing file: {target}"
+        if anchor:
+            assert anchor in anchors(resolved), f"{document.name} links to a missing section: {target}"
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)
+def test_nothing_cites_a_document_the_repository_lacks(document):
+    assert not re.search(r"SCIENCE|DESIGN\.md|\.\./shared", document.read_text())
+
+
+def test_the_readme_verdicts_are_those_of_the_committed_claims():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("<!-- verdicts: results/claims.json")[1].split("\n\n")[0].splitlines()[1:]
+    header, rows = [cell.strip(" `") for cell in table[0].strip("|").split("|")], table[2:]
+    committed = {row["claim"]: row["recipes"] for row in json.loads((ROOT / "results/claims.json").read_text())["summary"]}
+    shown = {}
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        claim = re.match(r"\[(\w+)\]", cells[0]).group(1)
+        shown[claim] = dict(zip(header[1:], cells[1:]))
+    assert shown.keys() == committed.keys()
+    for claim, verdicts in shown.items():
+        for recipe, verdict in verdicts.items():
+            expected = committed[claim].get(recipe, {}).get("verdict", "not measured")
+            assert verdict == expected, f"README says {claim} for {recipe} is '{verdict}', claims.json '{expected}'"
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory) -> Path:
+    return copy_repository(tmp_path_factory.mktemp("docs") / "repo", ROOT / "params.yaml")
+
+
+def as_dry_run(words: list[str]) -> list[str]:
+    """The command as a dry run where running it would do the work: Snakemake plans, make prints, and DVC reports
+    the status of the stages it would reproduce (its own dry run needs the outputs of a finished run)."""
+    if words[0] == "snakemake":
+        return [*words, "--dry-run", "--quiet", "rules"]
+    if words[:2] == ["dvc", "repro"]:
+        return ["dvc", "status", *words[2:]]
+    if words[0] == "make":
+        return ["make", "--dry-run", *words[1:]]
+    return words
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)
+def test_every_command_of_the_docs_runs_as_written_on_a_fresh_clone(document, fresh_clone):
+    for words in commands(document):
+        if NEEDS_A_CLUSTER not in words:
+            run(as_dry_run(words), fresh_clone)
