@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup reproduce study smoke gpu test benchmark report mlflow-ui schema dvc-yaml clean
+.PHONY: setup setup-cluster reproduce study smoke gpu test benchmark report mlflow-ui schema dvc-yaml clean
 
 # TORCH=system: reuse the torch that $(PYTHON) already has (a CUDA build, say) instead of the lock's torch==2.13.0
 TORCH ?= lock
@@ -33,6 +33,12 @@ $(BIN)/.installed: pyproject.toml requirements.lock
 	@touch $@
 
 setup: $(BIN)/.installed
+
+# the cluster path: Snakemake's Slurm executor and PostgreSQL's driver for a shared MLflow server
+setup-cluster: $(BIN)/.installed-cluster
+$(BIN)/.installed-cluster: $(BIN)/.installed requirements-cluster.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-cluster.txt
+	@touch $@
 
 reproduce: setup
 	$(RUN) snakemake --cores all

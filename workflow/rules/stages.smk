@@ -57,6 +57,8 @@ for spec in RULES:
             spec.benchmark
         threads: (lambda wildcards: workflow.cores) if spec.timed else spec.threads
         resources:
+            mem_mb=spec.memory_mb,
+            runtime=spec.runtime_min,
             **({"gpu": GPU_PER_JOB} if spec.gpu else {}),
             **({"timed": 1} if spec.timed else {}),
         wildcard_constraints:

@@ -70,7 +70,7 @@ def sources(stage: str) -> list[str]:
     return sorted(module_path(module) for module in stage_modules(stage))
 
 
-SNAKEMAKE_ONLY = ("threads", "gpu", "timed", "report")  # DVC runs one job at a time and has no report
+SNAKEMAKE_ONLY = ("threads", "gpu", "timed", "report", "memory_mb", "runtime_min")  # DVC: one job at a time, no report
 PER_CHECKPOINT = "{step}"  # in a declared output: one file per step of train.checkpoint_steps
 
 

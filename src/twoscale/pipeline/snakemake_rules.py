@@ -55,6 +55,8 @@ class Rule:
     threads: int
     gpu: bool  # asks for the GPU of a CUDA run
     timed: bool  # times its work, so no other job may run beside it
+    memory_mb: int  # what a job may use, for a cluster's scheduler
+    runtime_min: int
     command_params: tuple[tuple[str, Any], ...]
     report: Report | None
 
@@ -141,6 +143,8 @@ def _rule(name: str, stage: dict[str, Any], config: dict[str, Any]) -> Rule:
         threads=_threads(stage, config),
         gpu=bool(stage.get("gpu", False)),
         timed=bool(stage.get("timed", False)),
+        memory_mb=int(stage["memory_mb"]),
+        runtime_min=int(stage["runtime_min"]),
         command_params=tuple((COMMAND_PARAMS[key], lookup(config, key)) for key in named),
         report=_report(stage),
     )

@@ -2,6 +2,7 @@
 
 The store is `sqlite:///<root>/mlflow.db` with artifacts in `<root>/mlartifacts` (MLFLOW_TRACKING_URI overrides;
 the root is DVC_ROOT under `dvc exp`, else the working directory, which both orchestrators set to the repo root).
+A tracking server (an http URI) keeps the artifacts where it was told to, so that every node reaches them.
 Snakemake creates the store and the parent run in `onstart` (a new sqlite store hit by parallel jobs fails in its
 migrations) and hands the parent's id to jobs through TWOSCALE_MLFLOW_PARENT_RUN. Under DVC, stages run one after
 another; the first creates the parent run, keyed by the `dvc` process, and the rest find it.
@@ -50,6 +51,14 @@ def _mlflow():
     return mlflow
 
 
+def artifact_location(root: Path) -> str | None:
+    """Where a new experiment keeps its artifacts: `<root>/mlartifacts`, or, behind a tracking server, where
+    the server chooses (its --artifacts-destination: a path of this machine is wrong on another node)."""
+    if tracking_uri(root).startswith(("http://", "https://")):
+        return None
+    return (root / "mlartifacts").as_uri()
+
+
 def ensure_store(root: Path | None = None) -> str:
     """Create the store and the experiment if needed; return the experiment id."""
     root = root or project_root()
@@ -57,7 +66,7 @@ def ensure_store(root: Path | None = None) -> str:
     mlflow.set_tracking_uri(tracking_uri(root))
     experiment = mlflow.get_experiment_by_name(EXPERIMENT)
     if experiment is None:
-        return mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri(),
+        return mlflow.create_experiment(EXPERIMENT, artifact_location=artifact_location(root),
                                         tags=EXPERIMENT_KIND)
     if any(experiment.tags.get(key) != value for key, value in EXPERIMENT_KIND.items()):  # a store made before
         for key, value in EXPERIMENT_KIND.items():

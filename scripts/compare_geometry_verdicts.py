@@ -1,0 +1,44 @@
+"""The geometry claims (S, C1-C5) of two runs side by side, read by the claims' own functions from each run's
+geometry tables: which verdicts differ, and their headline numbers.
+
+    python scripts/compare_geometry_verdicts.py results/geometry OTHER_CHECKOUT/results/geometry
+"""
+
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from twoscale.report.claims import claims_table
+from twoscale.report.tables import MEASUREMENT_TABLES, of_run, runs_in
+
+
+def verdicts(directory: Path) -> dict[tuple[str, str], tuple[str, str, dict]]:
+    """(recipe, claim) -> (training precision, verdict, headline numbers), for every run in the tables."""
+    tables = {name: pl.read_parquet(directory / f"{name}.parquet") for name in MEASUREMENT_TABLES}
+    found = {}
+    for recipe, seed in runs_in(tables["geometry"]):
+        precision = of_run(tables["geometry"], recipe, seed)["train_precision"][0]
+        for row in claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()}):
+            found[(recipe, row["claim"])] = (precision, row["verdict"], row["headline"])
+    return found
+
+
+def number(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def main(first: Path, second: Path) -> None:
+    a, b = verdicts(first), verdicts(second)
+    for key in [key for key in a if key in b]:
+        (precision_a, verdict_a, headline_a), (precision_b, verdict_b, headline_b) = a[key], b[key]
+        same = "SAME" if verdict_a == verdict_b else "DIFFERS"
+        print(f"## {key[0]} {key[1]}: {precision_a} {verdict_a} | {precision_b} {verdict_b}  [{same}]")
+        for name, value in headline_a.items():
+            print(f"   {name}: {number(value)} | {number(headline_b.get(name))}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python scripts/compare_geometry_verdicts.py GEOMETRY_DIR OTHER_GEOMETRY_DIR")
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
