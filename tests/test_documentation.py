@@ -4,6 +4,7 @@ train models)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -23,6 +24,7 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+@functools.cache
 def anchors(document: Path) -> set[str]:
     text = re.sub(r"```.*?```", "", document.read_text(), flags=re.S)
     return {github_anchor(line.lstrip("#")) for line in text.splitlines() if re.match(r"#+ ", line)}

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -43,7 +44,8 @@ def accounting(since: str) -> list[dict[str, str]]:
 
 
 def now() -> str:
-    return subprocess.run(["date", "+%Y-%m-%dT%H:%M:%S"], capture_output=True, text=True, check=True).stdout.strip()
+    """This moment as sacct's --starttime reads it (local time)."""
+    return datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,14 @@ def test_every_job_reaches_sbatch_with_its_rules_resources(through_slurm):
         assert "gres/gpu" not in job["ReqTRES"], job  # a CPU run asks for no GPU
 
 
+def first_training_target(repo: Path) -> tuple[Path, str]:
+    """The outputs folder and first checkpoint of the first recipe's first seed: a short job (corpus and tokenize
+    run before it). Not its metrics.json: the default run's is committed, so a copy of the repository has it."""
+    smoke = yaml.safe_load((repo / "params.yaml").read_text())
+    folder = f"results/train/{next(iter(smoke['recipes']))}/seed_{smoke['runtime']['seeds'][0]}"
+    return repo / folder, f"{folder}/checkpoints/step_{smoke['train']['checkpoint_steps'][0]}.pt"
+
+
 def test_a_cuda_run_asks_slurm_for_a_gpu_for_every_job_that_loads_a_model(cluster, tmp_path):
     cuda = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
     cuda["runtime"]["device"] = "cuda"
@@ -116,14 +126,6 @@ def test_a_cuda_run_asks_slurm_for_a_gpu_for_every_job_that_loads_a_model(cluste
     by_rule = {job["Comment"].removeprefix("rule_").split("_wildcards_")[0]: job for job in accounting(started)}
     assert "gres/gpu=1" in by_rule["train"]["ReqTRES"] and by_rule["train"]["State"] == "FAILED"
     assert "gres/gpu" not in by_rule["corpus"]["ReqTRES"] and by_rule["tokenize"]["State"] == "COMPLETED"
-
-
-def first_training_target(repo: Path) -> tuple[Path, str]:
-    """The outputs folder and first checkpoint of the first recipe's first seed: a short job (corpus and tokenize
-    run before it). Not its metrics.json: the default run's is committed, so a copy of the repository has it."""
-    smoke = yaml.safe_load((repo / "params.yaml").read_text())
-    folder = f"results/train/{next(iter(smoke['recipes']))}/seed_{smoke['runtime']['seeds'][0]}"
-    return repo / folder, f"{folder}/checkpoints/step_{smoke['train']['checkpoint_steps'][0]}.pt"
 
 
 def running_job(rule: str, seconds: float) -> str:

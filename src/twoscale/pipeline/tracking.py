@@ -51,10 +51,11 @@ def _mlflow():
     return mlflow
 
 
-def artifact_location(root: Path) -> str | None:
-    """Where a new experiment keeps its artifacts: `<root>/mlartifacts`, or, behind a tracking server, where
-    the server chooses (its --artifacts-destination: a path of this machine is wrong on another node)."""
-    if tracking_uri(root).startswith(("http://", "https://")):
+def artifact_location(uri: str, root: Path) -> str | None:
+    """Where a new experiment of the store at `uri` keeps its artifacts: `<root>/mlartifacts`, or, behind a
+    tracking server, where the server chooses (its --artifacts-destination: a path of this machine is wrong on
+    another node)."""
+    if uri.startswith(("http://", "https://")):
         return None
     return (root / "mlartifacts").as_uri()
 
@@ -63,10 +64,11 @@ def ensure_store(root: Path | None = None) -> str:
     """Create the store and the experiment if needed; return the experiment id."""
     root = root or project_root()
     mlflow = _mlflow()
-    mlflow.set_tracking_uri(tracking_uri(root))
+    uri = tracking_uri(root)
+    mlflow.set_tracking_uri(uri)
     experiment = mlflow.get_experiment_by_name(EXPERIMENT)
     if experiment is None:
-        return mlflow.create_experiment(EXPERIMENT, artifact_location=artifact_location(root),
+        return mlflow.create_experiment(EXPERIMENT, artifact_location=artifact_location(uri, root),
                                         tags=EXPERIMENT_KIND)
     if any(experiment.tags.get(key) != value for key, value in EXPERIMENT_KIND.items()):  # a store made before
         for key, value in EXPERIMENT_KIND.items():
