@@ -1,9 +1,9 @@
-# Two commands set everything up on a fresh machine with Python 3.11:
+# Two commands set everything up on a fresh machine with Python 3.11 or 3.12:
 #   make reproduce   the full reproduction on params.yaml (snakemake --cores all in .venv)
 #   make test        the test suite
 # On a GPU machine: make setup TORCH=system reuses the Python's own (CUDA) torch; make gpu runs configs/gpu.yaml
 SHELL := /bin/bash
-PYTHON ?= python3.11
+PYTHON ?= $(or $(shell command -v python3.11),$(shell command -v python3.12),python3.11)
 VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
@@ -21,7 +21,7 @@ $(error TORCH must be lock or system, got '$(TORCH)')
 endif
 
 $(BIN)/.installed: pyproject.toml requirements.lock
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=/path/to/python3.11)"; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=/path/to/python3.11 or python3.12)"; exit 1; }
 	@[ "$(TORCH)" = lock ] || $(PYTHON) -c "import torch" 2>/dev/null \
 	  || { echo "error: TORCH=system, but $(PYTHON) cannot import torch"; exit 1; }
 	$(PYTHON) -m venv $(VENV_OPTIONS) $(VENV)

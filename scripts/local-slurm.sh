@@ -95,7 +95,7 @@ SelectTypeParameters=CR_Core_Memory
 SchedulerType=sched/backfill
 ReturnToService=2
 MpiDefault=none
-MinJobAge=30
+MinJobAge=300
 $(sed "s/RealMemory=[0-9]*/RealMemory=$memory/" <<<"$hardware") NodeAddr=127.0.0.1 Gres=gpu:1 State=UNKNOWN
 PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF

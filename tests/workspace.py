@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -27,6 +29,16 @@ def run(cmd: list[str], cwd: Path) -> str:
     result = attempt(cmd, cwd)
     assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout + result.stderr
+
+
+def smoke_params(folder: Path, **sections: dict) -> Path:
+    """configs/smoke.yaml with some of its sections updated, as `folder`/params.yaml."""
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    for name, changes in sections.items():
+        raw[name].update(changes)
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 def copy_repository(dest: Path, params: Path) -> Path:

@@ -159,9 +159,6 @@ def test_a_job_past_its_time_limit_fails_keeps_no_partial_outputs_and_a_rerun_fi
     assert (outputs / "metrics.json").exists() and len(list(outputs.glob("checkpoints/*.pt"))) == 4
 
 
-@pytest.mark.xfail(raises=subprocess.TimeoutExpired, strict=True,
-                   reason="snakemake-executor-plugin-slurm 2.8.0 does not know sacct's state 'CANCELLED by <uid>' "
-                          "and waits for a cancelled job forever")
 def test_a_job_cancelled_with_scancel_fails_and_a_rerun_finishes(cluster, tmp_path):
     repo = copy_repository(tmp_path / "repo", long_training(tmp_path))
     outputs, target = first_training_target(repo)

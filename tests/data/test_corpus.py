@@ -39,6 +39,19 @@ def data_params(**overrides) -> DataParams:
     return DataParams(**{**fields, **overrides})
 
 
+def built(data: DataParams, root: Path, cache_dir: Path) -> tuple[str, dict]:
+    """The corpus text `build_corpus` writes, and the manifest it returns."""
+    out = io.StringIO()
+    manifest = build_corpus(data, root, cache_dir, out)
+    return out.getvalue(), manifest
+
+
+def joined(docs: list[Document], max_chars: int | None) -> tuple[str, list[dict]]:
+    out = io.StringIO()
+    entries = join_documents(docs, max_chars, out)
+    return out.getvalue(), entries
+
+
 def write(path: Path, content: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
@@ -52,7 +65,7 @@ def test_build_corpus_joins_documents_and_manifest_offsets_slice_back(tmp_path):
     write(tmp_path / "a.txt", "alpha\r\nbeta  \n\n")  # CRLF and trailing whitespace are normalised away
     write(tmp_path / "b.txt", "gamma")
     write(tmp_path / "c.txt", " \n")  # empty after normalisation: dropped
-    text, manifest = build_corpus(data_params(text_files=["*.txt"]), tmp_path, tmp_path / "cache")
+    text, manifest = built(data_params(text_files=["*.txt"]), tmp_path, tmp_path / "cache")
 
     assert text == "alpha\nbeta\n\ngamma"
     assert manifest == {
@@ -81,7 +94,7 @@ def test_build_corpus_joins_documents_and_manifest_offsets_slice_back(tmp_path):
 )
 def test_max_chars_keeps_whole_documents_then_a_prefix(max_chars, expected):
     docs = [Document("one", "abcde", "s1"), Document("two", "fgh", "s2"), Document("three", "ijk", "s3")]
-    text, entries = join_documents(docs, max_chars)
+    text, entries = joined(docs, max_chars)
     assert text == expected
     kept = expected.split("\n\n")
     assert [e["name"] for e in entries] == ["one", "two", "three"][: len(kept)]
@@ -92,7 +105,7 @@ def test_max_chars_keeps_whole_documents_then_a_prefix(max_chars, expected):
 def test_build_corpus_max_chars_manifest_describes_the_truncated_text(tmp_path):
     write(tmp_path / "a.txt", "abcde")
     write(tmp_path / "b.txt", "fgh")
-    text, manifest = build_corpus(data_params(text_files=["*.txt"], max_chars=9), tmp_path, tmp_path)
+    text, manifest = built(data_params(text_files=["*.txt"], max_chars=9), tmp_path, tmp_path)
     assert text == "abcde\n\nfg"
     assert (manifest["n_documents"], manifest["n_chars"], manifest["sha256"]) == (2, 9, sha("abcde\n\nfg"))
     second = {"name": "b.txt", "source": "b.txt", "start": 7, "end": 9, "sha256": sha("fg")}
@@ -105,7 +118,7 @@ texts = st.lists(st.text(alphabet="ab\n é🎉", min_size=1, max_size=12), min_s
 @given(texts=texts, max_chars=st.one_of(st.none(), st.integers(1, 80)))
 def test_join_offsets_slice_back_to_each_document(texts, max_chars):
     docs = [Document(f"d{i}", t, f"s{i}") for i, t in enumerate(texts)]
-    text, entries = join_documents(docs, max_chars)
+    text, entries = joined(docs, max_chars)
     full = "\n\n".join(texts)
     assert full.startswith(text)
     if max_chars is None or len(full) <= max_chars:
@@ -121,7 +134,7 @@ def test_join_offsets_slice_back_to_each_document(texts, max_chars):
 def test_empty_corpus_is_an_error(tmp_path):
     write(tmp_path / "blank.txt", "\n \n")
     with pytest.raises(TwoscaleError, match="corpus is empty"):
-        build_corpus(data_params(text_files=["blank.txt"]), tmp_path, tmp_path)
+        built(data_params(text_files=["blank.txt"]), tmp_path, tmp_path)
 
 
 # --- text files --------------------------------------------------------------------------------------
@@ -135,7 +148,7 @@ def test_text_globs_sorted_deduplicated_recursive_and_absolute(tmp_path):
     (root / "dir.txt").mkdir()  # a folder that matches a glob is not a document
     outside = write(tmp_path / "elsewhere" / "d.txt", "D")
 
-    docs = read_text_files(["*.txt", "a.txt", "**/c.txt", str(outside)], root)
+    docs = list(read_text_files(["*.txt", "a.txt", "**/c.txt", str(outside)], root))
     # sorted by absolute path: .../elsewhere/d.txt before .../root/...
     expected = [(str(outside), "D"), ("a.txt", "A"), ("b.txt", "B"), ("sub/c.txt", "C")]
     assert [(d.name, d.text) for d in docs] == expected
@@ -151,7 +164,7 @@ def test_text_file_not_utf8_is_named(tmp_path):
     write(tmp_path / "good.txt", "fine")
     write(tmp_path / "latin1.txt", "café".encode("latin-1"))
     with pytest.raises(TwoscaleError, match=r"latin1\.txt: not UTF-8"):
-        read_text_files(["*.txt"], tmp_path)
+        list(read_text_files(["*.txt"], tmp_path))
 
 
 def test_empty_text_file_list_is_an_error(tmp_path):
@@ -269,12 +282,12 @@ ROWS = {"id": [10, 11, 12, 13], "text": ["first\r\ndoc ", "second", "", "fourth"
 
 def test_huggingface_saved_dataset(tmp_path, datasets_offline):
     datasets_offline.Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "ds"))
-    docs = load_huggingface(hf_spec(str(tmp_path / "ds")))
+    docs = list(load_huggingface(hf_spec(str(tmp_path / "ds"))))
     assert [d.text for d in docs] == ["first\ndoc", "second", "", "fourth"]
     assert [d.name for d in docs] == ["train#0", "train#1", "train#2", "train#3"]
     assert docs[3].source == f"{tmp_path / 'ds'}:train#3"
 
-    two = load_huggingface(hf_spec(str(tmp_path / "ds"), max_documents=2))
+    two = list(load_huggingface(hf_spec(str(tmp_path / "ds"), max_documents=2)))
     assert [d.text for d in two] == ["first\ndoc", "second"]
 
 
@@ -284,34 +297,34 @@ def test_huggingface_saved_dataset_dict_picks_the_split(tmp_path, datasets_offli
         "validation": datasets_offline.Dataset.from_dict({"id": [1], "text": ["held out"]}),
     }
     datasets_offline.DatasetDict(splits).save_to_disk(str(tmp_path / "dd"))
-    docs = load_huggingface(hf_spec(str(tmp_path / "dd"), split="validation"))
+    docs = list(load_huggingface(hf_spec(str(tmp_path / "dd"), split="validation")))
     assert [(d.name, d.text) for d in docs] == [("validation#0", "held out")]
     with pytest.raises(TwoscaleError, match=r"no split 'test' \(has \['train', 'validation'\]\)"):
-        load_huggingface(hf_spec(str(tmp_path / "dd"), split="test"))
+        list(load_huggingface(hf_spec(str(tmp_path / "dd"), split="test")))
 
 
 def test_huggingface_missing_column_lists_the_columns(tmp_path, datasets_offline):
     datasets_offline.Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "ds"))
     with pytest.raises(TwoscaleError, match=r"no column 'content' .* columns are \['id', 'text'\]"):
-        load_huggingface(hf_spec(str(tmp_path / "ds"), text_field="content"))
+        list(load_huggingface(hf_spec(str(tmp_path / "ds"), text_field="content")))
 
 
 def test_huggingface_streams_local_data_files_relative_to_root(tmp_path, datasets_offline):
     write(tmp_path / "jsonl" / "part.jsonl", '{"text": "one"}\n{"text": "two"}\n{"text": "three"}\n')
-    docs = load_huggingface(hf_spec("jsonl", max_documents=2), root=tmp_path)
+    docs = list(load_huggingface(hf_spec("jsonl", max_documents=2), root=tmp_path))
     assert [d.text for d in docs] == ["one", "two"]
 
 
 def test_huggingface_load_failure_is_one_line(tmp_path, datasets_offline):
     expected = r"^huggingface no-such-org/no-such-dataset:train: cannot load \(.*OfflineModeIsEnabled"
     with pytest.raises(TwoscaleError, match=expected) as info:
-        load_huggingface(hf_spec("no-such-org/no-such-dataset"), root=tmp_path)
+        list(load_huggingface(hf_spec("no-such-org/no-such-dataset"), root=tmp_path))
     assert "\n" not in str(info.value)
 
 
 def test_build_corpus_from_huggingface(tmp_path, datasets_offline):
     datasets_offline.Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "ds"))
     params = data_params(source="huggingface", huggingface=hf_spec("ds", max_documents=3))
-    text, manifest = build_corpus(params, tmp_path, tmp_path)
+    text, manifest = built(params, tmp_path, tmp_path)
     assert text == "first\ndoc\n\nsecond"  # the third row is empty and dropped
     assert [(d["start"], d["end"]) for d in manifest["documents"]] == [(0, 9), (11, 17)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import subprocess
@@ -12,7 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twoscale.data.tokenization import EOT, encode_documents, split_documents, train_bpe, unigram_cross_entropy
+from twoscale.data.tokenization import (
+    EOT,
+    batched,
+    encode_documents,
+    read_documents,
+    split_documents,
+    token_counts,
+    train_bpe,
+    unigram_cross_entropy,
+)
 from twoscale.pipeline.errors import TwoscaleError
 
 # --- split -------------------------------------------------------------------------------------------
@@ -21,7 +31,14 @@ FOUR_LINES = "line1\nline2\nline3\nline4"  # 23 characters; lines start at 0, 6,
 
 
 def manifest_of(*spans: tuple[int, int]) -> dict:
-    return {"documents": [{"name": f"d{i}", "start": a, "end": b} for i, (a, b) in enumerate(spans)]}
+    documents = [{"name": f"d{i}", "start": a, "end": b} for i, (a, b) in enumerate(spans)]
+    return {"n_chars": spans[-1][1], "documents": documents}
+
+
+def split(text: str, manifest: dict, val_fraction: float) -> tuple[list[str], list[str]]:
+    """(train heads, non-empty validation tails), the corpus read from a text stream as the stage reads its file."""
+    pairs = list(split_documents(read_documents(io.StringIO(text), manifest), val_fraction))
+    return [head for head, _ in pairs], [tail for _, tail in pairs if tail]
 
 
 @pytest.mark.parametrize(
@@ -34,13 +51,13 @@ def manifest_of(*spans: tuple[int, int]) -> dict:
     ],
 )
 def test_split_hand_computed_boundaries(val_fraction, train, val):
-    assert split_documents(FOUR_LINES, manifest_of((0, 23)), val_fraction) == ([train], [val])
+    assert split(FOUR_LINES, manifest_of((0, 23)), val_fraction) == ([train], [val])
 
 
 def test_split_per_document_short_documents_go_to_train_only():
     text = "single line\n\n" + FOUR_LINES + "\n\na\n" + "b" * 20
     manifest = manifest_of((0, 11), (13, 36), (38, 60))
-    train, val = split_documents(text, manifest, 0.3)
+    train, val = split(text, manifest, 0.3)
     # doc 1: round(11 * 0.7) = 8, inside the only line; doc 2: round(23 * 0.7) = 16, moved to 18;
     # doc 3: round(22 * 0.7) = 15, inside the last line with no newline after it
     assert train == ["single line", "line1\nline2\nline3\n", "a\n" + "b" * 20]
@@ -49,7 +66,37 @@ def test_split_per_document_short_documents_go_to_train_only():
 
 def test_split_all_tails_empty_is_an_error():
     with pytest.raises(TwoscaleError, match="validation split is empty"):
-        split_documents("one line only", manifest_of((0, 13)), 0.1)
+        split("one line only", manifest_of((0, 13)), 0.1)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("single line\n\nline", "it ends inside 'd1'"),  # shorter than the manifest
+        ("single line\n\nline1\nline2\nline3\nline4\nmore", "and the text goes on"),  # longer
+    ],
+)
+def test_a_corpus_that_does_not_match_its_manifest_is_an_error(text, message):
+    with pytest.raises(TwoscaleError, match=f"does not match its manifest.*{message}"):
+        split(text, manifest_of((0, 11), (13, 36)), 0.3)
+
+
+def test_documents_are_read_one_at_a_time_with_the_separators_skipped():
+    corpus = io.StringIO("ab\n\ncdé\n\nf")
+    spans = {"x": (0, 2), "y": (4, 7), "z": (9, 10)}
+    manifest = {"n_chars": 10, "documents": [{"name": n, "start": a, "end": b} for n, (a, b) in spans.items()]}
+    documents = read_documents(corpus, manifest)
+    assert next(documents) == "ab" and corpus.tell() == 2  # nothing read ahead
+    assert list(documents) == ["cdé", "f"]
+
+
+@pytest.mark.parametrize(("max_chars", "expected"), [
+    (5, [["ab", "cde"], ["fghijk"], ["l"]]),  # a text longer than max_chars goes alone
+    (100, [["ab", "cde", "fghijk", "l"]]),
+    (1, [["ab"], ["cde"], ["fghijk"], ["l"]]),
+])
+def test_batched_groups_consecutive_texts_up_to_max_chars(max_chars, expected):
+    assert list(batched(["ab", "cde", "fghijk", "l"], max_chars)) == expected
 
 
 lines = st.lists(st.text(alphabet="ab é🎉", max_size=8), min_size=1, max_size=8).map("\n".join)
@@ -61,10 +108,10 @@ def test_split_head_plus_tail_is_the_document_and_tails_start_lines(docs, val_fr
     starts = [sum(len(d) + 2 for d in docs[:i]) for i in range(len(docs))]
     manifest = manifest_of(*[(s, s + len(d)) for s, d in zip(starts, docs)])
     try:
-        train, val = split_documents(text, manifest, val_fraction)
+        train, val = split(text, manifest, val_fraction)
     except TwoscaleError:
         return  # every tail empty: checked above
-    assert split_documents(text, manifest, val_fraction) == (train, val)  # deterministic
+    assert split(text, manifest, val_fraction) == (train, val)  # deterministic
     tails = iter(val)
     for doc, head in zip(docs, train, strict=True):
         assert doc.startswith(head) and head
@@ -159,21 +206,43 @@ def test_encode_documents_uint32_for_a_large_vocabulary():
 # --- unigram baseline --------------------------------------------------------------------------------
 
 
+def unigram(train_ids, val_ids, vocab_size: int) -> float:
+    return unigram_cross_entropy(token_counts([np.asarray(train_ids)], vocab_size), np.asarray(val_ids))
+
+
 def test_unigram_cross_entropy_hand_computed():
     # train counts [2, 1, 1, 0] + 1 = [3, 2, 2, 1] over 4 + 4 = 8; val tokens 0 and 3
     expected = (math.log(8 / 3) + math.log(8 / 1)) / 2
-    value = unigram_cross_entropy(np.array([0, 0, 1, 2]), np.array([0, 3]), 4)
+    value = unigram([0, 0, 1, 2], [0, 3], 4)
     assert value == pytest.approx(expected, rel=1e-12)
     assert expected == pytest.approx(1.5301353973457810, rel=1e-12)
 
 
+def test_token_counts_add_up_over_blocks():
+    blocks = [np.array([0, 0, 3], dtype=np.uint16), np.array([], dtype=np.uint16), np.array([3, 1], dtype=np.uint16)]
+    assert token_counts(blocks, 5).tolist() == [2, 1, 0, 2, 0]
+
+
 def test_unigram_cross_entropy_with_no_train_data_is_uniform():
     val = np.array([1, 2, 3], dtype=np.uint16)
-    assert unigram_cross_entropy(np.array([], dtype=np.uint16), val, 10) == pytest.approx(math.log(10))
+    assert unigram(np.array([], dtype=np.uint16), val, 10) == pytest.approx(math.log(10))
 
 
 def test_unigram_cross_entropy_bad_input():
-    with pytest.raises(TwoscaleError, match="outside the vocabulary"):
-        unigram_cross_entropy(np.array([0, 4]), np.array([0]), 4)
+    with pytest.raises(TwoscaleError, match="token id 4 is outside the vocabulary of 4"):
+        unigram([0, 4], [0], 4)
+    with pytest.raises(TwoscaleError, match="token id 7 is outside the vocabulary of 4"):
+        unigram([0], [7], 4)
     with pytest.raises(TwoscaleError, match="empty validation"):
-        unigram_cross_entropy(np.array([0]), np.array([], dtype=np.int64), 4)
+        unigram([0], np.array([], dtype=np.int64), 4)
+
+
+@pytest.mark.parametrize("n_val", [1, 9, 65_536, 65_537, 200_003, 1_300_001])
+def test_unigram_cross_entropy_has_the_bits_of_the_in_memory_formula(n_val):
+    """Counted and summed block by block (the ids may be on disk, of any size), it equals to the last bit the plain
+    numpy formula computed on whole arrays at once."""
+    rng = np.random.default_rng(n_val)
+    train, val = rng.integers(0, 500, size=300_000), rng.integers(0, 500, size=n_val)
+    log_p = np.log(np.bincount(train, minlength=512) + 1.0) - math.log(train.size + 512)
+    blocks = np.array_split(train.astype(np.uint16), 7)
+    assert unigram_cross_entropy(token_counts(blocks, 512), val.astype(np.uint16)) == -log_p[val].mean()

@@ -1,13 +1,16 @@
-"""What the stages write is strict JSON: a value that is not finite becomes null, never a bare NaN."""
+"""What the stages write: strict JSON (a value that is not finite becomes null, never a bare NaN), and nothing at
+all, not even a folder, from a write that fails."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
+import numpy as np
 import pytest
 
-from twoscale.pipeline.io import write_json
+from twoscale.pipeline.io import atomic_path, read_token_blocks, write_json, write_token_array
 
 
 def test_json_is_written_sorted_and_readable_by_a_strict_parser(tmp_path):
@@ -23,3 +26,45 @@ def test_a_value_that_is_not_finite_is_written_as_null(tmp_path, value):
     text = (tmp_path / "m.json").read_text()
     strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
     assert strict == {"loss": None, "rows": [1.0, None, {"r2": None}], "pair": [None, 2]}
+
+
+def test_a_failed_write_leaves_neither_the_file_nor_the_folders_made_for_it(tmp_path):
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "kept/new/deeper/out.txt") as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("the stage failed")
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")] == ["kept"]
+
+
+def test_a_failed_write_keeps_a_folder_that_something_else_wrote_into(tmp_path):
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "new/out.txt") as tmp:
+        tmp.write_text("half")
+        (tmp_path / "new/other.txt").write_text("finished")
+        raise RuntimeError("the stage failed")
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")] == ["new", "new/other.txt"]
+
+
+def test_a_write_that_succeeds_is_in_place_with_its_folders(tmp_path):
+    with atomic_path(tmp_path / "new/deeper/out.txt") as tmp:
+        tmp.write_text("whole")
+    assert (tmp_path / "new/deeper/out.txt").read_text() == "whole"
+    assert not list((tmp_path / "new/deeper").glob(".*"))
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+@pytest.mark.parametrize("sizes", [[3, 0, 5], [], [0]])
+def test_a_token_array_written_in_chunks_is_byte_for_byte_what_np_save_writes(tmp_path, dtype, sizes):
+    rng = np.random.default_rng(0)
+    chunks = [rng.integers(0, 60000, size=n).astype(np.int64) for n in sizes]  # cast on the way out
+    write_token_array(tmp_path / "ids.npy", iter(chunks), dtype)
+    expected = io.BytesIO()
+    np.save(expected, np.concatenate(chunks).astype(dtype) if chunks else np.zeros(0, dtype=dtype))
+    assert (tmp_path / "ids.npy").read_bytes() == expected.getvalue()
+
+
+def test_a_token_array_is_read_back_in_blocks(tmp_path):
+    ids = np.arange(10, dtype=np.uint32)
+    np.save(tmp_path / "ids.npy", ids)
+    blocks = list(read_token_blocks(tmp_path / "ids.npy", block_size=4))
+    assert [block.tolist() for block in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert all(block.dtype == np.uint32 for block in blocks)

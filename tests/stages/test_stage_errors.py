@@ -11,18 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import pytest
-import yaml
+from workspace import smoke_params
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def smoke_params(tmp_path: Path, **sections) -> Path:
-    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
-    for name, changes in sections.items():
-        raw[name].update(changes)
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 RUN = ("--recipe", "paper", "--seed", "1337")  # a training run of the smoke parameters

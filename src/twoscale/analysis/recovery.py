@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from twoscale.data.tokenization import unigram_cross_entropy
+from twoscale.data.tokenization import token_counts, unigram_cross_entropy
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.models.surrogate import RaptorSurrogate
 from twoscale.training.distillation import teacher_states
@@ -98,8 +98,8 @@ def evaluate_recovery(teacher: LoopedGPT, surrogate: RaptorSurrogate, control: L
                   "control": control(idx, []).logits}
         for name, score in scores.items():
             score.add(logits[name], teacher_logits, targets)
-    unigram = unigram_cross_entropy(train_ids, torch.cat([t.flatten() for _, t in batches]).numpy(),
-                                    teacher.config.vocab_size)
+    unigram = unigram_cross_entropy(token_counts([train_ids], teacher.config.vocab_size),
+                                    torch.cat([t.flatten() for _, t in batches]).numpy())
     results = {name: score.result() for name, score in scores.items()}
     for result in results.values():
         result["recovered"] = recovered_fraction(result["cross_entropy"], results["teacher"]["cross_entropy"],

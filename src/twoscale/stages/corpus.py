@@ -8,7 +8,7 @@ from pathlib import Path
 
 from twoscale.data.corpus import build_corpus
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import write_json, write_text
+from twoscale.pipeline.io import atomic_path, write_json
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
 
@@ -23,13 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    text, manifest = build_corpus(params.data, root=Path.cwd(), cache_dir=args.cache_dir)
-    log.info("corpus: %d documents, %d characters from %s", manifest["n_documents"], len(text), params.data.source)
-    with tracking.stage_run("corpus", params_hash(params.data)) as _:
-        import mlflow
+    with atomic_path(args.out_dir / "corpus.txt") as corpus:  # in place only once everything else is
+        with corpus.open("w", encoding="utf-8") as out:
+            manifest = build_corpus(params.data, root=Path.cwd(), cache_dir=args.cache_dir, out=out)
+        log.info("corpus: %d documents, %d characters from %s",
+                 manifest["n_documents"], manifest["n_chars"], params.data.source)
+        with tracking.stage_run("corpus", params_hash(params.data)) as _:
+            import mlflow
 
-        log_sections(params, "data")
-        mlflow.log_metrics({"n_documents": manifest["n_documents"], "n_chars": manifest["n_chars"]})
-        write_text(args.out_dir / "corpus.txt", text)
-        write_json(args.out_dir / "manifest.json", manifest)
-        mlflow.log_artifact(str(args.out_dir / "manifest.json"))
+            log_sections(params, "data")
+            mlflow.log_metrics({"n_documents": manifest["n_documents"], "n_chars": manifest["n_chars"]})
+            write_json(args.out_dir / "manifest.json", manifest)
+            mlflow.log_artifact(str(args.out_dir / "manifest.json"))

@@ -4,18 +4,36 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
-from twoscale.data.tokenization import encode_documents, split_documents, train_bpe, unigram_cross_entropy
+from twoscale.data.tokenization import (
+    batched,
+    encode_documents,
+    id_dtype,
+    read_documents,
+    split_documents,
+    token_counts,
+    train_bpe,
+    unigram_cross_entropy,
+)
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path, read_json, write_json, write_text
+from twoscale.pipeline.io import (
+    atomic_path,
+    load_token_array,
+    read_json,
+    read_token_blocks,
+    write_json,
+    write_text,
+    write_token_array,
+)
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
 
 log = logging.getLogger("twoscale.tokenize")
+
+ENCODE_BATCH_CHARS = 1 << 20  # characters of documents encoded at a time: bounds the tokenizer's working memory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,43 +42,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", type=Path, required=True, help="writes tokenizer.json, train.npy, val.npy, stats.json")
 
 
-def save_array(path: Path, ids: np.ndarray) -> None:
-    with atomic_path(path) as tmp, tmp.open("wb") as handle:
-        np.save(handle, ids)
+def splits(corpus_dir: Path, val_fraction: float) -> Iterator[tuple[str, str]]:
+    """Each document's train head and validation tail, read from the corpus one document at a time."""
+    manifest = read_json(corpus_dir / "manifest.json")
+    with (corpus_dir / "corpus.txt").open(encoding="utf-8") as corpus:
+        yield from split_documents(read_documents(corpus, manifest), val_fraction)
 
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    corpus_path = args.corpus_dir / "corpus.txt"
+    corpus_path, val_fraction = args.corpus_dir / "corpus.txt", params.data.val_fraction
     if not corpus_path.is_file():
         raise TwoscaleError(f"{corpus_path}: corpus not found (run the corpus stage first)")
-    text = corpus_path.read_text()
-    manifest = read_json(args.corpus_dir / "manifest.json")
-    if manifest.get("n_chars") != len(text):
-        raise TwoscaleError(f"{corpus_path}: does not match its manifest ({len(text)} vs {manifest.get('n_chars')} chars)")
-    train_texts, val_texts = split_documents(text, manifest, params.data.val_fraction)
-    if not val_texts:
-        raise TwoscaleError(f"no validation text: data.val_fraction = {params.data.val_fraction} holds out no line")
-    log.info("training BPE (vocab %d) on %d training documents", params.tokenize.vocab_size, len(train_texts))
-    tokenizer = train_bpe(train_texts, params.tokenize.vocab_size)
-    train_ids = encode_documents(tokenizer, train_texts)
-    val_ids = encode_documents(tokenizer, val_texts)
-    stats = {
-        "vocab_size": tokenizer.get_vocab_size(),
-        "train_tokens": int(len(train_ids)),
-        "val_tokens": int(len(val_ids)),
-        "train_chars": sum(map(len, train_texts)),
-        "val_chars": sum(map(len, val_texts)),
-        "unigram_val_loss": unigram_cross_entropy(train_ids, val_ids, tokenizer.get_vocab_size()),
-    }
-    log.info("tokens: %d train, %d validation; unigram baseline %.3f nats/token",
-             stats["train_tokens"], stats["val_tokens"], stats["unigram_val_loss"])
-    with tracking.stage_run("tokenize", params_hash(params.data, params.tokenize)):
-        import mlflow
+    # a first pass checks the corpus against its manifest and the split before the BPE's long one
+    n_documents = train_chars = val_chars = 0
+    for head, tail in splits(args.corpus_dir, val_fraction):
+        n_documents, train_chars, val_chars = n_documents + 1, train_chars + len(head), val_chars + len(tail)
+    log.info("training BPE (vocab %d) on %d training documents", params.tokenize.vocab_size, n_documents)
+    tokenizer = train_bpe((head for head, _ in splits(args.corpus_dir, val_fraction)), params.tokenize.vocab_size)
+    dtype = id_dtype(tokenizer)
+    # the id arrays go to temporary files, in place only once the stage has succeeded
+    with atomic_path(args.out_dir / "train.npy") as train_path, atomic_path(args.out_dir / "val.npy") as val_path:
+        for index, path in enumerate([train_path, val_path]):
+            parts = (pair[index] for pair in splits(args.corpus_dir, val_fraction))
+            texts = (text for text in parts if text or index == 0)  # a document without a tail has no val ids
+            ids = (encode_documents(tokenizer, batch) for batch in batched(texts, ENCODE_BATCH_CHARS))
+            write_token_array(path, ids, dtype)
+        train_counts = token_counts(read_token_blocks(train_path), tokenizer.get_vocab_size())
+        val_ids = load_token_array(val_path)  # the pairwise sum reads it in order, a block at a time
+        stats = {
+            "vocab_size": tokenizer.get_vocab_size(),
+            "train_tokens": int(train_counts.sum()),
+            "val_tokens": int(len(val_ids)),
+            "train_chars": train_chars,
+            "val_chars": val_chars,
+            "unigram_val_loss": unigram_cross_entropy(train_counts, val_ids),
+        }
+        del val_ids  # the memory map, before its file is renamed
+        log.info("tokens: %d train, %d validation; unigram baseline %.3f nats/token",
+                 stats["train_tokens"], stats["val_tokens"], stats["unigram_val_loss"])
+        with tracking.stage_run("tokenize", params_hash(params.data, params.tokenize)):
+            import mlflow
 
-        log_sections(params, "tokenize")
-        mlflow.log_metrics({k: float(v) for k, v in stats.items()})
-        write_text(args.out_dir / "tokenizer.json", tokenizer.to_str())
-        save_array(args.out_dir / "train.npy", train_ids)
-        save_array(args.out_dir / "val.npy", val_ids)
-        write_json(args.out_dir / "stats.json", stats)
+            log_sections(params, "tokenize")
+            mlflow.log_metrics({k: float(v) for k, v in stats.items()})
+            write_text(args.out_dir / "tokenizer.json", tokenizer.to_str())
+            write_json(args.out_dir / "stats.json", stats)

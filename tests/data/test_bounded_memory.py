@@ -1,0 +1,72 @@
+"""The corpus and tokenize stages stream: on generated corpora of 50 and 100 MB, each stage's peak memory (the
+resident set of its process, from the kernel) grows by far less than the text added. Holding the corpus in memory
+once would add 50 MB; the previous, all-in-memory stages added several times that.
+
+`pytest tests/data/test_bounded_memory.py -s` prints the peaks (stated in docs/running.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from workspace import smoke_params
+
+SIZES_MB = (50, 100)
+DOCUMENTS_PER_MB = 20  # of about 50 KB: the BPE trainer pulls a few hundred documents at a time, whatever their size
+
+
+def generate_corpus(folder: Path, megabytes: int) -> None:
+    """20 files of about 50 KB per MB: lines of words drawn from a fixed vocabulary of 2000 made-up words,
+    so that a larger corpus has more text but no more distinct words for the tokenizer to count."""
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    vocabulary = np.array(["".join(rng.choice(letters, size=rng.integers(2, 10))) for _ in range(2000)])
+    folder.mkdir(parents=True)
+    for index in range(megabytes * DOCUMENTS_PER_MB):
+        words = vocabulary[rng.integers(0, len(vocabulary), size=170_000 // DOCUMENTS_PER_MB)]
+        lines = [" ".join(line) + "." for line in np.array_split(words, len(words) // 12)]
+        (folder / f"doc_{index:04d}.txt").write_text("\n".join(lines) + "\n")
+
+
+def peak_memory_mb(args: list[str], cwd: Path) -> float:
+    """Run a stage; its peak resident set in MB, as the kernel accounted it (ru_maxrss, KiB on Linux)."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
+    process = subprocess.Popen([sys.executable, "-m", "twoscale", *args], cwd=cwd, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = process.stderr.read().decode()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0, stderr[-2000:]
+    return usage.ru_maxrss / 1024
+
+
+@pytest.fixture(scope="module")
+def peaks(tmp_path_factory) -> dict[int, dict[str, float]]:
+    measured = {}
+    for size in SIZES_MB:
+        work = tmp_path_factory.mktemp(f"corpus_{size}mb")
+        generate_corpus(work / "texts", size)
+        params = str(smoke_params(work, data={"source": "text", "text_files": ["texts/*.txt"], "max_chars": None}))
+        measured[size] = {
+            "corpus": peak_memory_mb(["corpus", "--params", params, "--out-dir", "raw"], work),
+            "tokenize": peak_memory_mb(["tokenize", "--params", params, "--corpus-dir", "raw",
+                                        "--out-dir", "prepared"], work),
+            "corpus_mb": (work / "raw/corpus.txt").stat().st_size / 2**20,
+            "train_tokens": np.load(work / "prepared/train.npy", mmap_mode="r").size,
+        }
+    print("\ncorpus (MB) | train tokens | corpus stage peak (MB) | tokenize stage peak (MB)")
+    for row in measured.values():
+        print(f"{row['corpus_mb']:.0f} | {row['train_tokens']} | {row['corpus']:.0f} | {row['tokenize']:.0f}")
+    return measured
+
+
+@pytest.mark.parametrize("stage", ["corpus", "tokenize"])
+def test_a_stages_peak_memory_grows_far_less_than_the_corpus(peaks, stage):
+    small, large = (peaks[size] for size in SIZES_MB)
+    added_text = large["corpus_mb"] - small["corpus_mb"]
+    assert added_text > 45 and large["train_tokens"] > 1.9 * small["train_tokens"]  # the corpus really doubled
+    assert large[stage] - small[stage] < 0.25 * added_text, (stage, small[stage], large[stage])
