@@ -167,6 +167,15 @@ def test_text_file_not_utf8_is_named(tmp_path):
         list(read_text_files(["*.txt"], tmp_path))
 
 
+def test_text_files_are_read_one_at_a_time_as_the_corpus_is_written(tmp_path):
+    write(tmp_path / "a.txt", "fine")
+    write(tmp_path / "b.txt", "café".encode("latin-1"))
+    docs = read_text_files(["*.txt"], tmp_path)  # the globs are checked here; no file is read yet
+    assert next(docs).text == "fine"
+    with pytest.raises(TwoscaleError, match=r"b\.txt: not UTF-8"):
+        next(docs)
+
+
 def test_empty_text_file_list_is_an_error(tmp_path):
     with pytest.raises(TwoscaleError, match=r"^data\.text_files is empty but data\.source is 'text'$"):
         read_text_files([], tmp_path)
