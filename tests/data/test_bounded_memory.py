@@ -2,7 +2,7 @@
 resident set of its process, from the kernel) grows by far less than the text added. Holding the corpus in memory
 once would add 50 MB; the previous, all-in-memory stages added several times that.
 
-`pytest tests/data/test_bounded_memory.py -s` prints the peaks (stated in docs/running.md)."""
+`pytest tests/data/test_bounded_memory.py -s` prints the peaks (stated in docs/pipeline.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from workspace import smoke_params
+
+from twoscale.pipeline.io import load_token_array
 
 SIZES_MB = (50, 100)
 DOCUMENTS_PER_MB = 20  # of about 50 KB: the BPE trainer pulls a few hundred documents at a time, whatever their size
@@ -56,7 +58,7 @@ def peaks(tmp_path_factory) -> dict[int, dict[str, float]]:
             "tokenize": peak_memory_mb(["tokenize", "--params", params, "--corpus-dir", "raw",
                                         "--out-dir", "prepared"], work),
             "corpus_mb": (work / "raw/corpus.txt").stat().st_size / 2**20,
-            "train_tokens": np.load(work / "prepared/train.npy", mmap_mode="r").size,
+            "train_tokens": load_token_array(work / "prepared/train.npy").size,
         }
     print("\ncorpus (MB) | train tokens | corpus stage peak (MB) | tokenize stage peak (MB)")
     for row in measured.values():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -23,7 +24,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds. If it fails, the
     folders made for `path` are removed again (when empty)."""
     path = Path(path)
-    made = [folder for folder in [path.parent, *path.parent.parents] if not folder.exists()]  # deepest first
+    made = list(itertools.takewhile(lambda folder: not folder.exists(), [path.parent, *path.parent.parents]))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

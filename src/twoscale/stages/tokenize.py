@@ -6,6 +6,7 @@ import argparse
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from twoscale.data.tokenization import (
     batched,
@@ -42,10 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", type=Path, required=True, help="writes tokenizer.json, train.npy, val.npy, stats.json")
 
 
-def splits(corpus_dir: Path, val_fraction: float) -> Iterator[tuple[str, str]]:
+def splits(corpus_path: Path, manifest: dict[str, Any], val_fraction: float) -> Iterator[tuple[str, str]]:
     """Each document's train head and validation tail, read from the corpus one document at a time."""
-    manifest = read_json(corpus_dir / "manifest.json")
-    with (corpus_dir / "corpus.txt").open(encoding="utf-8") as corpus:
+    with corpus_path.open(encoding="utf-8") as corpus:
         yield from split_documents(read_documents(corpus, manifest), val_fraction)
 
 
@@ -54,20 +54,21 @@ def run(args: argparse.Namespace) -> None:
     corpus_path, val_fraction = args.corpus_dir / "corpus.txt", params.data.val_fraction
     if not corpus_path.is_file():
         raise TwoscaleError(f"{corpus_path}: corpus not found (run the corpus stage first)")
+    manifest = read_json(args.corpus_dir / "manifest.json")
     # a first pass checks the corpus against its manifest and the split before the BPE's long one
     n_documents = train_chars = val_chars = 0
-    for head, tail in splits(args.corpus_dir, val_fraction):
+    for head, tail in splits(corpus_path, manifest, val_fraction):
         n_documents, train_chars, val_chars = n_documents + 1, train_chars + len(head), val_chars + len(tail)
     log.info("training BPE (vocab %d) on %d training documents", params.tokenize.vocab_size, n_documents)
-    tokenizer = train_bpe((head for head, _ in splits(args.corpus_dir, val_fraction)), params.tokenize.vocab_size)
-    dtype = id_dtype(tokenizer)
+    tokenizer = train_bpe((head for head, _ in splits(corpus_path, manifest, val_fraction)),
+                          params.tokenize.vocab_size)
+    heads = (head for head, _ in splits(corpus_path, manifest, val_fraction))  # every document has a head
+    tails = (tail for _, tail in splits(corpus_path, manifest, val_fraction) if tail)  # not every one a tail
     # the id arrays go to temporary files, in place only once the stage has succeeded
     with atomic_path(args.out_dir / "train.npy") as train_path, atomic_path(args.out_dir / "val.npy") as val_path:
-        for index, path in enumerate([train_path, val_path]):
-            parts = (pair[index] for pair in splits(args.corpus_dir, val_fraction))
-            texts = (text for text in parts if text or index == 0)  # a document without a tail has no val ids
+        for path, texts in [(train_path, heads), (val_path, tails)]:
             ids = (encode_documents(tokenizer, batch) for batch in batched(texts, ENCODE_BATCH_CHARS))
-            write_token_array(path, ids, dtype)
+            write_token_array(path, ids, id_dtype(tokenizer))
         train_counts = token_counts(read_token_blocks(train_path), tokenizer.get_vocab_size())
         val_ids = load_token_array(val_path)  # the pairwise sum reads it in order, a block at a time
         stats = {
