@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import mlflow
+import numpy as np
 import pytest
 
 from twoscale.pipeline import tracking
@@ -95,3 +96,13 @@ def test_a_stage_run_is_named_by_its_tags_and_also_tagged_with_its_origin(store)
     assert logged.info.run_name == "measure recipe=huginn seed=1"
     assert {key: logged.data.tags[key] for key in origin} == origin
     assert logged.data.tags["recipe"] == "huginn" and logged.data.tags["stage"] == "measure"
+
+
+def test_only_finite_numbers_are_logged_as_metrics(store):
+    """A summary whose metric could not be measured holds null (None) or NaN; MLflow refuses None outright."""
+    row = {"a": 1.5, "b": None, "c": float("nan"), "d": float("inf"), "e": np.float32(0.25), "f": np.int64(3),
+           "g": True, "h": "text"}
+    assert tracking.finite_metrics(row) == {"a": 1.5, "e": 0.25, "f": 3.0}
+    with tracking.stage_run("geometry", "hash") as run:
+        tracking.log_metrics(row)
+    assert client(store).get_run(run.info.run_id).data.metrics == {"a": 1.5, "e": 0.25, "f": 3.0}

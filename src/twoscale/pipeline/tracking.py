@@ -15,10 +15,12 @@ this host is gone (never a run of another host, which may be alive on a shared t
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +185,18 @@ def _parent_run_id(orchestrator_name: str) -> str | None:
         [experiment_id], filter_string=f"tags.`{INVOCATION_TAG}` = '{invocation}'", max_results=1
     )
     return found[0].info.run_id if found else start_pipeline_run(orchestrator_name, invocation, pid=dvc)
+
+
+def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:
+    """The entries MLflow can log as metrics: finite numbers. A value that could not be measured (None, as a
+    table's null reads back, or NaN) and infinities are left out, as are non-numbers."""
+    return {key: float(value) for key, value in values.items()
+            if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)}
+
+
+def log_metrics(values: Mapping[str, Any], step: int | None = None) -> None:
+    """Log the `finite_metrics` of `values` to the active run (MLflow refuses None outright)."""
+    _mlflow().log_metrics(finite_metrics(values), step=step)
 
 
 @contextlib.contextmanager

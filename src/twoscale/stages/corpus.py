@@ -32,6 +32,6 @@ def run(args: argparse.Namespace) -> None:
             import mlflow
 
             log_sections(params, "data")
-            mlflow.log_metrics({"n_documents": manifest["n_documents"], "n_chars": manifest["n_chars"]})
+            tracking.log_metrics({"n_documents": manifest["n_documents"], "n_chars": manifest["n_chars"]})
             write_json(args.out_dir / "manifest.json", manifest)
             mlflow.log_artifact(str(args.out_dir / "manifest.json"))

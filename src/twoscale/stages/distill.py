@@ -92,10 +92,10 @@ def run(args: argparse.Namespace) -> None:
         save_surrogate(args.out_dir / "surrogate.pt", surrogate, {"teacher": run.recipe, "seed": run.seed})
         write_parquet(args.out_dir / "history.parquet", pl.DataFrame(history))
         write_json(args.out_dir / "evaluation.json", evaluation)
-        mlflow.log_metrics({f"{model}_{key}": evaluation[model][key] for model in ("surrogate", "control")
-                            for key in ("cross_entropy", "recovered", "kl_to_teacher")})
+        tracking.log_metrics({f"{model}_{key}": evaluation[model][key] for model in ("surrogate", "control")
+                              for key in ("cross_entropy", "recovered", "kl_to_teacher")})
         for layer, r2 in enumerate(evaluation["layer_r2"], start=1):
-            mlflow.log_metric("surrogate_layer_r2", r2, step=layer)
+            tracking.log_metrics({"surrogate_layer_r2": r2}, step=layer)
         mlflow.log_artifact(str(args.out_dir / "evaluation.json"))
     log.info("k = %d: teacher %.3f, surrogate %.3f (recovers %.1f%%, KL %.3f), control %.3f (%.1f%%) nats; "
              "unigram %.3f; last-layer R² %.3f", k, evaluation["teacher"]["cross_entropy"],

@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> None:
 
         for row in summaries:
             prefix = f"{row['recipe']}/seed_{row['seed']}/"
-            mlflow.log_metrics({prefix + k: v for k, v in row.items() if k not in ("recipe", "seed", "step")
-                                and v == v}, step=int(row["step"]))
+            tracking.log_metrics({prefix + k: v for k, v in row.items() if k not in ("recipe", "seed", "step")},
+                                 step=int(row["step"]))
         for name, frame in tables.items():
             write_parquet(args.out_dir / f"{name}.parquet", frame)
         with atomic_path(args.out_dir / "summary.csv") as tmp:

@@ -42,8 +42,6 @@ def run(args: argparse.Namespace) -> None:
     log.info("timing %d settings of %d strategies (%s) on %s, seed %d, step %d, in %d rounds", len(points),
              len(timed), ", ".join(timed), run.recipe, run.seed, meta["step"], sweep.rounds)
     with tracking.stage_run("latency", params_hash(params.sweep), run.tags, source):
-        import mlflow
-
         log_sections(params, "sweep")
         latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
         rows = timed_rounds(model, prompts, sweep.new_tokens, points, sweep.max_loops, sweep.rounds,
@@ -55,5 +53,5 @@ def run(args: argparse.Namespace) -> None:
         write_parquet(args.out, table)
         medians = table.group_by("strategy", "setting", maintain_order=True).agg(pl.col("ms_per_token").median())
         for index, row in enumerate(medians.iter_rows(named=True)):
-            mlflow.log_metric(f"{row['strategy']}_ms_per_token", row["ms_per_token"], step=index)
+            tracking.log_metrics({f"{row['strategy']}_ms_per_token": row["ms_per_token"]}, step=index)
         log.info("median ms per token over %d rounds:\n%s", sweep.rounds, medians)

@@ -116,12 +116,10 @@ def run(args: argparse.Namespace) -> None:
              run.recipe, run.seed, step, source["precision"], params.measure.n_sequences, params.measure.max_loops)
     with tracking.stage_run("measure", params_hash(params.measure),
                             {**run.tags, "checkpoint": f"step_{step}"}, source):
-        import mlflow
-
         m = measure_checkpoint(model, val_ids, params.measure, device)
         summary = summarise(step, m, params.measure.max_loops)
         log_sections(params, "measure")
-        mlflow.log_metrics({k: v for k, v in summary.items() if np.isfinite(v)}, step=step)
+        tracking.log_metrics(summary, step=step)
         for name, frame in tables(run, step, m, source).items():
             write_parquet(args.out_dir / f"{name}.parquet", frame)
         write_json(args.out_dir / "summary.json", summary)

@@ -98,9 +98,9 @@ def run(args: argparse.Namespace) -> None:
         for name in ("summary.csv", "speed.csv", "tradeoff.png"):
             mlflow.log_artifact(str(args.out_dir / name))
         for index, row in enumerate(summary.iter_rows(named=True)):
-            mlflow.log_metrics({key: row[key] for key in ("tokens_per_s", "forward_passes_per_token",
-                                                          "gflops_per_token", "agreement", "distinct_fraction",
-                                                          "cross_entropy_gap")}, step=index)
+            tracking.log_metrics({key: row[key] for key in ("tokens_per_s", "forward_passes_per_token",
+                                                            "gflops_per_token", "agreement", "distinct_fraction",
+                                                            "cross_entropy_gap")}, step=index)
             log.info("%s loops %d r' %s eps %s %s: %.0f tokens/s, %.4g GFLOPs/token, gap %+.3f nats, distinct "
                      "%.2f, agreement %.2f", row["method"], row["loops"], row["inner_loops"], row["tolerance"],
                      row["freeze"], row["tokens_per_s"], row["gflops_per_token"], row["cross_entropy_gap"],

@@ -7,7 +7,6 @@ import argparse
 import logging
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 from tqdm import tqdm
 
@@ -51,8 +50,6 @@ def run(args: argparse.Namespace) -> None:
              len(strategy.settings), run.recipe, run.seed, meta["step"])
     source = provenance(device, next(model.parameters()).dtype)
     with tracking.stage_run("sweep", params_hash(params.sweep), {**run.tags, "strategy": args.strategy}, source):
-        import mlflow
-
         log_sections(params, "sweep")
         rows = []
         settings = tqdm(strategy.settings, desc=f"sweep {run.recipe} {args.strategy}", unit="setting")
@@ -60,7 +57,7 @@ def run(args: argparse.Namespace) -> None:
             row = sweep_point(model, val_ids, strategy.spec, setting, sweep.max_loops, sweep.n_windows,
                               sweep.batch_size, device)
             rows.append(row)
-            mlflow.log_metrics({k: v for k, v in row.items() if np.isfinite(v)}, step=index)
+            tracking.log_metrics(row, step=index)
             log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.3f GFLOPs/token", swept_key(criterion), setting,
                      row["cross_entropy"], row["mean_loops"], row["gflops_per_token"])
         table = pl.DataFrame(rows).select(

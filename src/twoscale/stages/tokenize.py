@@ -64,11 +64,12 @@ def run(args: argparse.Namespace) -> None:
                           params.tokenize.vocab_size)
     heads = (head for head, _ in splits(corpus_path, manifest, val_fraction))  # every document has a head
     tails = (tail for _, tail in splits(corpus_path, manifest, val_fraction) if tail)  # not every one a tail
+    dtype = id_dtype(tokenizer)
     # the id arrays go to temporary files, in place only once the stage has succeeded
     with atomic_path(args.out_dir / "train.npy") as train_path, atomic_path(args.out_dir / "val.npy") as val_path:
         for path, texts in [(train_path, heads), (val_path, tails)]:
             ids = (encode_documents(tokenizer, batch) for batch in batched(texts, ENCODE_BATCH_CHARS))
-            write_token_array(path, ids, id_dtype(tokenizer))
+            write_token_array(path, ids, dtype)
         train_counts = token_counts(read_token_blocks(train_path), tokenizer.get_vocab_size())
         val_ids = load_token_array(val_path)  # the pairwise sum reads it in order, a block at a time
         stats = {
@@ -83,9 +84,7 @@ def run(args: argparse.Namespace) -> None:
         log.info("tokens: %d train, %d validation; unigram baseline %.3f nats/token",
                  stats["train_tokens"], stats["val_tokens"], stats["unigram_val_loss"])
         with tracking.stage_run("tokenize", params_hash(params.data, params.tokenize)):
-            import mlflow
-
             log_sections(params, "tokenize")
-            mlflow.log_metrics({k: float(v) for k, v in stats.items()})
+            tracking.log_metrics(stats)
             write_text(args.out_dir / "tokenizer.json", tokenizer.to_str())
             write_json(args.out_dir / "stats.json", stats)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from pathlib import Path
 
 import polars as pl
@@ -89,8 +88,8 @@ def run(args: argparse.Namespace) -> None:
         mlflow.log_artifact(str(args.out_dir / "summary.csv"))
         for row in summary.iter_rows(named=True):
             prefix = f"{row['recipe']}/seed_{row['seed']}/{row['strategy']}_"
-            mlflow.log_metrics({prefix + key: value for key, value in row.items()
-                                if key.startswith(("best_", "kstar_")) and value is not None and math.isfinite(value)})
+            tracking.log_metrics({prefix + key: value for key, value in row.items()
+                                  if key.startswith(("best_", "kstar_"))})
         for filename, draw in FIGURES.items():
             path = args.figures_dir / filename
             draw(sweep, path)

@@ -100,7 +100,7 @@ def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: 
     run_id = mlflow.active_run().info.run_id
     for i in range(0, len(curve), 1000):  # log_batch takes at most 1000 metrics per call
         client.log_batch(run_id, metrics=curve[i : i + 1000])
-    mlflow.log_metrics({f"final_{k}": float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
+    tracking.log_metrics({f"final_{k}": v for k, v in metrics.items()})
     mlflow.log_artifact(str(out_dir / "history.csv"))
     mlflow.pytorch.log_model(
         model.cpu(), name="model", serialization_format="pickle", pip_requirements=["torch==2.13.0"]
