@@ -383,18 +383,30 @@ def test_logits_are_required():
         rule.step(random_path()[1])
 
 
-def test_head_decode_on_a_tiny_model():
+def test_head_decode_and_the_kl_exit_on_a_tiny_model():
+    """The looped group is the model's last layer, so the head decode of x^(k) is the model's own output at k
+    loops; each token exits at the first k whose KL(p_{k-1} || p_k) (torch.distributions, p_0 uniform) is below
+    the threshold, or at 4."""
     from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=11, n_layer=3, n_head=2, n_embd=8, block_size=8, dropout=0.0, bias=True,
+    config = ModelConfig(vocab_size=11, n_layer=2, n_head=2, n_embd=8, block_size=8, dropout=0.0, bias=True,
                          groups=((1, 1),))
     model = LoopedGPT(config).eval()
     idx = torch.randint(0, 11, (2, 5))
     with torch.no_grad():
-        out = model(idx, loops=[4], record_trajectories=True)
-        traj = out.trajectories[0]  # (5, 2, 5, 8)
+        traj = model(idx, loops=[4], record_trajectories=True).trajectories[0]  # (5, 2, 5, 8)
         flat = traj.reshape(5, 10, 8)
-        rule = make_rule({"criterion": "kl", "decode": "head", "threshold": 1e-2})
+        for k in range(1, 5):
+            assert torch.allclose(head_decode(model, traj[k]), model(idx, loops=[k]).logits, atol=1e-6)
+        p = [torch.distributions.Categorical(logits=torch.zeros(10, 11))]
+        p += [torch.distributions.Categorical(logits=model(idx, loops=[k]).logits.reshape(10, 11))
+              for k in (1, 2, 3, 4)]
+        kl = torch.stack([torch.distributions.kl_divergence(p[k - 1], p[k]) for k in range(1, 5)])  # (4, 10)
+        middle = kl[1:].flatten().sort().values[14:16]  # some tokens exit early, some run to the end; a
+        threshold = middle.mean().item()                 # threshold between two values, not on one
+        rule = make_rule({"criterion": "kl", "decode": "head", "threshold": threshold})
         got = exit_steps(rule, traj, lambda k, i: head_decode(model, flat[k, i]))
-    assert got.shape == (10,) and bool(((got >= 1) & (got <= 4)).all())
+    below = kl < threshold
+    expected = torch.where(below.any(0), below.int().argmax(0) + 1, torch.tensor(4))
+    assert torch.equal(got, expected) and len(set(expected.tolist())) > 1

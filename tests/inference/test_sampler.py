@@ -168,9 +168,12 @@ def test_a_window_keeps_frozen_entries_rewrites_its_own_and_reads_the_fresh_ones
         assert torch.equal(cache.keys[step - 1, 3 + w], k[w].view(2, 8))
     assert cache.depth[3:6].tolist() == [1, 2, 4]
 
+    # frozen depths (4, 2, 4), fresh from (1, 1, 3): at step 1 position 2 reads its iteration 3, the first computed
+    # from its final token; at step 4 position 1 reads its deepest entry, 2
+    entries_read = {1: [1, 1, 3], 2: [2, 2, 3], 4: [4, 2, 4]}
     expected = []
     for w, step in enumerate(steps.tolist()):
-        read = [max(min(step, d), min(f, d)) for d, f in zip([4, 2, 4], [1, 1, 3], strict=True)]
+        read = entries_read[step]
         keys = [frozen_keys[i - 1, p] for p, i in enumerate(read)] + [k[u].view(2, 8) for u in range(w + 1)]
         values = [frozen_values[i - 1, p] for p, i in enumerate(read)] + [v[u].view(2, 8) for u in range(w + 1)]
         y = F.scaled_dot_product_attention(q[w].view(2, 1, 8), torch.stack(keys, 1), torch.stack(values, 1))

@@ -177,6 +177,32 @@ def test_c3_orthogonal_steps_support_the_other_statement():
     assert "one checkpoint" in row["measured"]
 
 
+# 0.5 is exact in binary; 0.65 is not, and a mean of fifteen of its float copies may round one ulp above it
+@pytest.mark.parametrize("late, reproduced", [(0.5, True), (0.5 - 1e-9, False), (0.65 - 1e-9, True),
+                                              (0.65 + 1e-9, False)])
+def test_c3_band_edges(late, reproduced):
+    row = c3_step_cosine(frame(checkpoint(900, {0: inverse()}, cosine={0: late_half(late)})))
+    assert row["reproduced"] is reproduced
+
+
+@pytest.mark.parametrize("first, last, trend", [
+    (0.60, 0.61, "flat"),                  # a change of 0.01, within the 0.02 tolerance
+    (0.30, -0.60, "toward −1"),            # |cos| grows, but the steps reverse
+    (0.90, 0.10, "toward 0"),
+    (0.30, 0.90, "toward 1"),
+])
+def test_c3_trend_across_training(first, last, trend):
+    row = c3_step_cosine(frame(checkpoint(100, {0: inverse()}, cosine={0: late_half(first)}),
+                               checkpoint(900, {0: inverse()}, cosine={0: late_half(last)})))
+    assert row["detail"]["trend"].startswith(trend)
+
+
+def test_c3_groups_on_both_sides_of_the_band_are_mixed_and_support_neither():
+    row = c3_step_cosine(frame(checkpoint(900, {0: inverse(), 1: inverse()},
+                                          cosine={0: late_half(0.6), 1: late_half(0.05)})))
+    assert row["verdict"] == "mixed" and row["detail"]["supports"] == "neither cleanly (groups differ)"
+
+
 # --- C4 -----------------------------------------------------------------------------------------------------
 
 

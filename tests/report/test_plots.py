@@ -3,6 +3,7 @@ seeds) and two checkpoints, writes it atomically, and fails with a clear error o
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
 import pytest
@@ -100,6 +101,26 @@ def test_figure_is_a_readable_png(name, frames, tmp_path):
         width, height = image.size
     assert 600 <= width <= 4000 and 400 <= height <= 3000
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("name, metric", [("fig3a_step_size", "step_size"), ("fig3b_step_cosine", "step_cosine")])
+def test_each_panel_draws_the_table_s_mean_per_checkpoint_and_seed(name, metric, frames, tmp_path, monkeypatch):
+    """The lines of a recipe's group panel are exactly its rows' mean against k, one per checkpoint and seed."""
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(fig))
+    geometry = frames["geometry"].with_columns(median=2 * pl.col("mean"))  # the mean drawn, not the median
+    getattr(plots, name)(geometry, tmp_path / "figure.png")
+    geometry = geometry.filter(pl.col("metric") == metric)
+    for recipe in ["huginn", "paper"]:
+        for group in GROUPS:
+            ax = next(a for a in drawn[0].axes if a.get_title() == f"{recipe} — group {group}")
+            curves = {(tuple(line.get_xdata()), tuple(np.round(line.get_ydata(), 12))) for line in ax.get_lines()
+                      if len(line.get_xdata()) > 2}  # not the reference lines
+            rows = geometry.filter((pl.col("recipe") == recipe) & (pl.col("group") == group)).sort("k")
+            expected = {(tuple(float(k) for k in run["k"]), tuple(np.round(run["mean"].to_numpy(), 12)))
+                        for _, run in rows.group_by("step", "seed")}
+            assert curves == expected and len(expected) == len(STEPS) * (2 if recipe == "paper" else 1)
+    plt.close(drawn[0])
 
 
 def test_one_checkpoint_is_enough(frames, tmp_path):

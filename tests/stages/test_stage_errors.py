@@ -179,6 +179,16 @@ def test_tradeoff_without_the_sweep_tables(tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()
 
 
+def test_tradeoff_with_a_truncated_latency_table(tmp_path):
+    table = tmp_path / "latency/huginn/seed_1337.parquet"
+    table.parent.mkdir(parents=True)
+    table.write_bytes(b"PAR1\x00\x00")  # a parquet file's magic, then nothing
+    result = stage(tmp_path, "tradeoff", "--params", str(smoke_params(tmp_path)), "--strategies-dir", "sweep",
+                   "--latency-dir", "latency", "--out-dir", "out", "--figures-dir", "figures")
+    assert_one_line_error(result, "tradeoff", "latency/huginn/seed_1337.parquet: not a readable table")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()
+
+
 def test_sample_on_a_recipe_it_does_not_sample(tmp_path):
     params = smoke_params(tmp_path)
     result = stage(tmp_path, "sample", "--params", str(params), *RUN, "--checkpoint", "none.pt",
@@ -209,11 +219,12 @@ def test_phases_of_a_looped_recipe(tmp_path):
     ("3", {"phases": {"1": [[0, 4]], "2": [[0, 0], [1, 4]]}}, "--blocks 3 is not in distill.blocks [1, 2]"),
     ("2", {"phases": {"1": [[0, 4]]}}, "phases.json: no phases for k = 2"),
     ("2", None, "phases.json: not found"),
+    ("2", '{"phases": ', "phases.json: not valid JSON (Expecting value at line 1)"),
     ("2", {"phases": {"2": [[0, 0], [1, 4]]}}, "train/metrics.json: not found"),
 ])
 def test_distill_without_its_phases_or_the_teachers_metrics(tmp_path, blocks, phases, message):
     if phases is not None:
-        (tmp_path / "phases.json").write_text(json.dumps(phases))
+        (tmp_path / "phases.json").write_text(phases if isinstance(phases, str) else json.dumps(phases))
     result = stage(tmp_path, "distill", "--params", str(smoke_params(tmp_path)), *TEACHER, "--blocks", blocks,
                    "--checkpoint", "none.pt", "--train-metrics", "train/metrics.json", "--phases", "phases.json",
                    "--data-dir", "prepared", "--out-dir", "distilled")

@@ -50,12 +50,23 @@ def test_the_floor_adds_optimizer_state_and_activations():
     assert memory.training_bytes(config, train) == 16 * memory.parameter_count(config) + activations
 
 
+def test_a_run_is_refused_one_byte_past_its_floor(monkeypatch):
+    config, train = plain(16), schedule(mean=1, backprop_depth=1, batch_size=4)
+    floor = 16 * 4240 + 19_968  # AdamW's 16 bytes per parameter (4,240 counted above) and one layer's activations
+    monkeypatch.setattr(memory, "available_bytes", lambda device: floor)
+    memory.check_fits(config, train, torch.device("cpu"))
+    monkeypatch.setattr(memory, "available_bytes", lambda device: floor - 1)
+    with pytest.raises(TwoscaleError) as info:
+        memory.check_fits(config, train, torch.device("cpu"))
+    assert str(info.value).startswith("training needs at least 0.0 GiB (model, gradients, AdamW state and one "
+                                      "batch's activations) but cpu has 0.0 GiB free")
+
+
 def test_a_model_too_big_for_the_machine_is_refused_in_one_line():
     with pytest.raises(TwoscaleError) as info:
         memory.check_fits(plain(2**20), schedule(mean=1, backprop_depth=1), torch.device("cpu"))
     message = str(info.value)
-    assert message.startswith("training needs at least ") and "GiB free" in message and "\n" not in message
-
-
-def test_a_small_model_fits():
-    memory.check_fits(plain(16), schedule(mean=1, backprop_depth=1), torch.device("cpu"))
+    d, tokens = 2**20, 4 * 8
+    parameters = 50 * d + 8 * d + 12 * d * d + 13 * d + 2 * d
+    gib = (16 * parameters + 34 * tokens * d + 5 * tokens * 8 * 2) / 2**30
+    assert message.startswith(f"training needs at least {gib:.1f} GiB") and "\n" not in message
