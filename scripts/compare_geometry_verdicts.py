@@ -13,14 +13,14 @@ from twoscale.report.claims import claims_table
 from twoscale.report.tables import MEASUREMENT_TABLES, of_run, runs_in
 
 
-def verdicts(directory: Path) -> dict[tuple[str, str], tuple[str, str, dict]]:
-    """(recipe, claim) -> (training precision, verdict, headline numbers), for every run in the tables."""
+def verdicts(directory: Path) -> dict[tuple[str, int, str], tuple[str, str, dict]]:
+    """(recipe, seed, claim) -> (training precision, verdict, headline numbers), for every run in the tables."""
     tables = {name: pl.read_parquet(directory / f"{name}.parquet") for name in MEASUREMENT_TABLES}
     found = {}
     for recipe, seed in runs_in(tables["geometry"]):
         precision = of_run(tables["geometry"], recipe, seed)["train_precision"][0]
         for row in claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()}):
-            found[(recipe, row["claim"])] = (precision, row["verdict"], row["headline"])
+            found[(recipe, seed, row["claim"])] = (precision, row["verdict"], row["headline"])
     return found
 
 
@@ -33,7 +33,7 @@ def main(first: Path, second: Path) -> None:
     for key in [key for key in a if key in b]:
         (precision_a, verdict_a, headline_a), (precision_b, verdict_b, headline_b) = a[key], b[key]
         same = "SAME" if verdict_a == verdict_b else "DIFFERS"
-        print(f"## {key[0]} {key[1]}: {precision_a} {verdict_a} | {precision_b} {verdict_b}  [{same}]")
+        print(f"## {key[0]} seed {key[1]} {key[2]}: {precision_a} {verdict_a} | {precision_b} {verdict_b}  [{same}]")
         for name, value in headline_a.items():
             print(f"   {name}: {number(value)} | {number(headline_b.get(name))}")
 
