@@ -62,9 +62,11 @@ def test_snakemake_refuses_to_start_while_dvc_holds_the_repository(repo):
 
 def test_dvc_stops_before_touching_anything_while_snakemake_runs(repo):
     # Its own process group, stopped as Ctrl-C in a terminal stops it: the job under way gets the signal too, so the
-    # wait below does not depend on how long that job would take to finish.
+    # wait below does not depend on how long that job would take to finish. SIGINT is set back to its default first:
+    # a suite started in the background by a non-interactive shell inherits it ignored, and Snakemake would run on.
     snakemake = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1"], cwd=repo, env=environment(),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         rwlock = repo / ".dvc/tmp/rwlock"
         for _ in range(600):
