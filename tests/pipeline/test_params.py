@@ -67,6 +67,23 @@ def test_shipped_parameter_sets_are_valid(name):
         ("train.weight_decay", math.inf, "train.weight_decay = inf: Input should be a finite number"),
         ("sample.state_std", math.nan, "sample.state_std = nan: Input should be a finite number"),
         ("sweep.strategies.kl_head.settings", [1e-3, math.nan], "sweep.strategies.kl_head.settings"),
+        # a seed folds onto a generator state one to one only in 0..2**32-1; a count is a whole number as written
+        ("runtime.seeds", [-1], "runtime.seeds.0 = -1: Input should be greater than or equal to 0"),
+        ("runtime.seeds", [2**32], "runtime.seeds.0 = 4294967296: Input should be less than or equal to 4294967295"),
+        ("runtime.seeds", [2**64], "runtime.seeds.0 = 18446744073709551616: Input should be less than"),
+        ("runtime.seeds", [1.0], "runtime.seeds.0 = 1.0: Input should be a valid integer"),
+        ("runtime.seeds", [True], "runtime.seeds.0 = True: Input should be a valid integer"),
+        ("runtime.seeds", ["7"], "runtime.seeds.0 = '7': Input should be a valid integer"),
+        ("train.checkpoint_steps", [300, 600.0], "train.checkpoint_steps.1 = 600.0: Input should be a valid integer"),
+        ("model.bias", "yes", "model.bias = 'yes': Input should be a valid boolean"),
+        ("sweep.strategies", {"fixed": {"spec": {"criterion": "fixed"}, "settings": [30]},
+                              "x$(touch PWNED)": {"spec": {"criterion": "step_norm"}, "settings": [0.1]}},
+         "sweep.strategies.x$(touch PWNED): a strategy name is 1 to 64 lower case letters, digits and _"),
+        ("sweep.strategies", {"fixed": {"spec": {"criterion": "fixed"}, "settings": [30]},
+                              "../../x": {"spec": {"criterion": "step_norm"}, "settings": [0.1]}},
+         "sweep.strategies.../../x: a strategy name is"),
+        ("recipes", {"r" * 300: {}}, "recipes.'" + "r" * 64 + "'...: a recipe name is"),
+        ("recipes", {"a\nb": {}}, "recipes.'a\\nb': a recipe name is"),
     ],
 )
 def test_bad_value_names_key_value_and_expectation(path, value, expected):
@@ -125,6 +142,11 @@ def test_unreadable_files(tmp_path):
     (tmp_path / "bad.yaml").write_text("train: [unclosed\n")
     with pytest.raises(ParamsError, match="not valid YAML"):
         load_params(tmp_path / "bad.yaml")
+    (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
+    with pytest.raises(ParamsError, match="binary.yaml: not a text file"):
+        load_params(tmp_path / "binary.yaml")
+    with pytest.raises(ParamsError, match="is a folder, not a parameter file"):
+        load_params(tmp_path)
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ParamsError, match="expected a mapping"):
         load_params(tmp_path / "list.yaml")
@@ -160,20 +182,28 @@ def test_stage_with_bad_params_exits_nonzero_with_one_line(tmp_path):
     assert not out.exists()
 
 
-def test_snakemake_refuses_bad_params_before_any_job(tmp_path):
-    raw = default_raw()
-    raw["model"]["groups"] = [{"first": 1, "last": 2}, {"first": 2, "last": 3}]
+HOSTILE_STRATEGY = "x$(touch PWNED)"
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (("model.groups", [{"first": 1, "last": 2}, {"first": 2, "last": 3}]),
+     "bad.yaml: model: group 2-3 overlaps or precedes the group before it"),
+    (("sweep.strategies", {**default_raw()["sweep"]["strategies"], HOSTILE_STRATEGY: {"spec": {"criterion": "fixed"},
+                                                                                      "settings": [1]}}),
+     f"bad.yaml: sweep.strategies.{HOSTILE_STRATEGY}: a strategy name is"),
+])
+def test_snakemake_refuses_bad_params_before_any_job(tmp_path, change, expected):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(raw))
+    bad.write_text(yaml.safe_dump(with_change(*change)))
     result = subprocess.run(
         [str(Path(sys.executable).with_name("snakemake")), "--dry-run", "--cores", "1", "--configfile", str(bad)],
         cwd=ROOT, capture_output=True, text=True,
     )
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
-    assert errors[0].startswith("error: ") and "bad.yaml: model" in errors[0]  # the key, on the error's first line
-    assert "group 2-3 overlaps or precedes the group before it" in errors[0]
+    assert errors[0].startswith("error: ") and expected in errors[0]  # the key, on the error's first line
     assert "Traceback" not in result.stderr and "WorkflowError" not in result.stderr
+    assert not (ROOT / "PWNED").exists() and not list((ROOT / "results/sweep/strategies").glob("*/*/x*"))
 
 
 @pytest.mark.parametrize(
@@ -182,6 +212,9 @@ def test_snakemake_refuses_bad_params_before_any_job(tmp_path):
         ({"acceleration": {"spec": {"criterion": "acceleration"}, "settings": [0.1]}}, "need 'fixed'"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1, 2]}}, "must include max_loops (4)"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1.5, 4]}}, "loops must be whole numbers"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4, math.inf]}}, "loops must be whole numbers"),
+        ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},
+          "argmax": {"spec": {"criterion": "argmax"}, "settings": [-math.inf]}}, "hits must be whole numbers"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4, 9]}}, "fixed loops 9 > max_loops 4"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4], "timed": False}}, "fixed must be timed"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},
@@ -220,7 +253,7 @@ def with_recipes(**recipes) -> dict:
         ({"huginn": {"train": {"steps": 600}}}, "recipes.huginn.train.steps: shared by every recipe"),
         ({"huginn": {"train": {"checkpoint_steps": [600]}}}, "recipes.huginn.train.checkpoint_steps: shared"),
         ({"huginn": {"measure": {"max_loops": 3}}}, "recipes.huginn.measure: unknown key"),
-        ({"Huginn-2": {}}, "recipes.Huginn-2: a recipe name is lower case letters"),
+        ({"Huginn-2": {}}, "recipes.Huginn-2: a recipe name is 1 to 64 lower case letters"),
         ({"small": {"model": {"block_size": 32}}},
          "recipes.small: measure.trajectory_token (64) must be below model.block_size (32)"),
         ({}, "recipes = {}: Dictionary should have at least 1 item"),
@@ -299,7 +332,7 @@ def test_the_sample_stage_runs_on_the_recipes_with_injection_only():
 @pytest.mark.parametrize(("teachers", "blocks", "expected"), [
     ({"plain": {"model": {"groups": [{"first": 1, "last": 2}]}}}, [2], "teachers.plain.model.groups: a teacher has no"),
     ({"paper": {}}, [2], "teachers.paper: also a recipe name"),
-    ({"Plain": {}}, [2], "teachers.Plain: a teacher name is lower case letters"),
+    ({"Plain": {}}, [2], "teachers.Plain: a teacher name is 1 to 64 lower case letters"),
     ({"plain": {"model": {"norm": "sandwich"}}}, [2], "teachers.plain.model.norm: a teacher is a pre-LN GPT"),
     ({"plain": {"train": {"steps": 10}}}, [2], "teachers.plain.train.steps: shared by every run"),
     ({"plain": {"model": {"n_layer": 3}}}, [2, 4], "distill.blocks: 4 blocks for the 3 layers of teacher 'plain'"),

@@ -4,7 +4,10 @@ against paths written out by hand for a small parameter set."""
 from __future__ import annotations
 
 import copy
+import re
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -43,11 +46,11 @@ def test_a_file_per_checkpoint_step(config):
 def test_the_command_log_and_benchmark_of_a_job(config):
     sweep = by_name(config)["sweep"]
     assert sweep.shell == (
-        "python -m twoscale sweep --params {params.file} --recipe {wildcards.recipe} --seed {wildcards.seed}"
-        " --strategy {wildcards.strategy}"
-        " --checkpoint results/train/{wildcards.recipe}/seed_{wildcards.seed}/checkpoints/step_{params.step}.pt"
-        " --data-dir data/prepared --out results/sweep/strategies/{wildcards.recipe}/seed_{wildcards.seed}/"
-        "{wildcards.strategy}.parquet --log {log}")
+        "python -m twoscale sweep --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
+        " --strategy {wildcards.strategy:q}"
+        " --checkpoint results/train/{wildcards.recipe:q}/seed_{wildcards.seed:q}/checkpoints/step_{params.step:q}.pt"
+        " --data-dir data/prepared --out results/sweep/strategies/{wildcards.recipe:q}/seed_{wildcards.seed:q}/"
+        "{wildcards.strategy:q}.parquet --log {log:q}")
     assert sweep.command_params == (("step", 40),)
     assert sweep.inputs[0] == "results/train/{recipe}/seed_{seed}/checkpoints/step_40.pt"
     assert sweep.log == "logs/sweep/{recipe}/seed_{seed}/{strategy}.log"
@@ -90,3 +93,26 @@ def test_a_command_naming_an_unknown_parameter_is_refused():
     with pytest.raises(ValueError, match="sweep.max_loops"):
         snakemake_rules._command({"cmd": "python -m twoscale x --params params.yaml --n ${sweep.max_loops}"
                                          " --log logs/x.log"})
+
+
+def test_every_value_a_command_names_is_shell_quoted(config):
+    for rule in snakemake_rules.rules(config):
+        placeholders = re.findall(r"\{[^}]*\}", rule.shell)
+        assert placeholders and all(p.endswith(":q}") for p in placeholders), rule.name
+
+
+def test_a_name_that_reaches_the_shell_runs_nothing(config, tmp_path):
+    """The sweep command formatted as Snakemake formats it, for a strategy named like a command substitution, run
+    by bash with the stage replaced by printf: the name arrives as one literal argument and nothing is executed."""
+    from snakemake.utils import format as snakemake_format
+
+    hostile = "x$(touch PWNED)`touch PWNED2`;touch PWNED3"
+    shell = by_name(config)["sweep"].shell.replace("python -m twoscale sweep", "printf '%s\\n'")
+    command = snakemake_format(shell, wildcards=SimpleNamespace(recipe="paper", seed="1", strategy=hostile),
+                               params=SimpleNamespace(file=Path("my params.yaml"), step=40), log="logs/a b.log")
+    printed = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert list(tmp_path.iterdir()) == []
+    arguments = printed.stdout.splitlines()
+    assert arguments[arguments.index("--strategy") + 1] == hostile
+    assert arguments[arguments.index("--params") + 1] == "my params.yaml"
+    assert arguments[arguments.index("--log") + 1] == "logs/a b.log"

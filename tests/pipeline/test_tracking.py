@@ -3,17 +3,22 @@ owned by a host and process, closed as KILLED when that process is stopped or go
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 
 import mlflow
 import numpy as np
 import pytest
+from workspace import smoke_params
 
 from twoscale.pipeline import tracking
+from twoscale.pipeline.errors import TwoscaleError
 
 
 @pytest.fixture
@@ -106,3 +111,82 @@ def test_only_finite_numbers_are_logged_as_metrics(store):
     with tracking.stage_run("geometry", "hash") as run:
         tracking.log_metrics(row)
     assert client(store).get_run(run.info.run_id).data.metrics == {"a": 1.5, "e": 0.25, "f": 3.0}
+
+
+# --- a store that cannot be used: one line naming it, within a bounded wait ---------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # free again once closed: nothing listens there
+
+
+def test_a_tracking_server_that_refuses_connections_is_named_in_one_line(store, monkeypatch):
+    uri = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with pytest.raises(TwoscaleError) as info:
+        tracking.ensure_store()
+    assert str(info.value).startswith(f"MLflow tracking server {uri} did not answer within 10 s (")
+    assert "\n" not in str(info.value)
+
+
+def test_a_tracking_server_that_accepts_but_never_answers_is_given_up_after_the_timeout():
+    with socket.socket() as silent:  # connections queue in its backlog, and nothing ever reads or answers them
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(TwoscaleError, match=f"^MLflow tracking server {uri} did not answer within 0.5 s"):
+            tracking.check_server_answers(uri, timeout=0.5)
+
+
+def test_a_server_that_answers_with_any_http_status_is_up():
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the name http.server calls)
+            self.send_error(401)
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.HTTPServer(("127.0.0.1", 0), Refusing) as server:
+        thread = threading.Thread(target=server.handle_request)
+        thread.start()
+        tracking.check_server_answers(f"http://127.0.0.1:{server.server_address[1]}", timeout=5)
+        thread.join()
+
+
+def test_a_corrupt_store_is_named_in_one_line(store):
+    (store / "mlflow.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(TwoscaleError) as info:
+        tracking.ensure_store()
+    assert str(info.value) == (f"{store / 'mlflow.db'}: the MLflow store cannot be used ((sqlite3.DatabaseError) "
+                               "file is not a database)")
+
+
+def test_a_locked_store_is_named_in_one_line_and_nothing_else_is_printed(store, capfd):
+    tracking.ensure_store()
+    holder = sqlite3.connect(store / "mlflow.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process writing, for longer than MLflow waits
+    try:
+        with pytest.raises(TwoscaleError) as info:
+            tracking.ensure_store()
+    finally:
+        holder.close()
+    assert str(info.value) == (f"{store / 'mlflow.db'}: the MLflow store cannot be used ((sqlite3.OperationalError) "
+                               "database is locked)")
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_stage_facing_a_server_that_does_not_answer_stops_in_one_line_and_writes_nothing(tmp_path):
+    (tmp_path / "a.txt").write_text("Some text.\n" * 50)
+    params = smoke_params(tmp_path, data={"source": "text", "text_files": ["a.txt"]})
+    uri = f"http://127.0.0.1:{closed_port()}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    env.pop(tracking.PARENT_ENV, None)
+    done = subprocess.run([sys.executable, "-m", "twoscale", "corpus", "--params", str(params), "--out-dir", "raw"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"twoscale corpus: error: MLflow tracking server {uri} did not answer within 10 s")
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "raw").exists()

@@ -151,18 +151,61 @@ def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
     assert not (tmp_path / "measured").exists()
 
 
-def test_measure_without_the_training_metrics(tmp_path, tiny_data):
+def save_trained(path: Path, params: Path, data: Path, step: int, seed: int = 1337, **train) -> None:
+    """A checkpoint at `step` of run paper/`seed` as the train stage would save it from `params` (with `train`
+    changed) and the data in `data`, under `path`."""
     from twoscale.models.looped_gpt import ModelConfig
     from twoscale.pipeline.params import load_params
-    from twoscale.training.trainer import build_state, save_checkpoint
+    from twoscale.training.trainer import build_state, run_fingerprint, save_checkpoint
 
-    params = smoke_params(tmp_path)
     trained = load_params(params)
-    config = ModelConfig.from_params(trained.run("paper", 1337).model, vocab_size=300)
-    save_checkpoint(tmp_path / "step_5.pt", build_state(config, trained.train, 0, torch.device("cpu")), "fp")
+    run = trained.run("paper", 1337)
+    run = type(run)(run.recipe, seed, run.model, run.train.model_copy(update=train))
+    state = build_state(ModelConfig.from_params(run.model, vocab_size=300), run.train, seed, torch.device("cpu"))
+    state.step = step
+    save_checkpoint(path, state, run_fingerprint(trained.runtime, run, data))
+
+
+def test_measure_without_the_training_metrics(tmp_path, tiny_data):
+    params = smoke_params(tmp_path)
+    save_trained(tmp_path / "step_5.pt", params, tiny_data, 5)
     result = measure(tmp_path, tmp_path / "step_5.pt", params, train_metrics="train/metrics.json")
     assert_one_line_error(result, "measure", "train/metrics.json: not found")
     assert not (tmp_path / "measured").exists()
+
+
+def changed_val_ids(data: Path) -> None:
+    np.save(data / "val.npy", np.load(data / "val.npy")[::-1].copy())
+
+
+@pytest.mark.parametrize(("saved", "named", "change", "message"), [
+    ({"step": 5}, "step_40.pt", None, "step_40.pt: holds training step 5, so its name must be step_5.pt"),
+    ({"step": 5}, "copy.pt", None, "copy.pt: holds training step 5, so its name must be step_5.pt"),
+    ({"step": 3}, "step_3.pt", None, "step_3.pt: step 3 is not one of train.checkpoint_steps [5, 10, 20, 40]"),
+    ({"step": 5, "seed": 7}, "step_5.pt", None,
+     "step_5.pt: not trained with the train and runtime parameters and seed 1337 of paper in force; rerun train"),
+    ({"step": 5, "learning_rate": 0.5}, "step_5.pt", None, "not trained with the train and runtime parameters"),
+    ({"step": 5}, "step_5.pt", changed_val_ids,
+     "step_5.pt: trained on other data than the prepared data in force; rerun train"),
+])
+def test_measure_refuses_a_checkpoint_that_is_not_what_its_path_and_the_parameters_say(
+        tmp_path, tiny_data, saved, named, change, message):
+    params = smoke_params(tmp_path)
+    save_trained(tmp_path / named, params, tiny_data, **saved)
+    if change is not None:
+        change(tiny_data)
+    result = measure(tmp_path, tmp_path / named, params)
+    assert_one_line_error(result, "measure", message)
+    assert not (tmp_path / "measured").exists()
+
+
+def test_a_checkpoint_of_the_parameters_in_force_is_measured(tmp_path, tiny_data):
+    """The control of the refusals above: the same checkpoint, named and trained as the parameters say."""
+    params = smoke_params(tmp_path, measure={"n_sequences": 2, "batch_size": 2, "max_loops": 3, "loss_loops": [1]})
+    save_trained(tmp_path / "step_5.pt", params, tiny_data, 5)
+    result = measure(tmp_path, tmp_path / "step_5.pt", params)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((tmp_path / "measured/summary.json").read_text())["step"] == 5
 
 
 def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):

@@ -395,12 +395,12 @@ def write_data_dir(path: Path) -> None:
     (path / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.0}))
 
 
-def write_params(path: Path) -> None:
+def write_params(path: Path, **train) -> None:
     raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
     raw["runtime"].update(device="cpu", threads=1)
     raw["model"]["dropout"] = 0.1  # the global RNG state must be restored too
     # 80 steps after the checkpoint at 20: a wide window to kill the run before it ends
-    raw["train"].update(steps=100, checkpoint_steps=[10, 20, 50, 100])
+    raw["train"].update({"steps": 100, "checkpoint_steps": [10, 20, 50, 100], **train})
     path.write_text(yaml.safe_dump(raw))
 
 
@@ -411,13 +411,13 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     env.update(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", MLFLOW_DISABLE_TELEMETRY="true",
                OMP_NUM_THREADS="1")
 
-    def command(run: str) -> list[str]:
-        return [sys.executable, "-m", "twoscale", "train", "--params", "params.yaml", "--recipe", "paper",
+    def command(run: str, params: str = "params.yaml") -> list[str]:
+        return [sys.executable, "-m", "twoscale", "train", "--params", params, "--recipe", "paper",
                 "--seed", "1337", "--data-dir", "data", "--out-dir", f"out-{run}", "--resume-dir", f"resume-{run}",
                 "--log", f"{run}.log"]
 
-    def complete(run: str) -> None:
-        done = subprocess.run(command(run), cwd=tmp_path, env=env,
+    def complete(run: str, params: str = "params.yaml") -> None:
+        done = subprocess.run(command(run, params), cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
 
@@ -429,7 +429,7 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     proc = subprocess.Popen(command("b"), cwd=tmp_path, env=env, **quiet)
     try:
         deadline = time.monotonic() + 240
-        while not (resume_b / "step_20.pt").exists():
+        while not list(resume_b.glob("paper/seed_1337/*/step_20.pt")):
             assert proc.poll() is None, "run b ended before its step-20 checkpoint"
             assert time.monotonic() < deadline
             time.sleep(0.002)
@@ -437,18 +437,34 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
         proc.send_signal(signal.SIGKILL)  # also when the wait failed: leave no process behind
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    left = sorted(int(p.stem.split("_")[1]) for p in resume_b.glob("step_*.pt"))
+    [interrupted] = resume_b.glob("paper/seed_1337/*")  # one folder, named by the run's fingerprint
+    kept = sorted(path.name for path in interrupted.iterdir())
+    left = sorted(int(name.split("_")[1].removesuffix(".pt")) for name in kept)
     assert left[-1] < 100 and not (tmp_path / "out-b/checkpoints/step_100.pt").exists(), "killed too late"
     shutil.rmtree(tmp_path / "out-b")  # what an orchestrator does with a failed job's outputs
 
     shutil.copytree(resume_b, tmp_path / "resume-c")  # the same interrupted run, missing an earlier checkpoint
-    (tmp_path / "resume-c" / "step_10.pt").unlink()
+    broken_dir = Path("resume-c") / interrupted.relative_to(resume_b)
+    (tmp_path / broken_dir / "step_10.pt").unlink()
     broken = subprocess.run(command("c"), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert broken.returncode == 2
     assert broken.stderr.strip().splitlines()[-1] == (
-        f"twoscale train: error: resume-c: the interrupted run lacks step_10.pt; delete resume-c to train from "
-        "the start")
+        f"twoscale train: error: {broken_dir}: the interrupted run lacks step_10.pt; delete {broken_dir} to train "
+        "from the start")
     assert "Traceback" not in broken.stderr
+
+    # another parameter set for the same recipe and seed, into the same folders, trains from its start: it neither
+    # resumes from run b's checkpoints nor deletes them, and leaves none of them among its outputs
+    write_params(tmp_path / "other.yaml", steps=30, checkpoint_steps=[15, 30], learning_rate=1e-3)
+    (tmp_path / "out-b/checkpoints").mkdir(parents=True)
+    for name in kept:  # as a run of run b's parameters would have left them
+        shutil.copyfile(interrupted / name, tmp_path / "out-b/checkpoints" / name)
+    complete("b", "other.yaml")
+    assert sorted(path.name for path in interrupted.iterdir()) == kept
+    assert sorted(p.name for p in (tmp_path / "out-b/checkpoints").iterdir()) == ["step_15.pt", "step_30.pt"]
+    other_log = (tmp_path / "b.log").read_text()
+    assert "resuming" not in other_log
+    assert f"kept: {interrupted.relative_to(tmp_path)}, an interrupted run of other parameters" in other_log
 
     complete("b")
     assert f"resuming from step {left[-1]} of an interrupted run" in (tmp_path / "b.log").read_text()

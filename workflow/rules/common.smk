@@ -61,10 +61,11 @@ def pipeline_started():
     command = " ".join(["snakemake", *sys.argv[1:]])
     try:
         WRITING.enter_context(orchestrators.written_by(Path.cwd(), command))
-    except TwoscaleError as exc:
-        raise WorkflowError(str(exc)) from None
-    try:
+        # a tracking server that does not answer or a store that cannot be opened stops the run here, in one line
         run_id = tracking.start_pipeline_run("snakemake", f"snakemake-{os.getpid()}", {"params_file": PARAMS_FILE})
+    except TwoscaleError as exc:
+        WRITING.close()
+        sys.exit(f"error: {exc}")
     except BaseException:  # Ctrl-C while the store is created: no job ran, so give the claim back now
         WRITING.close()
         raise

@@ -9,6 +9,7 @@ A strategy is a plain exit spec without its swept setting, e.g. {"criterion": "a
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -51,7 +52,7 @@ def check_strategies(sweep: SweepParams) -> None:
     for name, strategy in sweep.strategies.items():
         key = swept_key(str(strategy.spec.get("criterion")))
         for setting in strategy.settings:
-            if key != "threshold" and setting != int(setting):
+            if key != "threshold" and not (math.isfinite(setting) and setting == int(setting)):
                 raise ParamsError(f"sweep.strategies.{name}: {key} must be whole numbers, got {setting}")
             try:
                 rules_at(strategy.spec, setting, 1, sweep.max_loops)

@@ -15,13 +15,20 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator,
+                      model_validator)
 
 from twoscale.pipeline.errors import TwoscaleError
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+# Whole numbers and switches are taken as written, never converted: 5.0, "5" or true where a count belongs would
+# otherwise pass validation as 5 while the orchestrators write "5.0" into paths (step_5.0.pt, seed_1.0).
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
+# A seed seeds torch's generators, which take any integer but fold negative ones onto 2**64 + seed (-1 and 2**64 - 1
+# give the same weights); within this range every seed is its own generator state.
+MAX_SEED = 2**32 - 1
+Seed = Annotated[StrictInt, Field(ge=0, le=MAX_SEED)]
 
 
 class ParamsError(TwoscaleError):
@@ -39,9 +46,10 @@ class RuntimeParams(Section):
         description="training arithmetic: bf16 autocast or fp32 (auto: bf16 where the device multiplies bf16 "
         "natively, else fp32); measure and sweep always run in fp32"
     )
-    seeds: list[int] = Field(
+    seeds: list[Seed] = Field(
         min_length=1,
-        description="one training run per recipe and seed; a seed sets every random choice of its run",
+        description=f"one training run per recipe and seed; a seed (0 to {MAX_SEED}) sets every random choice of "
+        "its run",
     )
 
     @model_validator(mode="after")
@@ -68,7 +76,8 @@ class DataParams(Section):
 
 
 class TokenizeParams(Section):
-    vocab_size: int = Field(ge=260, le=65535, description="byte-level BPE vocabulary size, special tokens included")
+    vocab_size: StrictInt = Field(ge=260, le=65535,
+                                  description="byte-level BPE vocabulary size, special tokens included")
 
 
 class LoopGroup(Section):
@@ -88,7 +97,7 @@ class ModelParams(Section):
     n_embd: PositiveInt
     block_size: PositiveInt = Field(description="context length in tokens")
     dropout: float = Field(ge=0, lt=1)
-    bias: bool = Field(description="biases in linear layers and layer norms")
+    bias: StrictBool = Field(description="biases in linear layers and layer norms")
     groups: list[LoopGroup] = Field(
         description="looped groups as inclusive layer ranges (recipes need one at least; teachers have none)"
     )
@@ -101,7 +110,7 @@ class ModelParams(Section):
         description="how each application of a looped group reads the group input x0: none; add: state + W x0 "
         "(W starts at 0); adapter: W concat(state, x0) (Geiping et al.; W starts at [I 0])"
     )
-    scale_embedding: bool = Field(
+    scale_embedding: StrictBool = Field(
         description="multiply token embeddings by sqrt(n_embd) (Geiping et al.; the LM head shares their weight)"
     )
 
@@ -128,7 +137,7 @@ class LoopSchedule(Section):
     sigma: PositiveFloat = Field(description="log-normal spread of the Poisson-lognormal distribution")
     max: PositiveInt = Field(description="most loops per group in one training step")
     backprop_depth: PositiveInt = Field(description="gradients flow through the last this-many loop steps only")
-    straight_through: bool = Field(
+    straight_through: StrictBool = Field(
         description="pass the gradient across the earlier loop steps as if they were the identity, so the layers "
         "before a group still learn when it loops more than backprop_depth times (false: the gradient stops there)"
     )
@@ -164,7 +173,18 @@ class TrainParams(Section):
         return self
 
 
-RECIPE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# Recipe, teacher and strategy names become folder names and command arguments: a safe, short alphabet only.
+NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def check_name(section: str, name: str, kind: str) -> None:
+    """ValueError in one line unless `name`, a key of `section`, is a valid name of a `kind`."""
+    if not NAME.fullmatch(name):
+        shown = name if name.isprintable() and len(name) <= 64 else repr(name[:64]) + "..." * (len(name) > 64)
+        raise ValueError(f"{section}.{shown}: a {kind} name is 1 to 64 lower case letters, digits and _, "
+                         "starting with a letter")
+
+
 SHARED_TRAIN_KEYS = ("steps", "checkpoint_steps")  # recipes are compared at the same checkpoints
 
 
@@ -220,7 +240,7 @@ class SweepStrategy(Section):
         min_length=1, description="swept values: thresholds (.inf: exit at once, 0: never), or the loop counts of "
         "fixed, or the hit counts of argmax"
     )
-    timed: bool = Field(True, description="timed by the latency stage; an untimed strategy is compared by "
+    timed: StrictBool = Field(True, description="timed by the latency stage; an untimed strategy is compared by "
                         "quality and FLOPs only, and a speed verdict that needs its latency is inconclusive")
 
     @field_validator("settings")
@@ -241,7 +261,7 @@ class SweepParams(Section):
     prompt_tokens: PositiveInt = Field(description="tokens per prompt")
     new_tokens: PositiveInt = Field(description="tokens generated per prompt; a round's latency is the median over "
                                     "all")
-    rounds: int = Field(ge=2, description="latency rounds: each times every setting of every timed strategy "
+    rounds: StrictInt = Field(ge=2, description="latency rounds: each times every setting of every timed strategy "
                         "once; two settings' timings of one round are a pair")
     strategies: dict[str, SweepStrategy] = Field(
         min_length=1, description="exit strategies by name; 'fixed' (the fixed-depth baseline) is required"
@@ -299,7 +319,7 @@ class SampleParams(Section):
         ge=0, le=1, description="'about equal quality' (C7) also = distinct-token fraction of the continuation "
         "(mean over prompts) at most this much below ordinary decoding at full recurrence"
     )
-    repeats: int = Field(
+    repeats: StrictInt = Field(
         ge=2, description="paired rounds that time the chosen sampler setting beside ordinary decoding at full "
         "recurrence and at the fewest loops of about equal quality (the speed verdicts' 95% intervals)"
     )
@@ -364,10 +384,10 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _recipes_build(self) -> Params:
+        for name in self.sweep.strategies:
+            check_name("sweep.strategies", name, "strategy")
         for name, recipe in self.recipes.items():
-            if not RECIPE_NAME.fullmatch(name):
-                raise ValueError(f"recipes.{name}: a recipe name is lower case letters, digits and _, "
-                                 "starting with a letter")
+            check_name("recipes", name, "recipe")
             shared = [key for key in SHARED_TRAIN_KEYS if key in recipe.train]
             if shared:
                 raise ValueError(f"recipes.{name}.train.{shared[0]}: shared by every recipe, set it in train")
@@ -387,8 +407,7 @@ class Params(Section):
 
     def _check_teacher(self, name: str, teacher: Recipe) -> None:
         where = f"teachers.{name}"
-        if not RECIPE_NAME.fullmatch(name):
-            raise ValueError(f"{where}: a teacher name is lower case letters, digits and _, starting with a letter")
+        check_name("teachers", name, "teacher")
         if name in self.recipes:
             raise ValueError(f"{where}: also a recipe name (they share results/train/<name>)")
         if "groups" in teacher.model:
@@ -497,6 +516,12 @@ def load_params(path: str | Path) -> Params:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ParamsError(f"{path}: parameter file not found") from None
+    except IsADirectoryError:
+        raise ParamsError(f"{path}: is a folder, not a parameter file") from None
+    except UnicodeDecodeError:
+        raise ParamsError(f"{path}: not a text file (not UTF-8)") from None
+    except OSError as exc:
+        raise ParamsError(f"{path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return parse_params(raw, str(path))

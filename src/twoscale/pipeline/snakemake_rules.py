@@ -5,8 +5,8 @@ wildcards and their values (a DVC matrix), input and output patterns, the shell 
 whether it asks for the GPU, whether it times its work, and its report entries. workflow/rules/stages.smk turns each into a rule.
 
 Translation:
-  ${item.recipe}         the job's own wildcard: {recipe} in paths, {wildcards.recipe} in the command;
-  ${train.steps}         a parameter value: written into paths, {params.step} in the command (COMMAND_PARAMS);
+  ${item.recipe}         the job's own wildcard: {recipe} in paths, {wildcards.recipe:q} (shell-quoted) in the command;
+  ${train.steps}         a parameter value: written into paths, {params.step:q} in the command (COMMAND_PARAMS);
   .../step_{step}.pt     one file per checkpoint step (train.checkpoint_steps); DVC tracks its folder;
   a folder input         every output of every job that lies inside it (DVC: the folder).
 """
@@ -102,14 +102,14 @@ def _command(stage: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
     """The shell command with Snakemake's placeholders, the log path (DVC syntax) and the command's params."""
     cmd = stage["cmd"]
     log = re.search(r"--log (\S+)", cmd).group(1)
-    cmd = cmd.replace(f"--log {log}", "--log {log}")
-    cmd = re.sub(r"--params \S+", "--params {params.file}", cmd)
-    cmd = ITEM.sub(r"{wildcards.\1}", cmd)
+    cmd = cmd.replace(f"--log {log}", "--log {log:q}")
+    cmd = re.sub(r"--params \S+", "--params {params.file:q}", cmd)
+    cmd = ITEM.sub(r"{wildcards.\1:q}", cmd)
     named = tuple(key for key in PARAMETER.findall(cmd))
     unknown = set(named) - set(COMMAND_PARAMS)
     if unknown:
         raise ValueError(f"command names parameters with no rule param: {sorted(unknown)}")
-    cmd = PARAMETER.sub(lambda found: "{params.%s}" % COMMAND_PARAMS[found.group(1)], cmd)
+    cmd = PARAMETER.sub(lambda found: "{params.%s:q}" % COMMAND_PARAMS[found.group(1)], cmd)
     return cmd, log, named
 
 

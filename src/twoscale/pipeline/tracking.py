@@ -7,6 +7,10 @@ Snakemake creates the store and the parent run in `onstart` (a new sqlite store 
 migrations) and hands the parent's id to jobs through TWOSCALE_MLFLOW_PARENT_RUN. Under DVC, stages run one after
 another; the first creates the parent run, keyed by the `dvc` process, and the rest find it.
 
+A tracking server that does not answer fails a stage or a workflow at its start, within SERVER_TIMEOUT_S seconds,
+in one line naming its URI; later requests give up after a few quick retries (MLflow's own default retries for
+about four minutes). A store that cannot be opened (a corrupt or locked SQLite file) is named in one line too.
+
 Every run carries the host and process that own it. A job that fails or is stopped ends its run FAILED or KILLED;
 a process killed outright cannot, so each new invocation closes, as KILLED, the runs still RUNNING whose process on
 this host is gone (never a run of another host, which may be alive on a shared tracking server).
@@ -15,6 +19,7 @@ this host is gone (never a run of another host, which may be alive on a shared t
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import numbers
 import os
@@ -24,11 +29,17 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from twoscale.pipeline.errors import Stopped
+from twoscale.pipeline.errors import Stopped, TwoscaleError
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+# A request to a tracking server: 3 retries 1, 2 and 4 s apart, each attempt at most 30 s (MLflow: 7 retries up to
+# 120 s apart)
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+SERVER_TIMEOUT_S = 10
 
 EXPERIMENT = "twoscale"
 PARENT_ENV = "TWOSCALE_MLFLOW_PARENT_RUN"
@@ -57,17 +68,59 @@ def artifact_location(uri: str, root: Path) -> str | None:
     """Where a new experiment of the store at `uri` keeps its artifacts: `<root>/mlartifacts`, or, behind a
     tracking server, where the server chooses (its --artifacts-destination: a path of this machine is wrong on
     another node)."""
-    if uri.startswith(("http://", "https://")):
+    if is_server(uri):
         return None
     return (root / "mlartifacts").as_uri()
 
 
+def is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def check_server_answers(uri: str, timeout: float = SERVER_TIMEOUT_S) -> None:
+    """TwoscaleError in one line unless the tracking server at `uri` answers (any HTTP status: a proxy asking for
+    credentials answers too) within `timeout` seconds."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+            pass
+    except urllib.error.HTTPError:
+        pass
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TwoscaleError(f"MLflow tracking server {uri} did not answer within {timeout:g} s ({reason}): start "
+                            "it, or unset MLFLOW_TRACKING_URI to log to mlflow.db") from None
+
+
+def store_name(uri: str) -> str:
+    """The file of a SQLite store, else the URI."""
+    return uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else uri
+
+
 def ensure_store(root: Path | None = None) -> str:
-    """Create the store and the experiment if needed; return the experiment id."""
+    """Create the store and the experiment if needed; return the experiment id. A server that does not answer or a
+    store that cannot be opened is a TwoscaleError naming it."""
     root = root or project_root()
     mlflow = _mlflow()
     uri = tracking_uri(root)
+    if is_server(uri):
+        check_server_answers(uri)
     mlflow.set_tracking_uri(uri)
+    database_log = logging.getLogger("mlflow.store.db.utils")  # logs a failing query with its traceback
+    level = database_log.level
+    database_log.setLevel(logging.CRITICAL)
+    try:
+        return _experiment_id(mlflow, uri, root)
+    except Exception as exc:  # MLflow, SQLAlchemy and requests raise many types; the first line says which
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise TwoscaleError(f"{store_name(uri)}: the MLflow store cannot be used ({first_line})") from None
+    finally:
+        database_log.setLevel(level)
+
+
+def _experiment_id(mlflow, uri: str, root: Path) -> str:
     experiment = mlflow.get_experiment_by_name(EXPERIMENT)
     if experiment is None:
         return mlflow.create_experiment(EXPERIMENT, artifact_location=artifact_location(uri, root),

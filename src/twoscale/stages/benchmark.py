@@ -25,11 +25,11 @@ from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.pipeline.params import Params, RunParams
 from twoscale.report.tables import fastest_of_equal_quality, matched_decoding
+from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument
 from twoscale.stages.validation import read_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_size, matmul_tflops,
                                       resolve_device)
-from twoscale.training.trainer import checkpoint_name, load_model_matching
 
 log = logging.getLogger("twoscale.benchmark")
 
@@ -127,9 +127,7 @@ def exit_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, d
     summary = read_summary(args.summary)
     costs, latency = [], []
     for run in runs:
-        checkpoint = (args.train_dir / run_subdir(run.recipe, run.seed) / "checkpoints"
-                      / checkpoint_name(run.train.steps))
-        model, _ = load_model_matching(checkpoint, run.model, stats["vocab_size"], device)
+        model, _ = load_final_model(args.train_dir, args.data_dir, params, run, stats["vocab_size"], device)
         chosen = best_settings(summary, args.reference, run, specs, sweep.max_loops)
         costs += [{"recipe": run.recipe, **row}
                   for row in step_costs(model, prompts[0], specs, sweep.max_loops, args.repeats)]
@@ -159,9 +157,7 @@ def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace
         settings = settings_of({"inner_loops": 4, "tolerance": 0.03, "freeze": "latent_diff"} if chosen is None
                                else chosen, sample)
         matched_loops = int(matched_decoding(summary)["loops"])
-        checkpoint = (args.train_dir / run_subdir(run.recipe, run.seed) / "checkpoints"
-                      / checkpoint_name(run.train.steps))
-        model, _ = load_model_matching(checkpoint, run.model, stats["vocab_size"], device)
+        model, _ = load_final_model(args.train_dir, args.data_dir, params, run, stats["vocab_size"], device)
         labels = {FULL_RECURRENCE: f"{sample.loops} loops", MATCHED: f"{matched_loops} loops",
                   SAMPLER: f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}"
                   + ("" if chosen else " (none within the tolerance: the paper's defaults)")}

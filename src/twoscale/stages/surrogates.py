@@ -19,11 +19,11 @@ from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_s
 from twoscale.pipeline.params import Params, params_hash
 from twoscale.report import surrogate_plots
 from twoscale.report.tables import recovery_table
+from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument, load
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import configure_torch, resolve_device
 from twoscale.training.distillation import load_surrogate
-from twoscale.training.trainer import load_model_matching
 
 log = logging.getLogger("twoscale.analysis.dynamics")
 
@@ -59,12 +59,10 @@ def dynamics_rows(states_of: StatesOf, batches, labels: dict) -> list[dict]:
 def models_to_measure(params: Params, args: argparse.Namespace, vocab_size: int, device: torch.device
                       ) -> list[tuple[dict, StatesOf]]:
     """(labels, idx -> depth states) for every teacher run, its surrogates, and every looped run."""
-    final = f"checkpoints/step_{params.train.steps}.pt"
     models: list[tuple[dict, StatesOf]] = []
     for name, seed in params.teacher_runs():
         run = params.run(name, seed)
-        teacher, _ = load_model_matching(args.train_dir / run_subdir(name, seed) / final, run.model, vocab_size,
-                                         device)
+        teacher, _ = load_final_model(args.train_dir, args.data_dir, params, run, vocab_size, device)
         teacher_states = _states_of(teacher, [])
         models.append(({"model": "teacher", "name": name, "seed": seed, "blocks": None}, teacher_states))
         for k in sorted(params.distill.blocks):
@@ -75,7 +73,7 @@ def models_to_measure(params: Params, args: argparse.Namespace, vocab_size: int,
     loops = params.distill.dynamics_loops
     for name, seed in params.runs():
         run = params.run(name, seed)
-        model, _ = load_model_matching(args.train_dir / run_subdir(name, seed) / final, run.model, vocab_size, device)
+        model, _ = load_final_model(args.train_dir, args.data_dir, params, run, vocab_size, device)
         models.append(({"model": "looped", "name": name, "seed": seed, "blocks": None},
                        _states_of(model, [loops] * model.n_groups)))
     return models

@@ -1,13 +1,14 @@
 """Stage `train`: train the looped GPT on the token arrays, saving checkpoints at train.checkpoint_steps.
 
-Rerunning after a kill resumes from the newest checkpoint of the interrupted run (kept in --resume-dir until
-training completes) when model, training and data are unchanged.
+Rerunning after a kill resumes from the newest checkpoint of the interrupted run when model, training and data are
+unchanged: its checkpoints are kept until training completes in --resume-dir, in a folder of their own per recipe,
+seed and fingerprint of everything the run depends on, so a run of other parameters neither resumes from nor
+removes them.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import shutil
 import time
@@ -21,36 +22,40 @@ from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_json, write_parquet
-from twoscale.pipeline.params import Params, RunParams, params_hash
+from twoscale.pipeline.params import Params, RunParams
 from twoscale.stages.common import add_run_arguments, load_run, log_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, provenance,
                                       resolve_device, training_dtype)
 from twoscale.training.memory import check_fits
 from twoscale.training.trainer import (build_state, checkpoint_name, compile_blocks, latest_resumable, publish,
-                                       restore_state, train)
+                                       restore_state, run_fingerprint, train)
 
 log = logging.getLogger("twoscale.train")
 
 WARMUP_STEPS = 10  # left out of the throughput: the first steps compile and fill the allocator
+OUTPUTS = ("history.parquet", "history.csv", "metrics.json")  # beside checkpoints/
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
     parser.add_argument("--data-dir", type=Path, required=True, help="reads train.npy, val.npy, stats.json")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes checkpoints/, history.*, metrics.json")
-    parser.add_argument("--resume-dir", type=Path,
-                        help="keeps an unfinished run's checkpoints "
-                        "(default: results/.resume/<recipe>/seed_<seed>)")
+    parser.add_argument("--resume-dir", type=Path, default=Path("results/.resume"),
+                        help="keeps unfinished runs' checkpoints, in <recipe>/seed_<seed>/<fingerprint of "
+                        "everything the run depends on>/ (default: results/.resume)")
 
 
-def data_fingerprint(data_dir: Path) -> str:
-    digest = hashlib.sha256()
-    for name in ("tokenizer.json", "train.npy", "val.npy"):
-        try:
-            digest.update((data_dir / name).read_bytes())
-        except FileNotFoundError:
-            raise TwoscaleError(f"{data_dir / name}: not found (run the tokenize stage first)") from None
-    return digest.hexdigest()[:16]
+def clear_outputs(out_dir: Path) -> None:
+    """Remove what an earlier training wrote to out_dir (its checkpoints may be of other steps than this run's),
+    so that no output of another run stays beside this one's."""
+    for path in [*(out_dir / "checkpoints").glob("step_*.pt"), *(out_dir / name for name in OUTPUTS)]:
+        path.unlink(missing_ok=True)
+
+
+def other_interrupted_runs(run_resume_dir: Path) -> list[Path]:
+    """The folders of interrupted runs of the same recipe and seed with other parameters or data, kept beside
+    this run's."""
+    return sorted(path for path in run_resume_dir.parent.glob("*/") if path != run_resume_dir)
 
 
 def check_context_fits(run: RunParams, train_tokens: int, val_tokens: int) -> None:
@@ -109,7 +114,6 @@ def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: 
 
 def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
-    resume_dir = args.resume_dir or Path("results/.resume") / run_subdir(run.recipe, run.seed)
     stats = read_json(args.data_dir / "stats.json")
     train_ids, val_ids = load_token_array(args.data_dir / "train.npy"), load_token_array(args.data_dir / "val.npy")
     check_context_fits(run, len(train_ids), len(val_ids))
@@ -117,12 +121,17 @@ def run(args: argparse.Namespace) -> None:
     device = resolve_device(params.runtime.device)
     dtype = training_dtype(params.runtime.precision, device)
     config = ModelConfig.from_params(run.model, vocab_size=stats["vocab_size"])
-    run_hash = params_hash(run.model, run.train, params.runtime.model_copy(update={"seeds": [run.seed]}))
-    fingerprint = run_hash + data_fingerprint(args.data_dir)
+    fingerprint = run_fingerprint(params.runtime, run, args.data_dir)
+    run_hash = fingerprint[:16]
+    # Keyed by everything the run depends on: an interrupted run of other parameters or data is never touched.
+    resume_dir = args.resume_dir / run_subdir(run.recipe, run.seed) / fingerprint
+    for other in other_interrupted_runs(resume_dir):
+        log.info("kept: %s, an interrupted run of other parameters or data (delete it to free its space)", other)
 
     check_fits(config, run.train, device)
     state = build_state(config, run.train, run.seed, device)
     checkpoint_dir = args.out_dir / "checkpoints"
+    clear_outputs(args.out_dir)
     resumable = latest_resumable(resume_dir, fingerprint)
     if resumable is not None:
         restore_state(state, resumable)
@@ -135,7 +144,7 @@ def run(args: argparse.Namespace) -> None:
             publish(path, checkpoint_dir / path.name)
         log.info("resuming from step %d of an interrupted run", state.step)
     else:
-        shutil.rmtree(resume_dir, ignore_errors=True)
+        shutil.rmtree(resume_dir, ignore_errors=True)  # this run's own folder, holding nothing it can resume from
     if device.type == "cuda":
         compile_blocks(state.model)
     peak = matmul_tflops(device, dtype, repeats=10)
@@ -180,3 +189,15 @@ def run(args: argparse.Namespace) -> None:
         write_json(args.out_dir / "metrics.json", metrics)
         log_to_mlflow(params, run, frame, metrics, state.model, args.out_dir)
     shutil.rmtree(resume_dir, ignore_errors=True)
+    remove_empty_parents(resume_dir.parent, args.resume_dir)
+
+
+def remove_empty_parents(folder: Path, root: Path) -> None:
+    """Remove `folder` and its parents up to and including `root` while they are empty."""
+    for path in [folder, *folder.parents]:
+        if not path.is_relative_to(root):
+            return
+        try:
+            path.rmdir()
+        except OSError:  # not empty, or already gone
+            return

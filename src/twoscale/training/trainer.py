@@ -7,8 +7,10 @@ ends with the same weights as an uninterrupted one.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ import torch
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
-from twoscale.pipeline.params import LoopSchedule, ModelParams, TrainParams
+from twoscale.pipeline.params import LoopSchedule, RunParams, RuntimeParams, TrainParams, params_hash
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch
 from twoscale.training.device import autocast, clock
 from twoscale.training.flops import training_step_flops
@@ -30,6 +32,30 @@ CHECKPOINT_FORMAT = 1
 
 def checkpoint_name(step: int) -> str:
     return f"step_{step}.pt"
+
+
+CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
+DATA_FILES = ("tokenizer.json", "train.npy", "val.npy")
+
+
+def data_fingerprint(data_dir: Path) -> str:
+    """A hash of the prepared data a run trains on."""
+    digest = hashlib.sha256()
+    for name in DATA_FILES:
+        try:
+            with (data_dir / name).open("rb") as handle:
+                hashlib.file_digest(handle, lambda: digest)
+        except FileNotFoundError:
+            raise TwoscaleError(f"{data_dir / name}: not found (run the tokenize stage first)") from None
+    return digest.hexdigest()[:16]
+
+
+def run_fingerprint(runtime: RuntimeParams, run: RunParams, data_dir: Path) -> str:
+    """Everything a training run depends on: its model and train sections and the runtime with its seed (the first
+    16 characters), then its data (the last 16). Each checkpoint carries it, an interrupted run's state is kept under
+    it, and the stages that read a checkpoint compare it with the parameters and data in force."""
+    return params_hash(run.model, run.train, runtime.model_copy(update={"seeds": [run.seed]})) + data_fingerprint(
+        data_dir)
 
 
 def sample_loop_counts(schedule: LoopSchedule, n_groups: int, generator: torch.Generator) -> list[int]:
@@ -150,16 +176,36 @@ def load_model(path: Path, device: str | torch.device = "cpu") -> tuple[LoopedGP
     return model.eval(), {k: payload[k] for k in ("step", "fingerprint", "model_config", "history")}
 
 
-def load_model_matching(path: Path, model: ModelParams, vocab_size: int, device: torch.device
+def load_model_matching(path: Path, run: RunParams, fingerprint: str, vocab_size: int, device: torch.device
                         ) -> tuple[LoopedGPT, dict]:
-    """`load_model`, refusing a checkpoint trained with other model parameters than `model`."""
+    """`load_model`, refusing a checkpoint that is not what its path and the parameters in force say: one of `run`'s
+    checkpoint steps, named after its step, trained with `run`'s model parameters and with the `run_fingerprint`
+    given (its training parameters, runtime, seed and data)."""
     loaded, meta = load_model(path, device)
-    expected = ModelConfig.from_params(model, vocab_size).to_dict()
+    expected = ModelConfig.from_params(run.model, vocab_size).to_dict()
     found = loaded.config.to_dict()
     if found != expected:
         different = sorted(k for k in expected if found.get(k) != expected[k])
         raise TwoscaleError(f"{path}: trained with other model parameters ({', '.join(different)}); rerun train")
+    check_checkpoint(path, meta, run, fingerprint)
     return loaded, meta
+
+
+def check_checkpoint(path: Path, meta: dict, run: RunParams, fingerprint: str) -> None:
+    """TwoscaleError in one line unless the checkpoint `meta` at `path` is the step its name says, one of the run's
+    checkpoint steps, and trained with the run's parameters (`fingerprint`, see `run_fingerprint`)."""
+    step = meta["step"]
+    named = CHECKPOINT_NAME.fullmatch(path.name)
+    if named is None or int(named.group(1)) != step:
+        raise TwoscaleError(f"{path}: holds training step {step}, so its name must be {checkpoint_name(step)}")
+    if step not in run.train.checkpoint_steps:
+        raise TwoscaleError(f"{path}: step {step} is not one of train.checkpoint_steps {run.train.checkpoint_steps}"
+                            f" of {run.recipe}; rerun train")
+    if meta["fingerprint"][:16] != fingerprint[:16]:
+        raise TwoscaleError(f"{path}: not trained with the train and runtime parameters and seed {run.seed} of "
+                            f"{run.recipe} in force; rerun train")
+    if meta["fingerprint"][16:] != fingerprint[16:]:
+        raise TwoscaleError(f"{path}: trained on other data than the prepared data in force; rerun train")
 
 
 def restore_state(state: TrainState, payload: dict) -> None:
