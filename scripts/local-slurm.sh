@@ -7,10 +7,13 @@
 #
 #   sudo scripts/local-slurm.sh start     install what is missing, configure, start; idempotent
 #   sudo scripts/local-slurm.sh status    exit 0 when every daemon answers and the node is up
-#   sudo scripts/local-slurm.sh stop      stop what start started
+#   sudo scripts/local-slurm.sh stop      stop the daemons start started, and only those
 #
 # It writes /etc/slurm/{slurm,slurmdbd,gres}.conf (refusing to overwrite ones it did not write) and keeps its state,
-# logs and pid files under /var/lib/twoscale-slurm. TWOSCALE_SLURM_PARTITION names the partition (default twoscale).
+# logs and pid files under /var/lib/twoscale-slurm. A daemon that already answers when start runs (a munge or MariaDB
+# of the machine's own, say) is used as it is and left running by stop: start records each daemon it launches, with
+# its pid file, in /var/lib/twoscale-slurm/started, and stop ends only those. TWOSCALE_SLURM_PARTITION names the
+# partition (default twoscale).
 set -euo pipefail
 
 PARTITION=${TWOSCALE_SLURM_PARTITION:-twoscale}
@@ -19,6 +22,8 @@ STATE=/var/lib/twoscale-slurm
 MARK="# written by twoscale's scripts/local-slurm.sh"
 NODE=$(hostname -s)
 CHANGED=0  # set when start rewrites a configuration file
+STARTED=$STATE/started  # a line "DAEMON PIDFILE" for each daemon start launched
+DAEMONS=(slurmd slurmctld slurmdbd mariadbd munged)  # the order stop ends them in
 
 die() { echo "error: $*" >&2; exit 1; }
 
@@ -116,6 +121,11 @@ LogFile=$STATE/log/slurmdbd.log
 EOF
 }
 
+launched() {  # launched DAEMON PIDFILE: start launched DAEMON, whose pid PIDFILE will hold; stop ends it
+    { grep -v "^$1 " "$STARTED" 2>/dev/null || true; echo "$1 $2"; } >"$STARTED.tmp"
+    mv "$STARTED.tmp" "$STARTED"
+}
+
 munge_up() { munge -n | unmunge; }
 database_up() { mariadb-admin --socket=/run/mysqld/mysqld.sock ping; }
 slurmdbd_up() { sacctmgr -n show cluster; }
@@ -125,7 +135,8 @@ node_up() { [[ "$(node_state)" =~ ^(idle|mix|alloc)$ ]]; }
 start_munge() {
     munge_up >/dev/null 2>&1 && return
     mkdir -p /run/munge && chown munge:munge /run/munge
-    quietly runuser -u munge -- /usr/sbin/munged
+    quietly runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged.pid
+    launched munged /run/munge/munged.pid
     wait_for 10 "munged" munge_up
 }
 
@@ -135,6 +146,7 @@ start_database() {
         [ -d /var/lib/mysql/mysql ] || quietly mariadb-install-db --user=mysql --datadir=/var/lib/mysql
         nohup runuser -u mysql -- mariadbd --datadir=/var/lib/mysql --socket=/run/mysqld/mysqld.sock \
             --bind-address=127.0.0.1 --pid-file=/run/mysqld/mysqld.pid >>"$STATE/log/mariadb.log" 2>&1 &
+        launched mariadbd /run/mysqld/mysqld.pid
         wait_for 30 "MariaDB" database_up
     fi
     quietly mariadb --socket=/run/mysqld/mysqld.sock -e "
@@ -145,7 +157,11 @@ start_database() {
 }
 
 start_slurm() {
-    slurmdbd_up >/dev/null 2>&1 || { quietly slurmdbd; wait_for 30 "slurmdbd" slurmdbd_up; }
+    if ! slurmdbd_up >/dev/null 2>&1; then
+        quietly slurmdbd
+        launched slurmdbd "$STATE/slurmdbd.pid"
+        wait_for 30 "slurmdbd" slurmdbd_up
+    fi
     sacctmgr -n -P show cluster format=cluster | grep -qx "$CLUSTER" || quietly sacctmgr -i add cluster "$CLUSTER"
     sacctmgr -n -P show account format=account | grep -qx twoscale || quietly sacctmgr -i add account twoscale cluster="$CLUSTER"
     local user
@@ -157,9 +173,10 @@ start_slurm() {
         [ "$CHANGED" = 0 ] || quietly scontrol reconfigure  # running daemons read a changed configuration
     else
         quietly slurmctld
+        launched slurmctld "$STATE/slurmctld.pid"
         wait_for 30 "slurmctld" bash -c "scontrol ping | grep -q UP"
     fi
-    pgrep -x slurmd >/dev/null || quietly slurmd
+    pgrep -x slurmd >/dev/null || { quietly slurmd; launched slurmd "$STATE/slurmd.pid"; }
     wait_for 30 "slurmd" bash -c "[ -n \"\$(sinfo -h -N -n $NODE -o %t)\" ]"
     # a node drained by an earlier configuration (or a killed slurmd) comes back into service
     [[ "$(node_state)" =~ ^(drain|drng|down|inval) ]] && quietly scontrol update nodename="$NODE" state=resume
@@ -176,23 +193,28 @@ status() {
     return $down
 }
 
-stop_pidfile() {  # stop_pidfile FILE: end the process it names, if it runs
-    [ -s "$1" ] || return 0
+stop_daemon() {  # stop_daemon NAME PIDFILE: end the process PIDFILE names if it is still NAME (its pid not reused)
     local pid
-    pid=$(cat "$1")
-    kill "$pid" 2>/dev/null || return 0
-    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
+    pid=$(cat "$2" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ && "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$1" ]] || return 1
+    kill "$pid" 2>/dev/null || return 1
+    for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
     kill -9 "$pid" 2>/dev/null || true
 }
 
 stop() {
-    scontrol shutdown >/dev/null 2>&1 || true  # slurmctld and slurmd
-    stop_pidfile "$STATE/slurmd.pid"
-    stop_pidfile "$STATE/slurmctld.pid"
-    stop_pidfile "$STATE/slurmdbd.pid"
-    mariadb-admin --socket=/run/mysqld/mysqld.sock shutdown >/dev/null 2>&1 || true
-    pkill -x munged 2>/dev/null || true
-    echo "stopped"
+    local name pidfile stopped=() kept=()
+    for name in "${DAEMONS[@]}"; do
+        pidfile=$(sed -n "s/^$name //p" "$STARTED" 2>/dev/null || true)
+        if [ -n "$pidfile" ] && stop_daemon "$name" "$pidfile"; then
+            stopped+=("$name")
+        elif pgrep -x "$name" >/dev/null; then
+            kept+=("$name")
+        fi
+    done
+    rm -f "$STARTED"
+    echo "stopped: ${stopped[*]:-nothing}"
+    [ ${#kept[@]} = 0 ] || echo "left running, not started by start: ${kept[*]}"
 }
 
 case "${1:-}" in

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from twoscale.pipeline.errors import Stopped, TwoscaleError
+from twoscale.pipeline.io import outputs_land_together
 
 STAGES = {
     "corpus": "fetch or read the raw text and write it with a manifest",
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         setup_logging(args.log)
-        importlib.import_module(f"twoscale.stages.{args.stage}").run(args)
+        with outputs_land_together():
+            importlib.import_module(f"twoscale.stages.{args.stage}").run(args)
     except TwoscaleError as exc:
         message = f"twoscale {args.stage}: error: {exc}"
         print(message, file=sys.stderr)

@@ -6,9 +6,12 @@ Run with `pytest -m cluster` (after `make setup-cluster`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 from datetime import datetime
@@ -183,3 +186,50 @@ def test_a_job_past_its_memory_is_killed_and_slurms_reason_is_in_the_log_snakema
     assert result.returncode != 0 and "SLURM status is: 'FAILED'" in output
     slurm_log = Path(re.search(r"(\S+/slurm_logs/rule_train/\S+?\.log)", output).group(1))
     assert "exceeded memory limit" in slurm_log.read_text()
+
+
+DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
+
+
+def running_daemons() -> dict[str, str]:
+    """The cluster's daemons that run on this machine, each with its pids."""
+    pids = {name: subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()
+            for name in DAEMONS}
+    return {name: " ".join(found) for name, found in pids.items() if found}
+
+
+def wait_until(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {seconds} s"
+        time.sleep(0.25)
+
+
+def test_stop_ends_the_daemons_start_started_and_no_other():
+    """A munge daemon of the machine's own, up before `start`, serves the cluster and outlives `stop`, which ends
+    every daemon `start` launched. The cluster is left as it was found (up again if it was up)."""
+    was_up = subprocess.run([SCRIPT, "status"], capture_output=True).returncode == 0
+    subprocess.run([SCRIPT, "stop"], check=True, capture_output=True)
+    own_munge = "munged" not in running_daemons()
+    if own_munge:  # the machine's own munge daemon, started as its service would be
+        subprocess.run(["install", "-d", "-o", "munge", "-g", "munge", "/run/munge"], check=True)
+        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+        # one pid: munged forks to go to the background, and its parent exits
+        wait_until(lambda: running_daemons().get("munged", "").isdigit(), 10, "munged did not start")
+    before = running_daemons()
+    try:
+        subprocess.run([SCRIPT, "start"], check=True, capture_output=True)
+        launched = {line.split()[0] for line in Path("/var/lib/twoscale-slurm/started").read_text().splitlines()}
+        assert launched == set(DAEMONS) - set(before)
+        stopped = subprocess.run([SCRIPT, "stop"], check=True, capture_output=True, text=True).stdout
+        time.sleep(5)  # a daemon sent SIGTERM may take seconds to go (munged does): one stopped by mistake is gone
+        assert running_daemons() == before, stopped
+        left = stopped.partition("left running, not started by start:")[2].split()
+        assert sorted(left) == sorted(before), stopped
+    finally:
+        if own_munge:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(before["munged"]), signal.SIGTERM)  # the one this test started
+            wait_until(lambda: "munged" not in running_daemons(), 30, "munged did not stop")
+        if was_up:
+            subprocess.run([SCRIPT, "start"], check=True, capture_output=True)

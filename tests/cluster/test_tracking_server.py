@@ -1,12 +1,14 @@
 """The shared MLflow tracking server of scripts/local-mlflow-server.sh (PostgreSQL behind `mlflow server`):
 stage jobs logging to it at once lose no run, nor do they with the default SQLite file; starting it again while
-it runs changes nothing."""
+it runs changes nothing; it binds the address asked for (MLFLOW_HOST), for the nodes of a cluster."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import time
 import uuid
 from pathlib import Path
@@ -48,8 +50,9 @@ with tracking.stage_run("train", f"hash-{job}", {"recipe": "paper", "seed": str(
 """
 
 
-def script(command: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), command], capture_output=True, text=True, timeout=900)
+def script(command: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCRIPT), command], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **env})
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +133,50 @@ def test_status_says_up_and_a_second_start_changes_nothing(server):
     assert again.returncode == 0, again.stderr
     assert again.stdout == f"export MLFLOW_TRACKING_URI={server}\n"
     assert {path: path.read_text().split()[0] for path in pids} == pids
+
+
+def answers(url: str, host_header: str | None = None) -> int | None:
+    """The HTTP status `url` answers with (under another Host header if given); None if nothing listens."""
+    request = urllib.request.Request(url, headers={"Host": host_header} if host_header else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except urllib.error.URLError:
+        return None
+
+
+def test_the_server_binds_the_address_asked_for_and_prints_the_uri_the_nodes_use(server):
+    """MLFLOW_HOST binds another address than 127.0.0.1 (a cluster's nodes cannot reach this machine's loopback):
+    the printed URI carries it, a run logs through it, and a Host header the server does not know is refused. While
+    the server runs on 127.0.0.1, asking for another address is refused. The server is put back as it was."""
+    address = next(iter(subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()), None)
+    if address is None or ":" in address:
+        pytest.skip("this machine has no IPv4 address besides the loopback")
+    port = server.rsplit(":", 1)[1]
+    refused = script("start", MLFLOW_HOST=address)
+    assert refused.returncode == 1 and "run stop first" in refused.stderr, refused.stderr
+    assert script("status").returncode == 0  # the running server untouched
+    try:
+        assert script("stop").returncode == 0
+        started = script("start", MLFLOW_HOST=address)
+        assert started.returncode == 0, started.stderr
+        uri = f"http://{address}:{port}"
+        assert started.stdout == f"export MLFLOW_TRACKING_URI={uri}\n"
+        assert "without authentication" in started.stderr  # the warning of an open, non-loopback bind
+        assert answers(f"{uri}/health") == 200
+        assert answers(f"http://127.0.0.1:{port}/health") is None  # bound to that address alone
+        search = f"{uri}/api/2.0/mlflow/experiments/search?max_results=1"
+        assert answers(search) == 200 and answers(search, host_header=f"elsewhere.invalid:{port}") == 403
+        client = mlflow.MlflowClient(tracking_uri=uri)
+        experiment = client.create_experiment(f"test-bind-{uuid.uuid4().hex[:12]}")
+        run = client.create_run(experiment)
+        client.log_metric(run.info.run_id, "loss", 0.5)
+        client.set_terminated(run.info.run_id)
+        assert client.get_run(run.info.run_id).data.metrics == {"loss": 0.5}
+        assert script("start").stdout == f"export MLFLOW_TRACKING_URI={uri}\n"  # a plain start takes it as it is
+    finally:
+        script("stop")
+        again = script("start")
+    assert again.returncode == 0 and again.stdout == f"export MLFLOW_TRACKING_URI={server}\n", again.stderr

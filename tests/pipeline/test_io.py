@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from twoscale.pipeline.io import atomic_path, read_token_blocks, write_json, write_token_array
+from twoscale.pipeline.io import (atomic_path, outputs_land_together, read_token_blocks, waiting_file, write_json,
+                                  write_text, write_token_array)
 
 
 def test_json_is_written_sorted_and_readable_by_a_strict_parser(tmp_path):
@@ -68,3 +69,61 @@ def test_a_token_array_is_read_back_in_blocks(tmp_path):
     blocks = list(read_token_blocks(tmp_path / "ids.npy", block_size=4))
     assert [block.tolist() for block in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert all(block.dtype == np.uint32 for block in blocks)
+
+
+# --- outputs that land together ------------------------------------------------------------------------------
+
+
+class Failure(Exception):
+    pass
+
+
+def test_outputs_land_together_when_the_block_succeeds(tmp_path):
+    (tmp_path / "b.json").write_text("old")
+    with outputs_land_together():
+        write_text(tmp_path / "a.md", "new a")
+        write_text(tmp_path / "out/b.json", "new b")
+        write_text(tmp_path / "b.json", "new b")
+        assert not (tmp_path / "a.md").exists() and (tmp_path / "b.json").read_text() == "old"  # waiting
+        assert waiting_file(tmp_path / "a.md").read_text() == "new a"  # readable meanwhile
+        assert waiting_file(tmp_path / "elsewhere.txt") == tmp_path / "elsewhere.txt"
+    assert (tmp_path / "a.md").read_text() == "new a" and (tmp_path / "b.json").read_text() == "new b"
+    assert sorted(path.name for path in tmp_path.rglob("*")) == ["a.md", "b.json", "b.json", "out"]  # no temp left
+
+
+def test_no_output_lands_when_the_block_fails_and_the_old_ones_stay(tmp_path):
+    (tmp_path / "claims.json").write_text("old")
+    with pytest.raises(Failure), outputs_land_together():
+        write_text(tmp_path / "claims.md", "new")
+        write_text(tmp_path / "claims.json", "new")
+        write_text(tmp_path / "made/deeper/x.txt", "new")
+        write_text(tmp_path / "made/y.txt", "new")
+        raise Failure  # e.g. the tracking store, after the tables were written
+    assert [path.name for path in tmp_path.iterdir()] == ["claims.json"]  # neither temps nor folders made
+    assert (tmp_path / "claims.json").read_text() == "old"
+
+
+def test_a_file_written_twice_lands_once_with_its_last_content(tmp_path):
+    with outputs_land_together():
+        write_text(tmp_path / "a.txt", "first")
+        write_text(tmp_path / "a.txt", "second")
+    assert [path.name for path in tmp_path.iterdir()] == ["a.txt"] and (tmp_path / "a.txt").read_text() == "second"
+
+
+def test_state_written_now_lands_at_once_and_outlives_a_failed_block(tmp_path):
+    with pytest.raises(Failure), outputs_land_together():
+        with atomic_path(tmp_path / "resume/step_5.pt", now=True) as tmp:
+            tmp.write_text("checkpoint")
+        assert (tmp_path / "resume/step_5.pt").read_text() == "checkpoint"
+        raise Failure
+    assert (tmp_path / "resume/step_5.pt").read_text() == "checkpoint"
+
+
+def test_a_block_inside_another_lands_its_own_outputs_at_its_end(tmp_path):
+    with pytest.raises(Failure), outputs_land_together():
+        with outputs_land_together():
+            write_text(tmp_path / "inner.txt", "in")
+        assert (tmp_path / "inner.txt").exists()
+        write_text(tmp_path / "outer.txt", "out")
+        raise Failure
+    assert [path.name for path in tmp_path.iterdir()] == ["inner.txt"]

@@ -190,3 +190,25 @@ def test_a_stage_facing_a_server_that_does_not_answer_stops_in_one_line_and_writ
         f"twoscale corpus: error: MLflow tracking server {uri} did not answer within 10 s")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "raw").exists()
+
+
+# --- a Slurm run logging to a SQLite file ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////work/repo/mlflow.db", "sqlite:///mlflow.db", "SQLITE:////x/m.db"])
+def test_a_slurm_run_logging_to_a_sqlite_file_is_warned_in_one_line_naming_the_file(uri):
+    warning = tracking.sqlite_on_slurm_warning(uri, submits_to_slurm=True)
+    assert warning is not None and "\n" not in warning
+    assert warning.startswith("warning:") and "MLFLOW_TRACKING_URI" in warning
+    assert uri.split(":///", 1)[1] in warning
+
+
+@pytest.mark.parametrize("uri", ["http://login01:5050", "https://mlflow.example.org",
+                                 "postgresql+psycopg://mlflow@db:5432/mlflow", "file:///shared/mlruns"])
+def test_a_slurm_run_logging_elsewhere_is_not_warned(uri):
+    assert tracking.sqlite_on_slurm_warning(uri, submits_to_slurm=True) is None
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////work/repo/mlflow.db", "http://127.0.0.1:5050"])
+def test_a_run_on_this_machine_is_not_warned(uri):
+    assert tracking.sqlite_on_slurm_warning(uri, submits_to_slurm=False) is None

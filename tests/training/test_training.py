@@ -18,7 +18,9 @@ import pytest
 import torch
 import yaml
 
+from twoscale.__main__ import main
 from twoscale.models.looped_gpt import ModelConfig
+from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.params import LoopSchedule, TrainParams, params_hash
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows
@@ -484,3 +486,30 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     assert history_b["seconds"].tail(100 - left[-1]).null_count() == 0
     losses = history_a["train_loss"]
     assert losses.head(10).mean() > losses.tail(10).mean() + 0.1  # it learned something
+
+
+def test_a_training_whose_tracking_fails_leaves_no_output_and_keeps_what_it_trained(tmp_path, monkeypatch):
+    import mlflow.pytorch
+
+    write_data_dir(tmp_path / "data")
+    write_params(tmp_path / "params.yaml", steps=20, checkpoint_steps=[10, 20])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    argv = ["train", "--params", "params.yaml", "--recipe", "paper", "--seed", "1337", "--data-dir", "data",
+            "--out-dir", "out", "--resume-dir", "resume", "--log", "train.log"]
+
+    def store_gone(*args, **kwargs):
+        raise TwoscaleError("the tracking store went away")
+
+    with monkeypatch.context() as patched:  # the model is logged last, after every output was written
+        patched.setattr(mlflow.pytorch, "log_model", store_gone)
+        assert main(argv) == 2
+    assert not (tmp_path / "out").exists()  # no metrics.json, history or checkpoint that looks finished
+    assert sorted(path.name for path in (tmp_path / "resume").rglob("step_*.pt")) == ["step_10.pt", "step_20.pt"]
+
+    assert main(argv) == 0  # nothing left to train: the outputs land from what was kept
+    assert "resuming from step 20 of an interrupted run" in (tmp_path / "train.log").read_text()
+    assert sorted(path.name for path in (tmp_path / "out").rglob("*") if path.is_file()) == [
+        "history.csv", "history.parquet", "metrics.json", "step_10.pt", "step_20.pt"]
+    assert not (tmp_path / "resume").exists()

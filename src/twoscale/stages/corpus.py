@@ -29,9 +29,7 @@ def run(args: argparse.Namespace) -> None:
         log.info("corpus: %d documents, %d characters from %s",
                  manifest["n_documents"], manifest["n_chars"], params.data.source)
         with tracking.stage_run("corpus", params_hash(params.data)) as _:
-            import mlflow
-
             log_sections(params, "data")
             tracking.log_metrics({"n_documents": manifest["n_documents"], "n_chars": manifest["n_chars"]})
             write_json(args.out_dir / "manifest.json", manifest)
-            mlflow.log_artifact(str(args.out_dir / "manifest.json"))
+            tracking.log_artifact(args.out_dir / "manifest.json")

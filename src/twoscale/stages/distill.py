@@ -67,8 +67,6 @@ def run(args: argparse.Namespace) -> None:
     log.info("%s seed %d: %d-block surrogate (%d parameters) of %d layers, phases %s; control: %d layers",
              run.recipe, run.seed, k, surrogate.num_parameters(), teacher.config.n_layer, phases, k)
     with tracking.stage_run("distill", params_hash(settings, run.model, run.train), tags, source):
-        import mlflow
-
         log_sections(params, "distill")
         steps = settings.phase_steps + settings.rollout_steps
         with tqdm(total=steps, desc=f"distill {run.recipe} k={k}", unit="step") as bar:
@@ -96,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
                               for key in ("cross_entropy", "recovered", "kl_to_teacher")})
         for layer, r2 in enumerate(evaluation["layer_r2"], start=1):
             tracking.log_metrics({"surrogate_layer_r2": r2}, step=layer)
-        mlflow.log_artifact(str(args.out_dir / "evaluation.json"))
+        tracking.log_artifact(args.out_dir / "evaluation.json")
     log.info("k = %d: teacher %.3f, surrogate %.3f (recovers %.1f%%, KL %.3f), control %.3f (%.1f%%) nats; "
              "unigram %.3f; last-layer R² %.3f", k, evaluation["teacher"]["cross_entropy"],
              evaluation["surrogate"]["cross_entropy"], 100 * evaluation["surrogate"]["recovered"],

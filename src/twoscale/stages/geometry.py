@@ -64,8 +64,6 @@ def run(args: argparse.Namespace) -> None:
                  for recipe, seed, _, folder in checkpoints]
     summary = pl.DataFrame(summaries).select("recipe", "seed", "step", pl.all().exclude("recipe", "seed", "step"))
     with tracking.stage_run("geometry", params_hash(params.train)):
-        import mlflow
-
         for row in summaries:
             prefix = f"{row['recipe']}/seed_{row['seed']}/"
             tracking.log_metrics({prefix + k: v for k, v in row.items() if k not in ("recipe", "seed", "step")},
@@ -77,7 +75,7 @@ def run(args: argparse.Namespace) -> None:
         for filename, (draw, inputs) in FIGURES.items():
             path = args.figures_dir / filename
             draw(*(tables[name] for name in inputs), path)
-            mlflow.log_artifact(str(path), artifact_path="figures")
-        mlflow.log_artifact(str(args.out_dir / "summary.csv"))
+            tracking.log_artifact(path, artifact_path="figures")
+        tracking.log_artifact(args.out_dir / "summary.csv")
     log.info("geometry of %d checkpoints of %d runs: %s", len(checkpoints), len(params.runs()),
              ", ".join(sorted(FIGURES)))

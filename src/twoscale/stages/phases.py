@@ -51,8 +51,6 @@ def run(args: argparse.Namespace) -> None:
     distill = params.distill
     teacher, meta, val_ids, device = open_checkpoint(args, params, run, distill.threads)
     with tracking.stage_run("phases", params_hash(distill), run.tags):
-        import mlflow
-
         log_sections(params, "distill")
         similarity = layer_similarity(teacher, val_ids, distill, device)
         distance = 1.0 - similarity
@@ -69,7 +67,7 @@ def run(args: argparse.Namespace) -> None:
         surrogate_plots.fig_teacher_phases(distance.numpy(), phases, f"{run.recipe} (seed {run.seed})",
                                            args.out_dir / "phases.png")
         for name in ("phases.json", "phases.png"):
-            mlflow.log_artifact(str(args.out_dir / name))
+            tracking.log_artifact(args.out_dir / name)
     for k, p in phases.items():
         log.info("%s seed %d, k = %d: phases %s (cut %.2f)", run.recipe, run.seed, k,
                  ", ".join(f"{a}-{b}" for a, b in p), cuts[k])

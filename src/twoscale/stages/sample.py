@@ -75,8 +75,6 @@ def run(args: argparse.Namespace) -> None:
     log.info("sampling %s, seed %d, step %d: %d prompts x (%d sampler settings + %d loop counts)", run.recipe,
              run.seed, meta["step"], len(prompts), len(grid), len(sample.baseline_loops))
     with tracking.stage_run("sample", params_hash(params.sample), run.tags, source):
-        import mlflow
-
         log_sections(params, "sample")
         rows = []
         for index, prompt in enumerate(tqdm(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")):
@@ -96,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
         write_text(args.out_dir / "speed.csv", speed.write_csv(float_precision=6))
         plots.fig_sampler_tradeoff(summary, args.out_dir / "tradeoff.png")
         for name in ("summary.csv", "speed.csv", "tradeoff.png"):
-            mlflow.log_artifact(str(args.out_dir / name))
+            tracking.log_artifact(args.out_dir / name)
         for index, row in enumerate(summary.iter_rows(named=True)):
             tracking.log_metrics({key: row[key] for key in ("tokens_per_s", "forward_passes_per_token",
                                                             "gflops_per_token", "agreement", "distinct_fraction",

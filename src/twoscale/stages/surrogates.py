@@ -101,8 +101,6 @@ def run(args: argparse.Namespace) -> None:
                    for name, seed in params.teacher_runs() for k in sorted(settings.blocks)]
     recovery, layer_r2 = recovery_table(evaluations)
     with tracking.stage_run("surrogates", params_hash(settings)):
-        import mlflow
-
         rows = []
         models = models_to_measure(params, args, stats["vocab_size"], device)
         block_size = min(params.run(name, seed).model.block_size for name, seed in
@@ -121,8 +119,8 @@ def run(args: argparse.Namespace) -> None:
                    "depth_dynamics.png": lambda path: surrogate_plots.fig_depth_dynamics(dynamics, path)}
         for filename, draw in figures.items():
             draw(args.figures_dir / filename)
-            mlflow.log_artifact(str(args.figures_dir / filename), artifact_path="figures")
-        mlflow.log_artifact(str(args.out_dir / "recovery.csv"))
+            tracking.log_artifact(args.figures_dir / filename, artifact_path="figures")
+        tracking.log_artifact(args.out_dir / "recovery.csv")
     if recovery.height:
         log.info("recovered fraction of the teacher by k (mean over seeds):\n%s",
                  recovery.group_by("teacher", "blocks").agg(pl.col("surrogate_recovered").mean(),

@@ -79,13 +79,11 @@ def run(args: argparse.Namespace) -> None:
     sweep = with_latency(gather(args.strategies_dir, params.runs(), list(params.sweep.strategies)), latency)
     summary = summarise(sweep)
     with tracking.stage_run("tradeoff", params_hash(params.sweep)):
-        import mlflow
-
         write_parquet(args.out_dir / "sweep.parquet", sweep)
         write_parquet(args.out_dir / "latency.parquet", latency)
         with atomic_path(args.out_dir / "summary.csv") as tmp:
             summary.write_csv(tmp)
-        mlflow.log_artifact(str(args.out_dir / "summary.csv"))
+        tracking.log_artifact(args.out_dir / "summary.csv")
         for row in summary.iter_rows(named=True):
             prefix = f"{row['recipe']}/seed_{row['seed']}/{row['strategy']}_"
             tracking.log_metrics({prefix + key: value for key, value in row.items()
@@ -93,6 +91,6 @@ def run(args: argparse.Namespace) -> None:
         for filename, draw in FIGURES.items():
             path = args.figures_dir / filename
             draw(sweep, path)
-            mlflow.log_artifact(str(path), artifact_path="figures")
+            tracking.log_artifact(path, artifact_path="figures")
     log.info("trade-off of %d strategies in %d runs:\n%s", len(params.sweep.strategies), len(params.runs()),
              summary)

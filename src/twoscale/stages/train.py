@@ -21,7 +21,8 @@ from tqdm import tqdm
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_json, write_parquet
+from twoscale.pipeline.io import (atomic_path, load_token_array, outputs_land_together, read_json, run_subdir,
+                                  write_json, write_parquet)
 from twoscale.pipeline.params import Params, RunParams
 from twoscale.stages.common import add_run_arguments, load_run, log_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, provenance,
@@ -106,7 +107,7 @@ def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: 
     for i in range(0, len(curve), 1000):  # log_batch takes at most 1000 metrics per call
         client.log_batch(run_id, metrics=curve[i : i + 1000])
     tracking.log_metrics({f"final_{k}": v for k, v in metrics.items()})
-    mlflow.log_artifact(str(out_dir / "history.csv"))
+    tracking.log_artifact(out_dir / "history.csv")
     mlflow.pytorch.log_model(
         model.cpu(), name="model", serialization_format="pickle", pip_requirements=["torch==2.13.0"]
     )
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> None:
     checkpoint_dir = args.out_dir / "checkpoints"
     clear_outputs(args.out_dir)
     resumable = latest_resumable(resume_dir, fingerprint)
+    earlier: list[Path] = []  # checkpoints of the interrupted run, published again with the rest
     if resumable is not None:
         restore_state(state, resumable)
         earlier = [resume_dir / checkpoint_name(step) for step in run.train.checkpoint_steps if step <= state.step]
@@ -140,8 +142,6 @@ def run(args: argparse.Namespace) -> None:
         if missing:
             raise TwoscaleError(f"{resume_dir}: the interrupted run lacks {', '.join(missing)}; delete {resume_dir} "
                                 "to train from the start")
-        for path in earlier:  # outputs the orchestrator may have removed
-            publish(path, checkpoint_dir / path.name)
         log.info("resuming from step %d of an interrupted run", state.step)
     else:
         shutil.rmtree(resume_dir, ignore_errors=True)  # this run's own folder, holding nothing it can resume from
@@ -154,7 +154,10 @@ def run(args: argparse.Namespace) -> None:
              run.recipe, run.seed, state.model.num_parameters(), list(config.groups), describe(device),
              params.runtime.threads, dtype, peak)
 
-    with tracking.stage_run("train", run_hash, run.tags, provenance(device, dtype)):
+    # every output lands once tracking has succeeded, and only then is the interrupted run's state removed
+    with outputs_land_together(), tracking.stage_run("train", run_hash, run.tags, provenance(device, dtype)):
+        for path in earlier:
+            publish(path, checkpoint_dir / path.name)
         started = time.perf_counter()
         start_step = state.step
         with tqdm(total=run.train.steps, initial=state.step, desc=f"train {run.recipe}", unit="step") as bar:

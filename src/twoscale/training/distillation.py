@@ -143,8 +143,6 @@ def train_plain_gpt(config: ModelConfig, train_params: TrainParams, seed: int, t
     state = build_state(config, final_only, seed, device)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_path.parent) as scratch:
-        checkpoints = Path(scratch) / "checkpoints"
-        train(state, train_ids, val_ids, final_only, device, checkpoints, Path(scratch) / "resume",
-              f"plain-{seed}", progress, dtype)
-        publish(checkpoints / checkpoint_name(train_params.steps), out_path)
+        train(state, train_ids, val_ids, final_only, device, None, Path(scratch), f"plain-{seed}", progress, dtype)
+        publish(Path(scratch) / checkpoint_name(train_params.steps), out_path)
     return state.model.eval()

@@ -136,13 +136,14 @@ def save_checkpoint(path: Path, state: TrainState, fingerprint: str) -> None:
         "history": [{key: None if key in WALL_CLOCK else value for key, value in row.items()}
                     for row in state.history],
     }
-    save_payload(path, payload)
+    save_payload(path, payload, now=True)  # an interrupted run resumes from it, whatever became of its stage
 
 
-def save_payload(path: Path, payload: dict) -> None:
+def save_payload(path: Path, payload: dict, now: bool = False) -> None:
     """torch.save through a file object: the archive's inner folder is then always "archive", not the name of the
-    temporary file, so identical payloads give identical bytes."""
-    with atomic_path(path) as tmp, tmp.open("wb") as handle:
+    temporary file, so identical payloads give identical bytes. In place with the stage's other outputs, unless
+    `now` (see `atomic_path`)."""
+    with atomic_path(path, now) as tmp, tmp.open("wb") as handle:
         torch.save(payload, handle)
 
 
@@ -273,7 +274,7 @@ def train(
     val_ids: np.ndarray,
     train: TrainParams,
     device: torch.device,
-    checkpoint_dir: Path,
+    checkpoint_dir: Path | None,
     resume_dir: Path,
     fingerprint: str,
     progress: Callable[[int, dict], None] | None = None,
@@ -282,7 +283,7 @@ def train(
     """Train from state.step to train.steps, saving a checkpoint at every step in train.checkpoint_steps.
 
     Checkpoints are written to resume_dir (kept until training completes, so a killed run resumes even when the
-    orchestrator deletes its outputs) and linked into checkpoint_dir. Forward passes (training and evaluation)
+    orchestrator deletes its outputs) and linked into checkpoint_dir (not when None). Forward passes (training and evaluation)
     run under autocast in `dtype`.
     """
     model, config = state.model, state.model.config
@@ -323,7 +324,8 @@ def train(
         if state.step in train.checkpoint_steps:
             resume_path = resume_dir / checkpoint_name(state.step)
             save_checkpoint(resume_path, state, fingerprint)
-            publish(resume_path, checkpoint_dir / checkpoint_name(state.step))
+            if checkpoint_dir is not None:
+                publish(resume_path, checkpoint_dir / checkpoint_name(state.step))
         if progress is not None:
             progress(state.step, row)
     return state
