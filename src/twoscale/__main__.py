@@ -11,6 +11,7 @@ from pathlib import Path
 
 from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import outputs_land_together
+from twoscale.pipeline.params import ParamsError, changed_keys, read_raw
 
 STAGES = {
     "corpus": "fetch or read the raw text and write it with a manifest",
@@ -56,13 +57,31 @@ def stop(signum, frame) -> None:
     raise Stopped
 
 
+def check_unchanged(path: Path, before: object) -> None:
+    """TwoscaleError in one line if the parameter file no longer holds what it held when the stage started (DVC and
+    a stage run by hand read the file itself): the stage's outputs would then come from values no longer in force."""
+    try:
+        after = read_raw(path)
+    except ParamsError:
+        after = None
+    changed = changed_keys(before, after)
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise TwoscaleError(f"{path} changed while the stage ran ({shown}): its outputs were not written; run it "
+                            "again")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, stop)
     try:
         setup_logging(args.log)
+        params_file = getattr(args, "params", None)
+        before = read_raw(params_file) if params_file is not None else None
         with outputs_land_together():
             importlib.import_module(f"twoscale.stages.{args.stage}").run(args)
+            if params_file is not None:
+                check_unchanged(params_file, before)
     except TwoscaleError as exc:
         message = f"twoscale {args.stage}: error: {exc}"
         print(message, file=sys.stderr)

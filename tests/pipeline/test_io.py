@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from twoscale.pipeline.io import (atomic_path, outputs_land_together, read_token_blocks, waiting_file, write_json,
-                                  write_text, write_token_array)
+from twoscale.pipeline.io import (atomic_path, once_landed, outputs_land_together, read_token_blocks, waiting_file,
+                                  write_json, write_text, write_token_array)
 
 
 def test_json_is_written_sorted_and_readable_by_a_strict_parser(tmp_path):
@@ -127,3 +127,18 @@ def test_a_block_inside_another_lands_its_own_outputs_at_its_end(tmp_path):
         write_text(tmp_path / "outer.txt", "out")
         raise Failure
     assert [path.name for path in tmp_path.iterdir()] == ["inner.txt"]
+
+
+def test_an_action_waits_for_the_outputs_to_land_and_is_dropped_if_they_do_not(tmp_path):
+    done = []
+    with outputs_land_together():
+        write_text(tmp_path / "a.txt", "a")
+        once_landed(lambda: done.append((tmp_path / "a.txt").exists()))
+        assert done == []
+    assert done == [True]
+    with pytest.raises(Failure), outputs_land_together():
+        once_landed(lambda: done.append("again"))
+        raise Failure
+    assert done == [True]
+    once_landed(lambda: done.append("at once"))  # outside a block: nothing waits
+    assert done == [True, "at once"]

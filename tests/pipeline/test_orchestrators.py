@@ -15,7 +15,7 @@ import pytest
 from workspace import BIN, ROOT, attempt, copy_repository, environment
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.orchestrators import written_by
+from twoscale.pipeline.orchestrators import params_snapshot, written_by
 
 HOLD_REPO_LOCK = """
 import sys, time
@@ -111,3 +111,15 @@ def test_a_claim_left_by_a_dead_process_is_no_obstacle(repo):
 def test_outside_a_dvc_repository_there_is_nothing_to_claim(tmp_path):
     with written_by(tmp_path, "snakemake"):
         assert not (tmp_path / ".dvc").exists()
+
+
+def test_a_snapshot_is_named_by_the_content_of_the_file_it_copies(tmp_path):
+    (tmp_path / "m.yaml").write_bytes(b"measure: {max_loops: 10}\n")
+    first = params_snapshot(tmp_path / "m.yaml", tmp_path / "snapshots")
+    assert first.read_bytes() == b"measure: {max_loops: 10}\n"
+    assert params_snapshot(tmp_path / "m.yaml", tmp_path / "snapshots") == first
+    (tmp_path / "m.yaml").write_bytes(b"measure: {max_loops: 6}\n")  # edited: a new snapshot, the old one kept
+    second = params_snapshot(tmp_path / "m.yaml", tmp_path / "snapshots")
+    assert second != first and first.read_bytes() == b"measure: {max_loops: 10}\n"
+    with pytest.raises(TwoscaleError, match="absent.yaml: cannot read"):
+        params_snapshot(tmp_path / "absent.yaml", tmp_path / "snapshots")

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from twoscale.inference.sweep import check_strategies
-from twoscale.pipeline.params import ParamsError, load_params, params_schema, parse_params
+from twoscale.pipeline.params import ParamsError, changed_keys, load_params, params_schema, parse_params
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "workflow/schemas/params.schema.json"
@@ -364,3 +364,11 @@ def test_a_teacher_is_the_shared_model_without_groups_plus_its_changes():
     raw = default_raw()
     raw["teachers"] = {}
     assert parse_params(raw).teacher_runs() == []
+
+
+def test_changed_keys_name_every_value_that_differs_added_and_removed_ones_too():
+    before = {"measure": {"max_loops": 10, "loss_loops": [1, 2]}, "train": {"steps": 40}, "sample": {"a": 1}}
+    after = {"measure": {"max_loops": 6, "loss_loops": [1, 2]}, "train": {"steps": 40, "extra": 1}, "sample": 3}
+    assert changed_keys(before, after) == ["measure.max_loops", "train.extra", "sample"]
+    assert changed_keys(before, copy.deepcopy(before)) == []
+    assert changed_keys(before, None) == ["the whole file"]

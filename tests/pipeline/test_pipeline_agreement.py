@@ -30,6 +30,11 @@ def snakemake_jobs() -> dict[str, dict]:
         rule = block.split(":", 1)[0]
         fields = dict(re.findall(r"^    (input|output): (.*)$", block, re.M))
         cmd = re.search(r"^Shell command: (.*)$", block, re.M).group(1)
+        # Snakemake's jobs read the run's snapshot of the parameter file; DVC's read the file
+        snapshot = re.search(r"--params (\S+)", cmd)
+        if snapshot:
+            assert re.fullmatch(r"\.snakemake/twoscale/params/[0-9a-f]{16}\.yaml", snapshot.group(1)), cmd
+            cmd = cmd.replace(snapshot.group(0), "--params params.yaml")
         if rule != "all":
             jobs[cmd] = {
                 "rule": rule,

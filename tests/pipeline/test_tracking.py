@@ -212,3 +212,13 @@ def test_a_slurm_run_logging_elsewhere_is_not_warned(uri):
 @pytest.mark.parametrize("uri", ["sqlite:////work/repo/mlflow.db", "http://127.0.0.1:5050"])
 def test_a_run_on_this_machine_is_not_warned(uri):
     assert tracking.sqlite_on_slurm_warning(uri, submits_to_slurm=False) is None
+
+
+def test_ctrl_c_while_interrupts_are_held_is_raised_once_the_block_is_done():
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with tracking.interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("the block ran to its end")
+    assert done == ["the block ran to its end"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

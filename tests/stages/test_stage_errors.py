@@ -280,3 +280,29 @@ def test_surrogates_without_the_distill_outputs(tmp_path, tiny_data):
                    "--distill-dir", "distill", "--data-dir", "prepared", "--out-dir", "out", "--figures-dir", "figs")
     assert_one_line_error(result, "surrogates", "distill/plain/seed_1337/k_1/evaluation.json", "not found")
     assert not (tmp_path / "out").exists() and not (tmp_path / "figs").exists()
+
+
+def test_a_parameter_file_edited_while_a_stage_runs_leaves_no_output(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    import twoscale.stages.corpus as corpus_stage
+    from twoscale.__main__ import main
+
+    (tmp_path / "a.txt").write_text("Some text.\n" * 50)
+    params = smoke_params(tmp_path, data={"source": "text", "text_files": ["a.txt"]})
+    build = corpus_stage.build_corpus
+
+    def edited_meanwhile(*args, **kwargs):
+        raw = yaml.safe_load(params.read_text())
+        raw["measure"]["max_loops"] = 6
+        params.write_text(yaml.safe_dump(raw))
+        return build(*args, **kwargs)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setattr(corpus_stage, "build_corpus", edited_meanwhile)
+    assert main(["corpus", "--params", "params.yaml", "--out-dir", "raw"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "twoscale corpus: error: params.yaml changed while the stage ran (measure.max_loops): its outputs were not "
+        "written; run it again")
+    assert not (tmp_path / "raw").exists()

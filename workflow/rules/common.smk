@@ -16,25 +16,31 @@ from twoscale.pipeline.params import ParamsError
 from twoscale.stages.validation import read_params
 from twoscale.training.device import uses_cuda
 
-# `--configfile X` picks another complete parameter set; stages read that same file through --params.
+# `--configfile X` picks another complete parameter set.
 PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
-# Rules pass the file as a Path: Snakemake leaves a parameter it cannot serialise out of its params trigger, so a
-# second parameter file with the same values (configs/study.yaml over a default run) reruns nothing; the values
-# themselves are each job's `values` parameter.
-PARAMS_PATH = Path(PARAMS_FILE)
 
 # A bad parameter file stops the run with one line naming the key (a WorkflowError would put its own header and a
 # traceback line around it).
 try:
-    PARAMS = read_params(PARAMS_FILE)  # also checks what JSON schema cannot express
+    # The run reads the file once, here: the workflow and its jobs use a snapshot of it (twoscale.pipeline.
+    # orchestrators), so an edit while the run is under way changes nothing of it. Jobs that Snakemake spawns on a
+    # cluster node read the snapshot of the run that spawned them.
+    if workflow.is_main_process or orchestrators.SNAPSHOT_ENV not in os.environ:
+        os.environ[orchestrators.SNAPSHOT_ENV] = str(orchestrators.params_snapshot(PARAMS_FILE))
+    SNAPSHOT = os.environ[orchestrators.SNAPSHOT_ENV]
+    PARAMS = read_params(SNAPSHOT, PARAMS_FILE)  # also checks what JSON schema cannot express
 except ParamsError as exc:
     sys.exit(f"error: {exc}")
 if workflow.config_settings.config:
     sys.exit("error: parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
-with open(PARAMS_FILE) as handle:  # the file alone: Snakemake would deep-merge it into params.yaml
+with open(SNAPSHOT) as handle:  # the file alone: Snakemake would deep-merge it into params.yaml
     config.clear()
     config.update(yaml.safe_load(handle))
 validate(config, "../schemas/params.schema.json")
+# Jobs read the snapshot through --params. Rules pass it as a Path: Snakemake leaves a parameter it cannot serialise
+# out of its params trigger, so a second parameter file with the same values (configs/study.yaml over a default run)
+# reruns nothing; the values themselves are each job's `values` parameter.
+PARAMS_PATH = Path(SNAPSHOT)
 
 os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
 
@@ -68,9 +74,11 @@ def pipeline_started():
         print(warning, file=sys.stderr)
     command = " ".join(["snakemake", *sys.argv[1:]])
     try:
-        WRITING.enter_context(orchestrators.written_by(Path.cwd(), command))
-        # a tracking server that does not answer or a store that cannot be opened stops the run here, in one line
-        run_id = tracking.start_pipeline_run("snakemake", f"snakemake-{os.getpid()}", {"params_file": PARAMS_FILE})
+        with tracking.interrupts_held():
+            WRITING.enter_context(orchestrators.written_by(Path.cwd(), command))
+            # a tracking server that does not answer or a store that cannot be opened stops the run here, in one line
+            run_id = tracking.start_pipeline_run("snakemake", f"snakemake-{os.getpid()}",
+                                                 {"params_file": PARAMS_FILE})
     except TwoscaleError as exc:
         WRITING.close()
         sys.exit(f"error: {exc}")
@@ -86,7 +94,10 @@ def pipeline_finished(status):
     if run_id:
         tracking.end_pipeline_run(run_id, status)
     if status == "FINISHED" and PARAMS_FILE == "params.yaml" and os.path.isdir(".dvc"):
-        dvc_commit_keeping_mtimes()
+        if Path(PARAMS_FILE).read_bytes() == Path(SNAPSHOT).read_bytes():
+            dvc_commit_keeping_mtimes()
+        else:  # dvc.lock would record the edited values beside results built from the snapshot's
+            print("note: dvc commit skipped: params.yaml changed while the workflow ran; run it again")
 
 
 def dvc_commit_keeping_mtimes():

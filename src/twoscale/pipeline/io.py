@@ -10,7 +10,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ class _Landing:
     def __init__(self) -> None:
         self.waiting: dict[Path, Path] = {}  # output path (absolute) -> its temporary file beside it
         self.made: list[Path] = []
+        self.then: list[Callable[[], None]] = []
 
 
 _landings: list[_Landing] = []  # the blocks of `outputs_land_together` under way, innermost last
@@ -45,11 +46,22 @@ def outputs_land_together() -> Iterator[None]:
             os.replace(tmp, path)
         landing.waiting.clear()
         landing.made.clear()
+        for action in landing.then:
+            action()
     finally:
         _landings.remove(landing)
         for tmp in landing.waiting.values():
             tmp.unlink(missing_ok=True)
         _remove_empty(landing.made)
+
+
+def once_landed(action: Callable[[], None]) -> None:
+    """Do `action` once the outputs written so far have landed (at once, outside `outputs_land_together`); never if
+    the block fails. For state kept until the outputs are safe, such as an interrupted run's checkpoints."""
+    if _landings:
+        _landings[-1].then.append(action)
+    else:
+        action()
 
 
 def waiting_file(path: str | Path) -> Path:

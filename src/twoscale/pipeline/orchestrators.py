@@ -1,4 +1,4 @@
-"""One orchestrator at a time per checkout.
+"""One orchestrator at a time per checkout, reading one version of the parameters.
 
 Snakemake and DVC write the same folders; run together, one would remove or rewrite what the other is building.
 A Snakemake run therefore registers itself in DVC's own lock of the files it writes (.dvc/tmp/rwlock) as the writer
@@ -6,18 +6,40 @@ of data/ and results/, for as long as it runs. DVC checks that lock before it re
 outputs, so `dvc repro` stops at once and names the Snakemake run in its way; a Snakemake run that finds DVC working
 (holding the repository's lock, or reading or writing those folders) refuses to start, naming the DVC process.
 An entry left by a killed process is dropped by the next one that looks (DVC checks the process is alive).
+
+A Snakemake run reads its parameter file once, when it starts, into a snapshot named by its content; its jobs read
+that snapshot, so a parameter file edited while the run is under way changes nothing of the run, and the next run
+reruns what the edit changed (Snakemake recorded the values its jobs were built from).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import atomic_path
+from twoscale.pipeline.params import ParamsError
 
 WRITTEN = ("data", "results")  # what the pipeline writes
+SNAPSHOTS = Path(".snakemake/twoscale/params")
+SNAPSHOT_ENV = "TWOSCALE_PARAMS_SNAPSHOT"  # how the jobs Snakemake spawns (on a cluster node) find the snapshot
+
+
+def params_snapshot(path: str | Path, folder: Path = SNAPSHOTS) -> Path:
+    """A copy of the parameter file at `path` in `folder`, named by a hash of its content (written once)."""
+    try:
+        content = Path(path).read_bytes()
+    except OSError as exc:
+        raise ParamsError(f"{path}: cannot read ({exc.strerror})") from None
+    snapshot = folder / f"{hashlib.sha256(content).hexdigest()[:16]}.yaml"
+    if not snapshot.is_file():
+        with atomic_path(snapshot, now=True) as tmp:
+            tmp.write_bytes(content)
+    return snapshot
 
 
 def _in_the_way(message: str, lock_file: Path) -> str:

@@ -510,10 +510,11 @@ def parse_params(raw: Any, source: str = "params") -> Params:
         raise ParamsError(f"{source}: {_describe_error(errors[0])}{more}") from None
 
 
-def load_params(path: str | Path) -> Params:
+def read_raw(path: str | Path) -> Any:
+    """The parameter file as parsed YAML; ParamsError in one line if it cannot be read or parsed."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ParamsError(f"{path}: parameter file not found") from None
     except IsADirectoryError:
@@ -524,7 +525,27 @@ def load_params(path: str | Path) -> Params:
         raise ParamsError(f"{path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return parse_params(raw, str(path))
+
+
+def load_params(path: str | Path, name: str | None = None) -> Params:
+    """The parameter file at `path`, validated; errors name it `name` (a copy's original, say) or its path."""
+    try:
+        raw = read_raw(path)
+    except ParamsError as exc:
+        raise ParamsError(str(exc).replace(str(path), name, 1) if name else str(exc)) from None
+    return parse_params(raw, name or str(path))
+
+
+_ABSENT = object()
+
+
+def changed_keys(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two parsed parameter files (a key added or removed included)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = [*before, *(key for key in after if key not in before)]
+        return [changed for key in keys for changed in changed_keys(
+            before.get(key, _ABSENT), after.get(key, _ABSENT), f"{prefix}.{key}" if prefix else str(key))]
+    return [] if before == after else [prefix or "the whole file"]
 
 
 def params_schema() -> dict[str, Any]:

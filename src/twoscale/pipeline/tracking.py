@@ -24,6 +24,7 @@ import math
 import numbers
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -208,6 +209,21 @@ def orchestrator() -> str:
     if os.environ.get(ORCHESTRATOR_ENV):
         return os.environ[ORCHESTRATOR_ENV]
     return "dvc" if _dvc_process() else "cli"
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) during the block is raised as KeyboardInterrupt once the block is done. Raised where it
+    arrives, it may land in a garbage-collection callback of SQLAlchemy, where Python prints and ignores it, and a
+    workflow stopped while it opened its MLflow store would run on."""
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 def start_pipeline_run(orchestrator_name: str, invocation: str, tags: dict[str, str] | None = None,

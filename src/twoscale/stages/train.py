@@ -21,8 +21,8 @@ from tqdm import tqdm
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import (atomic_path, load_token_array, outputs_land_together, read_json, run_subdir,
-                                  write_json, write_parquet)
+from twoscale.pipeline.io import (atomic_path, load_token_array, once_landed, read_json, run_subdir, write_json,
+                                  write_parquet)
 from twoscale.pipeline.params import Params, RunParams
 from twoscale.stages.common import add_run_arguments, load_run, log_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, provenance,
@@ -134,7 +134,6 @@ def run(args: argparse.Namespace) -> None:
     checkpoint_dir = args.out_dir / "checkpoints"
     clear_outputs(args.out_dir)
     resumable = latest_resumable(resume_dir, fingerprint)
-    earlier: list[Path] = []  # checkpoints of the interrupted run, published again with the rest
     if resumable is not None:
         restore_state(state, resumable)
         earlier = [resume_dir / checkpoint_name(step) for step in run.train.checkpoint_steps if step <= state.step]
@@ -142,6 +141,8 @@ def run(args: argparse.Namespace) -> None:
         if missing:
             raise TwoscaleError(f"{resume_dir}: the interrupted run lacks {', '.join(missing)}; delete {resume_dir} "
                                 "to train from the start")
+        for path in earlier:  # outputs the orchestrator may have removed, landing with the rest
+            publish(path, checkpoint_dir / path.name)
         log.info("resuming from step %d of an interrupted run", state.step)
     else:
         shutil.rmtree(resume_dir, ignore_errors=True)  # this run's own folder, holding nothing it can resume from
@@ -154,10 +155,7 @@ def run(args: argparse.Namespace) -> None:
              run.recipe, run.seed, state.model.num_parameters(), list(config.groups), describe(device),
              params.runtime.threads, dtype, peak)
 
-    # every output lands once tracking has succeeded, and only then is the interrupted run's state removed
-    with outputs_land_together(), tracking.stage_run("train", run_hash, run.tags, provenance(device, dtype)):
-        for path in earlier:
-            publish(path, checkpoint_dir / path.name)
+    with tracking.stage_run("train", run_hash, run.tags, provenance(device, dtype)):
         started = time.perf_counter()
         start_step = state.step
         with tqdm(total=run.train.steps, initial=state.step, desc=f"train {run.recipe}", unit="step") as bar:
@@ -191,8 +189,13 @@ def run(args: argparse.Namespace) -> None:
                  metrics["model_tflops_per_s"], metrics["mfu"])
         write_json(args.out_dir / "metrics.json", metrics)
         log_to_mlflow(params, run, frame, metrics, state.model, args.out_dir)
-    shutil.rmtree(resume_dir, ignore_errors=True)
-    remove_empty_parents(resume_dir.parent, args.resume_dir)
+    once_landed(lambda: remove_resume_state(resume_dir, args.resume_dir))
+
+
+def remove_resume_state(run_resume_dir: Path, root: Path) -> None:
+    """The interrupted run's state, no longer needed once the run's outputs are in place."""
+    shutil.rmtree(run_resume_dir, ignore_errors=True)
+    remove_empty_parents(run_resume_dir.parent, root)
 
 
 def remove_empty_parents(folder: Path, root: Path) -> None:

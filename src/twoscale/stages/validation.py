@@ -9,11 +9,12 @@ from twoscale.inference.sweep import check_strategies
 from twoscale.pipeline.params import Params, ParamsError, load_params
 
 
-def read_params(path: Path | str) -> Params:
-    """The parameter file, validated; ParamsError in one line naming the bad key otherwise."""
-    params = load_params(Path(path))
+def read_params(path: Path | str, name: str | None = None) -> Params:
+    """The parameter file, validated; ParamsError in one line naming the bad key otherwise (and the file, as `name`
+    if given)."""
+    params = load_params(Path(path), name)
     try:
         check_strategies(params.sweep)
     except ParamsError as exc:
-        raise ParamsError(f"{path}: {exc}") from None
+        raise ParamsError(f"{name or path}: {exc}") from None
     return params
