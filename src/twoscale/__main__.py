@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from twoscale.pipeline.errors import Stopped, TwoscaleError
@@ -71,6 +73,16 @@ def check_unchanged(path: Path, before: object) -> None:
                             "again")
 
 
+def fail(args: argparse.Namespace, reason: str, details: str = "") -> int:
+    """Say why the stage failed in one line on stderr, and in its log with `details`; the exit code."""
+    message = f"twoscale {args.stage}: error: {reason}"
+    print(message, file=sys.stderr)
+    if args.log is not None:
+        with contextlib.suppress(OSError), args.log.open("a") as handle:
+            handle.write(details + message + "\n")
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, stop)
@@ -83,12 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             if params_file is not None:
                 check_unchanged(params_file, before)
     except TwoscaleError as exc:
-        message = f"twoscale {args.stage}: error: {exc}"
-        print(message, file=sys.stderr)
-        if args.log is not None:
-            with args.log.open("a") as handle:
-                handle.write(message + "\n")
-        return 2
+        return fail(args, str(exc))
+    except OSError as exc:  # a file the stage could not read or write: one line here, the traceback in its log
+        return fail(args, f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror or str(exc),
+                    traceback.format_exc())
     except KeyboardInterrupt:
         print(f"twoscale {args.stage}: interrupted", file=sys.stderr)
         return 130

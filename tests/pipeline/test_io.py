@@ -3,13 +3,16 @@ all, not even a folder, from a write that fails."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 
+from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import (atomic_path, once_landed, outputs_land_together, read_token_blocks, waiting_file,
                                   write_json, write_text, write_token_array)
 
@@ -142,3 +145,11 @@ def test_an_action_waits_for_the_outputs_to_land_and_is_dropped_if_they_do_not(t
     assert done == [True]
     once_landed(lambda: done.append("at once"))  # outside a block: nothing waits
     assert done == [True, "at once"]
+
+
+def test_a_full_disk_is_named_by_the_output_it_was_writing(tmp_path):
+    with pytest.raises(TwoscaleError) as info, atomic_path(tmp_path / "out/metrics.json") as tmp:
+        tmp.write_text("{")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # what a write to a full disk raises
+    assert str(info.value) == f"cannot write {tmp_path / 'out/metrics.json'}: No space left on device"
+    assert list(tmp_path.iterdir()) == []

@@ -306,3 +306,18 @@ def test_a_parameter_file_edited_while_a_stage_runs_leaves_no_output(tmp_path, m
         "twoscale corpus: error: params.yaml changed while the stage ran (measure.max_loops): its outputs were not "
         "written; run it again")
     assert not (tmp_path / "raw").exists()
+
+
+def test_a_file_a_stage_cannot_write_is_one_line_with_the_traceback_in_its_log(tmp_path, monkeypatch, capsys):
+    import twoscale.stages.schema as schema_stage
+    from twoscale.__main__ import main
+
+    def denied(path, text):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(schema_stage, "write_text", denied)
+    assert main(["schema", "--out", str(tmp_path / "schema.json"), "--log", str(tmp_path / "schema.log")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"twoscale schema: error: {tmp_path / 'schema.json'}: Permission denied"]
+    log = (tmp_path / "schema.log").read_text()
+    assert "Traceback" in log and log.endswith(f"{tmp_path / 'schema.json'}: Permission denied\n")

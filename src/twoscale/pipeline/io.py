@@ -4,6 +4,7 @@ that land together, so a failed stage leaves no new output beside an old one."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import math
@@ -90,7 +91,12 @@ def atomic_path(path: str | Path, now: bool = False) -> Iterator[Path]:
     tmp_path = Path(tmp)
     landing = None if now or not _landings else _landings[-1]
     try:
-        yield tmp_path
+        try:
+            yield tmp_path
+        except OSError as exc:  # a full disk, or a quota: the output's name, not the temporary file's
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise TwoscaleError(f"cannot write {path}: {exc.strerror}") from None
+            raise
         if tmp_path.exists():  # mkstemp creates 0600; give the output the usual umask-based mode
             os.chmod(tmp_path, 0o666 & ~_umask())
         if landing is None:
