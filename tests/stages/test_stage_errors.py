@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -160,7 +161,7 @@ def save_trained(path: Path, params: Path, data: Path, step: int, seed: int = 13
 
     trained = load_params(params)
     run = trained.run("paper", 1337)
-    run = type(run)(run.recipe, seed, run.model, run.train.model_copy(update=train))
+    run = dataclasses.replace(run, seed=seed, train=run.train.model_copy(update=train))
     state = build_state(ModelConfig.from_params(run.model, vocab_size=300), run.train, seed, torch.device("cpu"))
     state.step = step
     save_checkpoint(path, state, run_fingerprint(trained.runtime, run, data))

@@ -6,13 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
 
 from twoscale.pipeline import dependencies
 from twoscale.pipeline import orchestrators
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.params import ParamsError
+from twoscale.pipeline.params import ParamsError, read_raw
 from twoscale.stages.validation import read_params
 from twoscale.training.device import uses_cuda
 
@@ -33,9 +32,8 @@ except ParamsError as exc:
     sys.exit(f"error: {exc}")
 if workflow.config_settings.config:
     sys.exit("error: parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
-with open(SNAPSHOT) as handle:  # the file alone: Snakemake would deep-merge it into params.yaml
-    config.clear()
-    config.update(yaml.safe_load(handle))
+config.clear()  # the file alone: Snakemake would deep-merge it into params.yaml
+config.update(read_raw(SNAPSHOT))
 validate(config, "../schemas/params.schema.json")
 # Jobs read the snapshot through --params. Rules pass it as a Path: Snakemake leaves a parameter it cannot serialise
 # out of its params trigger, so a second parameter file with the same values (configs/study.yaml over a default run)

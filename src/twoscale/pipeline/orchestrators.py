@@ -22,7 +22,7 @@ from pathlib import Path
 
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
-from twoscale.pipeline.params import ParamsError
+from twoscale.pipeline.params import HASH_CHARS, ParamsError
 
 WRITTEN = ("data", "results")  # what the pipeline writes
 SNAPSHOTS = Path(".snakemake/twoscale/params")
@@ -35,7 +35,7 @@ def params_snapshot(path: str | Path, folder: Path = SNAPSHOTS) -> Path:
         content = Path(path).read_bytes()
     except OSError as exc:
         raise ParamsError(f"{path}: cannot read ({exc.strerror})") from None
-    snapshot = folder / f"{hashlib.sha256(content).hexdigest()[:16]}.yaml"
+    snapshot = folder / f"{hashlib.sha256(content).hexdigest()[:HASH_CHARS]}.yaml"
     if not snapshot.is_file():
         with atomic_path(snapshot, now=True) as tmp:
             tmp.write_bytes(content)

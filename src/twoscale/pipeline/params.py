@@ -510,30 +510,27 @@ def parse_params(raw: Any, source: str = "params") -> Params:
         raise ParamsError(f"{source}: {_describe_error(errors[0])}{more}") from None
 
 
-def read_raw(path: str | Path) -> Any:
-    """The parameter file as parsed YAML; ParamsError in one line if it cannot be read or parsed."""
-    path = Path(path)
+def read_raw(path: str | Path, name: str | None = None) -> Any:
+    """The parameter file as parsed YAML; ParamsError in one line, naming it `name` (a copy's original, say) or its
+    path, if it cannot be read or parsed."""
+    shown = name or str(path)
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.safe_load(Path(path).read_text())
     except FileNotFoundError:
-        raise ParamsError(f"{path}: parameter file not found") from None
+        raise ParamsError(f"{shown}: parameter file not found") from None
     except IsADirectoryError:
-        raise ParamsError(f"{path}: is a folder, not a parameter file") from None
+        raise ParamsError(f"{shown}: is a folder, not a parameter file") from None
     except UnicodeDecodeError:
-        raise ParamsError(f"{path}: not a text file (not UTF-8)") from None
+        raise ParamsError(f"{shown}: not a text file (not UTF-8)") from None
     except OSError as exc:
-        raise ParamsError(f"{path}: cannot read ({exc.strerror})") from None
+        raise ParamsError(f"{shown}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
-        raise ParamsError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise ParamsError(f"{shown}: not valid YAML ({str(exc).splitlines()[0]})") from None
 
 
 def load_params(path: str | Path, name: str | None = None) -> Params:
-    """The parameter file at `path`, validated; errors name it `name` (a copy's original, say) or its path."""
-    try:
-        raw = read_raw(path)
-    except ParamsError as exc:
-        raise ParamsError(str(exc).replace(str(path), name, 1) if name else str(exc)) from None
-    return parse_params(raw, name or str(path))
+    """The parameter file at `path`, validated; errors name it `name` or its path."""
+    return parse_params(read_raw(path, name), name or str(path))
 
 
 _ABSENT = object()
@@ -555,7 +552,10 @@ def params_schema() -> dict[str, Any]:
     return schema
 
 
+HASH_CHARS = 16  # of the hex digests that name parameter sets, data and snapshots
+
+
 def params_hash(*sections: BaseModel) -> str:
     """Short stable hash of some parameter sections (tags runs, keys resumable state)."""
     blob = json.dumps([s.model_dump(mode="json") for s in sections], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return hashlib.sha256(blob.encode()).hexdigest()[:HASH_CHARS]

@@ -69,12 +69,25 @@ def _mlflow():
     return mlflow
 
 
+def is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def is_sqlite(uri: str) -> bool:
+    return urlsplit(uri).scheme.lower() == "sqlite"
+
+
+def store_name(uri: str) -> str:
+    """The file of a SQLite store, else the URI."""
+    return uri.split(":///", 1)[1] if is_sqlite(uri) else uri
+
+
 def sqlite_on_slurm_warning(uri: str, submits_to_slurm: bool) -> str | None:
     """The one-line warning for a run whose jobs go to Slurm nodes while the tracking store is a SQLite file, which
     writers on several nodes lock and corrupt over a network file system; None when that is not so."""
-    if not submits_to_slurm or urlsplit(uri).scheme.lower() != "sqlite":
+    if not submits_to_slurm or not is_sqlite(uri):
         return None
-    return (f"warning: the Slurm jobs will log to the SQLite file {uri.removeprefix('sqlite:///')}, which jobs on "
+    return (f"warning: the Slurm jobs will log to the SQLite file {store_name(uri)}, which jobs on "
             "several nodes lock and corrupt over a network file system: set MLFLOW_TRACKING_URI to a tracking server "
             "(docs/running.md#a-shared-tracking-server)")
 
@@ -86,10 +99,6 @@ def artifact_location(uri: str, root: Path) -> str | None:
     if is_server(uri):
         return None
     return (root / "mlartifacts").as_uri()
-
-
-def is_server(uri: str) -> bool:
-    return uri.startswith(("http://", "https://"))
 
 
 def check_server_answers(uri: str, timeout: float = SERVER_TIMEOUT_S) -> None:
@@ -107,11 +116,6 @@ def check_server_answers(uri: str, timeout: float = SERVER_TIMEOUT_S) -> None:
         reason = getattr(exc, "reason", exc)
         raise TwoscaleError(f"MLflow tracking server {uri} did not answer within {timeout:g} s ({reason}): start "
                             "it, or unset MLFLOW_TRACKING_URI to log to mlflow.db") from None
-
-
-def store_name(uri: str) -> str:
-    """The file of a SQLite store, else the URI."""
-    return uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else uri
 
 
 def ensure_store(root: Path | None = None) -> str:

@@ -23,7 +23,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import (atomic_path, load_token_array, once_landed, read_json, run_subdir, write_json,
                                   write_parquet)
-from twoscale.pipeline.params import Params, RunParams
+from twoscale.pipeline.params import HASH_CHARS, Params, RunParams
 from twoscale.stages.common import add_run_arguments, load_run, log_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, provenance,
                                       resolve_device, training_dtype)
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
     dtype = training_dtype(params.runtime.precision, device)
     config = ModelConfig.from_params(run.model, vocab_size=stats["vocab_size"])
     fingerprint = run_fingerprint(params.runtime, run, args.data_dir)
-    run_hash = fingerprint[:16]
+    run_hash = fingerprint[:HASH_CHARS]  # the parameters' part
     # Keyed by everything the run depends on: an interrupted run of other parameters or data is never touched.
     resume_dir = args.resume_dir / run_subdir(run.recipe, run.seed) / fingerprint
     for other in other_interrupted_runs(resume_dir):

@@ -22,7 +22,7 @@ import torch
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
-from twoscale.pipeline.params import LoopSchedule, RunParams, RuntimeParams, TrainParams, params_hash
+from twoscale.pipeline.params import HASH_CHARS, LoopSchedule, RunParams, RuntimeParams, TrainParams, params_hash
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch
 from twoscale.training.device import autocast, clock
 from twoscale.training.flops import training_step_flops
@@ -35,6 +35,14 @@ def checkpoint_name(step: int) -> str:
 
 
 CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The training step a checkpoint's file name says (None for another name)."""
+    named = CHECKPOINT_NAME.fullmatch(path.name)
+    return None if named is None else int(named.group(1))
+
+
 DATA_FILES = ("tokenizer.json", "train.npy", "val.npy")
 
 
@@ -47,12 +55,12 @@ def data_fingerprint(data_dir: Path) -> str:
                 hashlib.file_digest(handle, lambda: digest)
         except FileNotFoundError:
             raise TwoscaleError(f"{data_dir / name}: not found (run the tokenize stage first)") from None
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()[:HASH_CHARS]
 
 
 def run_fingerprint(runtime: RuntimeParams, run: RunParams, data_dir: Path) -> str:
     """Everything a training run depends on: its model and train sections and the runtime with its seed (the first
-    16 characters), then its data (the last 16). Each checkpoint carries it, an interrupted run's state is kept under
+    HASH_CHARS characters, `params_hash`), then its data (the rest, `data_fingerprint`). Each checkpoint carries it, an interrupted run's state is kept under
     it, and the stages that read a checkpoint compare it with the parameters and data in force."""
     return params_hash(run.model, run.train, runtime.model_copy(update={"seeds": [run.seed]})) + data_fingerprint(
         data_dir)
@@ -196,16 +204,15 @@ def check_checkpoint(path: Path, meta: dict, run: RunParams, fingerprint: str) -
     """TwoscaleError in one line unless the checkpoint `meta` at `path` is the step its name says, one of the run's
     checkpoint steps, and trained with the run's parameters (`fingerprint`, see `run_fingerprint`)."""
     step = meta["step"]
-    named = CHECKPOINT_NAME.fullmatch(path.name)
-    if named is None or int(named.group(1)) != step:
+    if checkpoint_step(path) != step:
         raise TwoscaleError(f"{path}: holds training step {step}, so its name must be {checkpoint_name(step)}")
     if step not in run.train.checkpoint_steps:
         raise TwoscaleError(f"{path}: step {step} is not one of train.checkpoint_steps {run.train.checkpoint_steps}"
                             f" of {run.recipe}; rerun train")
-    if meta["fingerprint"][:16] != fingerprint[:16]:
+    if meta["fingerprint"][:HASH_CHARS] != fingerprint[:HASH_CHARS]:
         raise TwoscaleError(f"{path}: not trained with the train and runtime parameters and seed {run.seed} of "
                             f"{run.recipe} in force; rerun train")
-    if meta["fingerprint"][16:] != fingerprint[16:]:
+    if meta["fingerprint"][HASH_CHARS:] != fingerprint[HASH_CHARS:]:
         raise TwoscaleError(f"{path}: trained on other data than the prepared data in force; rerun train")
 
 
@@ -223,7 +230,7 @@ def restore_state(state: TrainState, payload: dict) -> None:
 
 def latest_resumable(resume_dir: Path, fingerprint: str) -> dict | None:
     """The newest checkpoint left in resume_dir by an interrupted run with the same fingerprint."""
-    candidates = sorted(resume_dir.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]), reverse=True)
+    candidates = sorted(resume_dir.glob("step_*.pt"), key=checkpoint_step, reverse=True)
     for path in candidates:
         try:
             payload = read_checkpoint(path)
@@ -283,8 +290,8 @@ def train(
     """Train from state.step to train.steps, saving a checkpoint at every step in train.checkpoint_steps.
 
     Checkpoints are written to resume_dir (kept until training completes, so a killed run resumes even when the
-    orchestrator deletes its outputs) and linked into checkpoint_dir (not when None). Forward passes (training and evaluation)
-    run under autocast in `dtype`.
+    orchestrator deletes its outputs) and linked into checkpoint_dir (not when None). Forward passes (training and
+    evaluation) run under autocast in `dtype`.
     """
     model, config = state.model, state.model.config
     if len(train_ids) < config.block_size + 1:
