@@ -43,8 +43,8 @@ $(BIN)/.installed-cluster: $(BIN)/.installed requirements-cluster.txt
 reproduce: setup
 	$(RUN) snakemake --cores all
 
-# the study (configs/study.yaml) writes to results/ like any parameter set; a copy of what it gathers across runs
-# is kept in results/study/ (committed), since the next `make reproduce` puts the default run's back
+# the study (configs/study.yaml) writes under runs/study/ like any parameter set but params.yaml; a copy of what it
+# gathers across runs is kept in results/study/ (committed)
 STUDY_RESULTS := claims.md claims.json figures geometry/summary.csv sweep/summary.csv train/*/seed_*/metrics.json \
                  sample/*/seed_*/summary.csv surrogates/recovery.csv surrogates/layer_r2.csv \
                  distill/*/seed_*/phases.json distill/*/seed_*/k_*/evaluation.json
@@ -52,8 +52,9 @@ STUDY_RESULTS := claims.md claims.json figures geometry/summary.csv sweep/summar
 study: setup
 	$(RUN) snakemake --cores all --configfile configs/study.yaml
 	rm -rf results/study
-	cd results && for path in $(STUDY_RESULTS); do mkdir -p study/$$(dirname $$path) && cp -r $$path study/$$path; done
-	sed -i 's#](\.\./docs/#](../../docs/#g' results/study/claims.md  # one folder deeper: its links to docs/
+	cd runs/study/results && for path in $(STUDY_RESULTS); do \
+	  mkdir -p ../../../results/study/$$(dirname $$path) && cp -r $$path ../../../results/study/$$path; done
+	sed -i 's#](\.\./\.\./\.\./docs/#](../../docs/#g' results/study/claims.md  # one folder up: its links to docs/
 
 smoke: setup
 	$(RUN) snakemake --cores all --configfile configs/smoke.yaml
@@ -85,4 +86,4 @@ dvc-yaml: setup
 
 clean:
 	rm -rf data/raw data/prepared results/train/*/seed_*/checkpoints results/train/*/seed_*/history.parquet \
-	       results/.resume results/benchmarks logs .snakemake mlflow.db mlartifacts report.html
+	       results/.resume results/benchmarks logs runs .snakemake mlflow.db mlartifacts report.html

@@ -8,9 +8,13 @@ invocation with a nested run per job, tagged with its recipe and seed.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
@@ -18,6 +22,8 @@ import polars as pl
 import pytest
 import yaml
 from workspace import ROOT, attempt, copy_repository, run
+
+from twoscale.pipeline import snakemake_rules
 
 pytestmark = pytest.mark.e2e
 
@@ -80,6 +86,39 @@ def test_snakemake_writes_every_output_and_benchmark_of_every_run(first_run):
     geometry = pl.read_parquet(first_run / "results/geometry/geometry.parquet")
     assert geometry.select("recipe", "seed").unique(maintain_order=True).rows() == smoke_runs(first_run)
     assert {"state_norm", "cross_token_cosine", "radial_step", "tangential_step"} <= set(geometry["metric"])
+
+
+def test_every_output_lands_with_a_record_of_its_content_parameters_and_inputs(first_run):
+    smoke = yaml.safe_load((first_run / "params.yaml").read_text())
+    outputs = [path for rule in snakemake_rules.rules(smoke) for path in rule.job_outputs()]
+    for output in outputs:
+        record = json.loads((first_run / Path(output).parent / ".built" / f"{Path(output).name}.json").read_text())
+        assert record["sha256"] == hashlib.sha256((first_run / output).read_bytes()).hexdigest(), output
+    train = json.loads((first_run / "results/train/paper/seed_1337/checkpoints/.built/step_40.pt.json").read_text())
+    assert (train["stage"], train["job"]) == ("train", {"recipe": "paper", "seed": 1337})
+    assert train["params"]["recipes.paper"] == smoke["recipes"]["paper"] and train["params"]["train"] == smoke["train"]
+    assert set(train["inputs"]) == {f"data/prepared/{name}" for name in ("train.npy", "val.npy", "stats.json",
+                                                                         "tokenizer.json")}
+    geometry = json.loads((first_run / "results/geometry/.built/geometry.parquet.json").read_text())
+    assert {path for path in outputs if path.startswith("results/measure/")} == set(geometry["inputs"])
+
+
+def test_a_checkpoint_copied_over_another_is_refused_by_the_stage_run_by_hand(first_run, tmp_path):
+    checkpoints = first_run / "results/train/paper/seed_1337/checkpoints"
+    kept = first_run / "step_40.pt.kept"  # the file itself, mtime and all, put back afterwards
+    os.replace(checkpoints / "step_40.pt", kept)
+    shutil.copy2(checkpoints / "step_5.pt", checkpoints / "step_40.pt")
+    try:
+        result = attempt([sys.executable, "-m", "twoscale", "sweep", "--params", "params.yaml", "--recipe", "paper",
+                          "--seed", "1337", "--strategy", "fixed", "--checkpoint", str(checkpoints / "step_40.pt"),
+                          "--data-dir", "data/prepared", "--out", str(tmp_path / "sweep.parquet")], first_run)
+    finally:
+        os.replace(kept, checkpoints / "step_40.pt")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"twoscale sweep: error: {checkpoints}/step_40.pt: not the file its build record describes (changed or "
+        "replaced since train wrote it): rebuild it"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth(first_run):
@@ -297,21 +336,28 @@ def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_ru
     assert dvc_changed_stages(first_run) == set()
 
 
-def planned_with(repo: Path, raw: dict) -> dict[str, int]:
-    """What Snakemake would run with the parameters `raw`, given as a second parameter file."""
-    other = repo / "other_params.yaml"
-    other.write_text(yaml.safe_dump(raw, sort_keys=False))
+@contextlib.contextmanager
+def params_edited(repo: Path, raw: dict) -> Iterator[None]:
+    """params.yaml holding `raw` for a while, then its own bytes again."""
+    params = repo / "params.yaml"
+    original = params.read_bytes()
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
     try:
-        return planned_jobs(repo, "--configfile", other.name)
+        yield
     finally:
-        other.unlink()
+        params.write_bytes(original)
+
+
+def planned_with(repo: Path, raw: dict) -> dict[str, int]:
+    """What Snakemake would run if params.yaml held `raw`."""
+    with params_edited(repo, raw):
+        return planned_jobs(repo)
 
 
 def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
-    """How a study extends the default run: another parameter file with the same values, one more seed and one
-    strategy's grid changed plans the new seed's jobs, that strategy's jobs and the latency rounds (which time every
-    setting of it) for the runs already done, and the stages that gather every run; nothing else of the runs already
-    done."""
+    """How a run grows: one more seed and one strategy's grid changed plan the new seed's jobs, that strategy's jobs
+    and the latency rounds (which time every setting of it) for the runs already done, and the stages that gather
+    every run; nothing else of the runs already done."""
     raw = yaml.safe_load((first_run / "params.yaml").read_text())
     done = len(raw["runtime"]["seeds"])
     raw["runtime"]["seeds"] = [*raw["runtime"]["seeds"], 99]
@@ -426,14 +472,37 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert figures == {"figures/fig4_exit_sweep.png", "figures/exit_tradeoff.png"}
 
 
-def test_data_built_for_another_parameter_set_is_never_current(first_run, after_recipe_change):
-    """Snakemake builds the data of another parameter set (a different validation split); back on params.yaml, both
-    orchestrators see that data as stale and plan it again, with everything trained on it (Snakemake also the
-    corpus, whose recorded parameters differ)."""
+def files_written(repo: Path) -> dict[str, tuple[int, int]]:
+    """Every file the default parameter set's run wrote, with its size and mtime."""
+    return {str(path.relative_to(repo)): (path.stat().st_size, path.stat().st_mtime_ns)
+            for top in ("data", "results", "logs") for path in (repo / top).rglob("*") if path.is_file()}
+
+
+def test_another_parameter_set_writes_under_its_own_root_and_leaves_the_default_s_alone(first_run,
+                                                                                        after_recipe_change):
+    """A second parameter file (another validation split) builds its data under runs/<its name>/; every file of the
+    default run stays as it was, and neither orchestrator plans anything new for params.yaml afterwards."""
     raw = yaml.safe_load((first_run / "params.yaml").read_text())
     raw["data"]["val_fraction"] = 0.2
-    (first_run / "other_split.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    run(["snakemake", "data/prepared/stats.json", "--cores", "1", "--configfile", "other_split.yaml"], first_run)
+    (first_run / "other-split.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    before = files_written(first_run), planned_jobs(first_run), dvc_changed_stages(first_run)
+    run(["snakemake", "runs/other-split/data/prepared/stats.json", "--cores", "1", "--configfile", "other-split.yaml"],
+        first_run)
+    assert json.loads((first_run / "runs/other-split/data/prepared/stats.json").read_text()) != json.loads(
+        (first_run / "data/prepared/stats.json").read_text())  # the other split, built where it belongs
+    assert (first_run / "runs/other-split/logs/tokenize.log").is_file()
+    assert (files_written(first_run), planned_jobs(first_run), dvc_changed_stages(first_run)) == before
+
+
+def test_data_built_from_other_values_of_params_yaml_is_never_current(first_run, after_recipe_change):
+    """Snakemake builds the data for an edited params.yaml (a different validation split), and only that target, so
+    it leaves dvc.lock alone; with the file back as it was, both orchestrators see that data as stale and plan it
+    again, with everything trained on it (Snakemake also the corpus, whose recorded parameters differ)."""
+    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    raw["data"]["val_fraction"] = 0.2
+    with params_edited(first_run, raw):
+        out = run(["snakemake", "data/prepared/stats.json", "--cores", "1"], first_run)
+    assert "dvc commit skipped: the run built some targets only" in out
     plan = planned_jobs(first_run)
     assert plan["corpus"] == plan["tokenize"] == 1 and plan["train"] == len(smoke_runs(first_run))
     # DVC compares contents: the corpus itself came out the same, the split did not
@@ -441,17 +510,17 @@ def test_data_built_for_another_parameter_set_is_never_current(first_run, after_
 
 
 def test_a_failed_corpus_job_fails_again_when_run_again(first_run, after_recipe_change):
-    """A parameter set whose corpus is empty: the corpus job fails and removes data/raw. Run again, it fails again
-    rather than report the previous corpus's results as current, and back on params.yaml the corpus is rebuilt
-    first, under both orchestrators."""
+    """params.yaml edited to an empty corpus: the corpus job fails and removes the corpus. Run again, it fails again
+    rather than report the previous corpus's results as current, and with the file back as it was the corpus is
+    rebuilt first, under both orchestrators."""
     raw = yaml.safe_load((first_run / "params.yaml").read_text())
     raw["data"] |= {"source": "text", "text_files": ["empty.txt"]}
     (first_run / "empty.txt").write_text("")
-    (first_run / "empty_corpus.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    for _ in range(2):
-        result = attempt(["snakemake", "--cores", "1", "--configfile", "empty_corpus.yaml"], first_run)
-        assert result.returncode != 0
-        assert "corpus is empty" in result.stdout + result.stderr
-        assert not (first_run / "data/raw").exists()
+    with params_edited(first_run, raw):
+        for _ in range(2):
+            result = attempt(["snakemake", "--cores", "1"], first_run)
+            assert result.returncode != 0
+            assert "corpus is empty" in result.stdout + result.stderr
+            assert not any((first_run / "data/raw" / name).exists() for name in ("corpus.txt", "manifest.json"))
     assert planned_jobs(first_run).get("corpus") == 1
     assert "corpus" in dvc_changed_stages(first_run)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from workspace import BIN, ROOT, copy_repository, environment, run
 
-MEASURED = "results/measure/paper/seed_1337/step_40/geometry.parquet"
+MEASURED = "runs/m/results/measure/paper/seed_1337/step_40/geometry.parquet"  # m.yaml writes under runs/m/
 
 
 def planned(repo, *options: str) -> str:
@@ -29,7 +29,7 @@ def test_a_parameter_file_edited_while_snakemake_runs_changes_nothing_of_the_run
                                 cwd=repo, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 600
-        while not (repo / "logs/train/paper/seed_1337.log").exists():  # training started: measure comes after
+        while not (repo / "runs/m/logs/train/paper/seed_1337.log").exists():  # training started: measure comes after
             assert workflow.poll() is None, "the workflow ended before training"
             assert time.monotonic() < deadline
             time.sleep(0.05)

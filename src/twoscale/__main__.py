@@ -11,9 +11,10 @@ import sys
 import traceback
 from pathlib import Path
 
+from twoscale.pipeline import provenance
 from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import outputs_land_together
-from twoscale.pipeline.params import ParamsError, changed_keys, read_raw
+from twoscale.pipeline.params import ParamsError, changed_keys, load_params, read_raw, shown_keys
 
 STAGES = {
     "corpus": "fetch or read the raw text and write it with a manifest",
@@ -68,9 +69,21 @@ def check_unchanged(path: Path, before: object) -> None:
         after = None
     changed = changed_keys(before, after)
     if changed:
-        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-        raise TwoscaleError(f"{path} changed while the stage ran ({shown}): its outputs were not written; run it "
-                            "again")
+        raise TwoscaleError(f"{path} changed while the stage ran ({shown_keys(changed)}): its outputs were not "
+                            "written; run it again")
+
+
+def recording(args: argparse.Namespace, params_file: Path | None, config: object):
+    """For a pipeline stage: check the inputs it is given against their build records (one line, before anything
+    runs, if one was built from other parameters), and return what writes its outputs' own records."""
+    if params_file is None:
+        return None
+    load_params(params_file)  # a bad file: the stage's own one-line refusal, before anything reads its keys
+    job = provenance.job_of(args.stage, args, config)
+    if job is None:
+        return None
+    inputs = provenance.check_inputs(job, args, config, params_file)
+    return lambda outputs: provenance.write_records(outputs, job, config, inputs)
 
 
 def fail(args: argparse.Namespace, reason: str, details: str = "") -> int:
@@ -90,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging(args.log)
         params_file = getattr(args, "params", None)
         before = read_raw(params_file) if params_file is not None else None
-        with outputs_land_together():
+        with outputs_land_together(recording(args, params_file, before)):
             importlib.import_module(f"twoscale.stages.{args.stage}").run(args)
             if params_file is not None:
                 check_unchanged(params_file, before)

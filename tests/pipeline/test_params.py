@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from twoscale.inference.sweep import check_strategies
-from twoscale.pipeline.params import ParamsError, changed_keys, load_params, params_schema, parse_params
+from twoscale.pipeline.params import (ParamsError, changed_keys, load_params, params_schema, parse_params,
+                                      results_root)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "workflow/schemas/params.schema.json"
@@ -204,6 +205,29 @@ def test_snakemake_refuses_bad_params_before_any_job(tmp_path, change, expected)
     assert errors[0].startswith("error: ") and expected in errors[0]  # the key, on the error's first line
     assert "Traceback" not in result.stderr and "WorkflowError" not in result.stderr
     assert not (ROOT / "PWNED").exists() and not list((ROOT / "results/sweep/strategies").glob("*/*/x*"))
+
+
+def test_a_parameter_file_other_than_params_yaml_writes_under_runs_and_its_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert results_root("params.yaml") == results_root(tmp_path / "params.yaml") == Path(".")
+    assert results_root("configs/smoke.yaml") == Path("runs/smoke")
+    assert results_root("elsewhere/params.yaml") == Path("runs/params")  # not the checkout's own params.yaml
+    assert results_root("my-set_2.yml") == Path("runs/my-set_2")
+    for name in ("my params.yaml", "a$(touch x).yaml", ".yaml", "v1.2.yaml", "x" * 65 + ".yaml"):
+        with pytest.raises(ParamsError, match="names its results folder"):
+            results_root(name)
+
+
+def test_snakemake_refuses_a_parameter_file_whose_name_cannot_be_a_folder(tmp_path):
+    bad = tmp_path / "my params.yaml"
+    bad.write_text((ROOT / "configs/smoke.yaml").read_text())
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("snakemake")), "--dry-run", "--cores", "1", "--configfile", str(bad)],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("error: my params: a parameter file other than")
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

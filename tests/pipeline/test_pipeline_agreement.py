@@ -168,7 +168,7 @@ def test_the_text_files_a_glob_names_are_the_corpus_job_s_inputs(tmp_path):
     raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
     raw["data"] |= {"source": "text", "text_files": [str(tmp_path / "*.txt"), str(tmp_path / "none-*.txt")]}
     (tmp_path / "text.yaml").write_text(yaml.safe_dump(raw))
-    result = subprocess.run([SNAKEMAKE, "data/raw/corpus.txt", "--forceall", "--dry-run", "--nolock", "--cores", "1",
+    result = subprocess.run([SNAKEMAKE, "runs/text/data/raw/corpus.txt", "--forceall", "--dry-run", "--nolock", "--cores", "1",
                              "--configfile", str(tmp_path / "text.yaml")],
                             cwd=ROOT, capture_output=True, text=True, check=True)
     inputs = set(re.search(r"^    input: (.*)$", result.stdout, re.M).group(1).split(", "))

@@ -57,6 +57,33 @@ def test_the_command_log_and_benchmark_of_a_job(config):
     assert sweep.benchmark == "results/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
 
 
+def test_another_parameter_set_s_job_reads_and_writes_under_its_root(config):
+    sweep = {rule.name: rule for rule in snakemake_rules.rules(config, "runs/smoke")}["sweep"]
+    assert sweep.shell == (
+        "python -m twoscale sweep --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
+        " --strategy {wildcards.strategy:q}"
+        " --checkpoint runs/smoke/results/train/{wildcards.recipe:q}/seed_{wildcards.seed:q}/checkpoints/"
+        "step_{params.step:q}.pt --data-dir runs/smoke/data/prepared --out runs/smoke/results/sweep/strategies/"
+        "{wildcards.recipe:q}/seed_{wildcards.seed:q}/{wildcards.strategy:q}.parquet --log {log:q}")
+    assert sweep.inputs[0] == "runs/smoke/results/train/{recipe}/seed_{seed}/checkpoints/step_40.pt"
+    assert sweep.log == "runs/smoke/logs/sweep/{recipe}/seed_{seed}/{strategy}.log"
+    assert sweep.benchmark == "runs/smoke/results/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
+
+
+def test_nothing_of_another_parameter_set_lies_outside_its_root(config):
+    """Every path of every rule, and every path a command names, under runs/smoke/, but the stages' source files;
+    the default set's rules are the same paths without that prefix."""
+    default, other = snakemake_rules.rules(config), snakemake_rules.rules(config, "runs/smoke")
+    for mine, theirs in zip(default, other, strict=True):
+        paths = [*mine.inputs, *mine.outputs, mine.log, mine.benchmark]
+        assert [*theirs.inputs, *theirs.outputs, theirs.log, theirs.benchmark] == [f"runs/smoke/{p}" for p in paths]
+        arguments = theirs.shell.split()
+        named = [arg for flag, arg in zip(arguments, arguments[1:]) if flag.startswith("--")
+                 and flag not in ("--params", "--recipe", "--seed", "--strategy", "--blocks", "--log")]
+        assert named and all(arg.startswith("runs/smoke/") for arg in named), (theirs.name, named)
+        assert theirs.shell.replace("runs/smoke/", "") == mine.shell
+
+
 def test_threads_and_the_gpu_come_from_the_declaration(config):
     rules = by_name(config)
     assert rules["train"].threads == 3 and rules["train"].gpu
@@ -92,7 +119,7 @@ def test_the_report_shows_the_declared_files_with_the_job_s_labels(config):
 def test_a_command_naming_an_unknown_parameter_is_refused():
     with pytest.raises(ValueError, match="sweep.max_loops"):
         snakemake_rules._command({"cmd": "python -m twoscale x --params params.yaml --n ${sweep.max_loops}"
-                                         " --log logs/x.log"})
+                                         " --log logs/x.log"}, "")
 
 
 def test_every_value_a_command_names_is_shell_quoted(config):

@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 
 
+from snakemake.settings.enums import RerunTrigger
+
 from twoscale.pipeline import dependencies
 from twoscale.pipeline import orchestrators
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.params import ParamsError, read_raw
+from twoscale.pipeline.params import ParamsError, read_raw, results_root
 from twoscale.stages.validation import read_params
 from twoscale.training.device import uses_cuda
 
@@ -28,6 +30,8 @@ try:
         os.environ[orchestrators.SNAPSHOT_ENV] = str(orchestrators.params_snapshot(PARAMS_FILE))
     SNAPSHOT = os.environ[orchestrators.SNAPSHOT_ENV]
     PARAMS = read_params(SNAPSHOT, PARAMS_FILE)  # also checks what JSON schema cannot express
+    # where it writes: the checkout's data/, results/ and logs/ for params.yaml, runs/<name>/ for another file
+    RESULTS_ROOT = results_root(PARAMS_FILE)
 except ParamsError as exc:
     sys.exit(f"error: {exc}")
 if workflow.config_settings.config:
@@ -76,7 +80,7 @@ def pipeline_started():
             WRITING.enter_context(orchestrators.written_by(Path.cwd(), command))
             # a tracking server that does not answer or a store that cannot be opened stops the run here, in one line
             run_id = tracking.start_pipeline_run("snakemake", f"snakemake-{os.getpid()}",
-                                                 {"params_file": PARAMS_FILE})
+                                                 {"params_file": PARAMS_FILE, "results_root": str(RESULTS_ROOT)})
     except TwoscaleError as exc:
         WRITING.close()
         sys.exit(f"error: {exc}")
@@ -91,11 +95,22 @@ def pipeline_finished(status):
     run_id = os.environ.get(tracking.PARENT_ENV)
     if run_id:
         tracking.end_pipeline_run(run_id, status)
-    if status == "FINISHED" and PARAMS_FILE == "params.yaml" and os.path.isdir(".dvc"):
-        if Path(PARAMS_FILE).read_bytes() == Path(SNAPSHOT).read_bytes():
-            dvc_commit_keeping_mtimes()
-        else:  # dvc.lock would record the edited values beside results built from the snapshot's
+    if status == "FINISHED" and RESULTS_ROOT == Path(".") and os.path.isdir(".dvc"):
+        if Path(PARAMS_FILE).read_bytes() != Path(SNAPSHOT).read_bytes():
+            # dvc.lock would record the edited values beside results built from the snapshot's
             print("note: dvc commit skipped: params.yaml changed while the workflow ran; run it again")
+        elif not builds_everything():
+            # `dvc commit` records every stage: it would call current the outputs this run left out
+            print("note: dvc commit skipped: the run built some targets only; `snakemake` with none records them")
+        else:
+            dvc_commit_keeping_mtimes()
+
+
+def builds_everything():
+    """Whether this run brought every output up to date: the default target, every rule, every rerun trigger."""
+    dag = workflow.dag_settings
+    return (set(dag.targets) <= {"all"} and not (dag.target_jobs or dag.until or dag.omit_from or dag.allowed_rules
+                                                 or dag.batch) and set(dag.rerun_triggers) == set(RerunTrigger.all()))
 
 
 def dvc_commit_keeping_mtimes():

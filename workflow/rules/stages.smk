@@ -5,7 +5,7 @@ import re
 
 from twoscale.pipeline import snakemake_rules
 
-RULES = snakemake_rules.rules(config)
+RULES = snakemake_rules.rules(config, RESULTS_ROOT)
 SHELL = {spec.name: spec.shell for spec in RULES}
 # The files that data.source "text" names (paths or globs, `**` recursing) are the corpus stage's inputs, so an
 # edit to one reruns it; dvc.yaml cannot list them from a parameter. A pattern matching nothing adds nothing, and

@@ -101,6 +101,27 @@ def param_values(stage: str, config: dict[str, Any], recipe: str | None = None, 
     return {key: lookup(config, key) for key in keys}
 
 
+def output_paths(stage: dict[str, Any]) -> list[str]:
+    """A declared stage's output paths: its outs, metrics and plots (each a path, or a path with DVC options)."""
+    declared = stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", [])
+    return [entry if isinstance(entry, str) else next(iter(entry)) for entry in declared]
+
+
+def input_options(stage: str) -> tuple[str, ...]:
+    """The options of a stage's command that name what it reads: a declared input, or a folder that holds inputs
+    and no outputs ('--data-dir', '--checkpoint', ...)."""
+    declared = declaration()[stage]
+    outputs = output_paths(declared)
+
+    def holds(paths: list[str], value: str) -> bool:
+        return any(path == value or path.startswith(value.rstrip("/") + "/") for path in paths)
+
+    words = declared["cmd"].split()
+    return tuple(option for option, value in zip(words, words[1:]) if option.startswith("--")
+                 and option not in ("--params", "--log") and holds(declared["inputs"], value)
+                 and not holds(outputs, value))
+
+
 def lookup(config: dict[str, Any], key: str) -> Any:
     """config['a']['b'] for key 'a.b'."""
     value: Any = config

@@ -34,15 +34,18 @@ _landings: list[_Landing] = []  # the blocks of `outputs_land_together` under wa
 
 
 @contextlib.contextmanager
-def outputs_land_together() -> Iterator[None]:
+def outputs_land_together(before_landing: Callable[[dict[Path, Path]], None] | None = None) -> Iterator[None]:
     """Every output written through `atomic_path` inside this block waits in a temporary file beside its path; all
     of them are moved onto their paths when the block succeeds, and none when it fails (their temporary files and
     the folders made for them are removed). Every stage runs inside one, so its outputs appear after its tracking
-    has succeeded, all at once or not at all; a stage may land its outputs earlier in a block of its own."""
+    has succeeded, all at once or not at all. `before_landing` gets the outputs (path -> the temporary file that
+    holds it) when the block has succeeded; what it writes lands with them."""
     landing = _Landing()
     _landings.append(landing)
     try:
         yield
+        if before_landing is not None:
+            before_landing(dict(landing.waiting))
         for path, tmp in landing.waiting.items():
             os.replace(tmp, path)
         landing.waiting.clear()
@@ -135,16 +138,16 @@ def write_text(path: str | Path, text: str) -> None:
 def write_json(path: str | Path, payload: Any) -> None:
     """Strict JSON: a value that is not finite (NaN, an infinity; json would write a bare NaN, which is not JSON)
     is written as null."""
-    write_text(path, json.dumps(_finite_or_null(payload), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    write_text(path, json.dumps(finite_or_null(payload), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def _finite_or_null(value: Any) -> Any:
+def finite_or_null(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {key: _finite_or_null(item) for key, item in value.items()}
+        return {key: finite_or_null(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite_or_null(item) for item in value]
+        return [finite_or_null(item) for item in value]
     return value
 
 

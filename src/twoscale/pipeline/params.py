@@ -528,6 +528,25 @@ def read_raw(path: str | Path, name: str | None = None) -> Any:
         raise ParamsError(f"{shown}: not valid YAML ({str(exc).splitlines()[0]})") from None
 
 
+DEFAULT_PARAMS_FILE = "params.yaml"
+RUNS = "runs"  # where every parameter set but the default writes: runs/<its file's name>/{data,results,logs}/
+PARAMS_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def results_root(params_file: str | Path) -> Path:
+    """The folder under which a parameter set's data/, results/ and logs/ lie: the checkout itself for params.yaml
+    (whose results are committed), runs/<name> for any other file (configs/smoke.yaml: runs/smoke), so that running
+    another set never touches the default's results. Relative to the checkout, where every command runs."""
+    path = Path(params_file)
+    if path.resolve() == Path(DEFAULT_PARAMS_FILE).resolve():
+        return Path(".")
+    if not PARAMS_FILE_NAME.fullmatch(path.stem):
+        shown = path.stem if path.stem.isprintable() and len(path.stem) <= 64 else repr(path.stem[:64]) + "..."
+        raise ParamsError(f"{shown}: a parameter file other than {DEFAULT_PARAMS_FILE} names its results folder "
+                          f"({RUNS}/<name>), so its name is 1 to 64 letters, digits, - and _ before .yaml")
+    return Path(RUNS) / path.stem
+
+
 def load_params(path: str | Path, name: str | None = None) -> Params:
     """The parameter file at `path`, validated; errors name it `name` or its path."""
     return parse_params(read_raw(path, name), name or str(path))
@@ -543,6 +562,11 @@ def changed_keys(before: Any, after: Any, prefix: str = "") -> list[str]:
         return [changed for key in keys for changed in changed_keys(
             before.get(key, _ABSENT), after.get(key, _ABSENT), f"{prefix}.{key}" if prefix else str(key))]
     return [] if before == after else [prefix or "the whole file"]
+
+
+def shown_keys(keys: list[str], most: int = 3) -> str:
+    """Changed keys for a one-line message: 'a.b, c and 2 more'."""
+    return ", ".join(keys[:most]) + (f" and {len(keys) - most} more" if len(keys) > most else "")
 
 
 def params_schema() -> dict[str, Any]:

@@ -9,6 +9,9 @@ Translation:
   ${train.steps}         a parameter value: written into paths, {params.step:q} in the command (COMMAND_PARAMS);
   .../step_{step}.pt     one file per checkpoint step (train.checkpoint_steps); DVC tracks its folder;
   a folder input         every output of every job that lies inside it (DVC: the folder).
+
+The declaration's paths lie under data/, results/ and logs/ of the checkout, where the default parameter set
+(params.yaml) writes; the rules of any other set put them under its own root (runs/<name>/, params.results_root).
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration, lookup
+from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration, lookup, output_paths
 
 ITEM = re.compile(r"\$\{item\.(\w+)\}")
 PARAMETER = re.compile(r"\$\{([\w.]+)\}")
 CHECKPOINT_STEPS = "train.checkpoint_steps"
 # Parameter values a command names, passed to the rule as params (the names are part of the recorded command).
 COMMAND_PARAMS = {"train.steps": "step"}
+ROOTED = ("data", "results", "logs")  # the top folders of what the stages write, moved under a parameter set's root
+ROOTED_ARGUMENT = re.compile(r"(?<=\s)(?=(?:%s)(?:/|\s|$))" % "|".join(ROOTED))
 
 
 @dataclass(frozen=True)
@@ -81,15 +86,10 @@ def _pattern(path: str, config: dict[str, Any]) -> str:
     return PARAMETER.sub(lambda found: str(lookup(config, found.group(1))), path)
 
 
-def _entries(declared: list[Any]) -> list[str]:
-    """The paths of DVC out entries (a path, or a mapping from a path to its options)."""
-    return [entry if isinstance(entry, str) else next(iter(entry)) for entry in declared]
-
-
-def _outputs(stage: dict[str, Any], config: dict[str, Any]) -> list[str]:
+def _outputs(stage: dict[str, Any], config: dict[str, Any], root: str) -> list[str]:
     paths = []
-    for path in _entries(stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", [])):
-        pattern = _pattern(path, config)
+    for path in output_paths(stage):
+        pattern = _rooted(_pattern(path, config), root)
         if PER_CHECKPOINT in path:  # not ${item.step}, which is the job's own step
             steps = lookup(config, CHECKPOINT_STEPS)
             paths += [pattern.replace(PER_CHECKPOINT, str(step)) for step in steps]
@@ -98,8 +98,14 @@ def _outputs(stage: dict[str, Any], config: dict[str, Any]) -> list[str]:
     return paths
 
 
-def _command(stage: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
-    """The shell command with Snakemake's placeholders, the log path (DVC syntax) and the command's params."""
+def _rooted(path: str, root: str) -> str:
+    """A declared path under the parameter set's root ('' for the checkout itself)."""
+    return f"{root}/{path}" if root and path.split("/", 1)[0] in ROOTED else path
+
+
+def _command(stage: dict[str, Any], root: str) -> tuple[str, str, tuple[str, ...]]:
+    """The shell command with Snakemake's placeholders and its paths under `root`, the log path (DVC syntax, not
+    yet rooted) and the command's params."""
     cmd = stage["cmd"]
     log = re.search(r"--log (\S+)", cmd).group(1)
     cmd = cmd.replace(f"--log {log}", "--log {log:q}")
@@ -110,6 +116,8 @@ def _command(stage: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
     if unknown:
         raise ValueError(f"command names parameters with no rule param: {sorted(unknown)}")
     cmd = PARAMETER.sub(lambda found: "{params.%s:q}" % COMMAND_PARAMS[found.group(1)], cmd)
+    if root:
+        cmd = ROOTED_ARGUMENT.sub(root + "/", cmd)
     return cmd, log, named
 
 
@@ -128,18 +136,18 @@ def _report(stage: dict[str, Any]) -> Report | None:
                   subcategory=subcategory and ITEM.sub(r"{\1}", subcategory), labels=labels)
 
 
-def _rule(name: str, stage: dict[str, Any], config: dict[str, Any]) -> Rule:
-    shell, log, named = _command(stage)
+def _rule(name: str, stage: dict[str, Any], config: dict[str, Any], root: str) -> Rule:
+    shell, log, named = _command(stage, root)
     log = _pattern(log, config)
     return Rule(
         name=name,
         wildcards=tuple((wildcard, _values(config, expression))
                         for wildcard, expression in stage.get("matrix", {}).items()),
-        inputs=tuple(_pattern(path, config) for path in stage["inputs"]),
-        outputs=tuple(_outputs(stage, config)),
+        inputs=tuple(_rooted(_pattern(path, config), root) for path in stage["inputs"]),
+        outputs=tuple(_outputs(stage, config, root)),
         shell=shell,
-        log=log,
-        benchmark="results/benchmarks/" + log.removeprefix("logs/").removesuffix(".log") + ".tsv",
+        log=_rooted(log, root),
+        benchmark=_rooted("results/benchmarks/" + log.removeprefix("logs/").removesuffix(".log") + ".tsv", root),
         threads=_threads(stage, config),
         gpu=bool(stage.get("gpu", False)),
         timed=bool(stage.get("timed", False)),
@@ -154,10 +162,12 @@ def _inside(path: str, folder: str) -> bool:
     return path.startswith(folder.rstrip("/") + "/")
 
 
-def rules(config: dict[str, Any]) -> list[Rule]:
-    """Every stage's rule, with a folder input replaced by every output of every job inside that folder (none,
-    when no job writes there: a stage with no teachers to read)."""
-    declared = [_rule(name, stage, config) for name, stage in declaration().items()]
+def rules(config: dict[str, Any], root: str | PurePosixPath = ".") -> list[Rule]:
+    """Every stage's rule, its paths under `root` (the checkout itself by default), with a folder input replaced by
+    every output of every job inside that folder (none, when no job writes there: a stage with no teachers to
+    read)."""
+    root = "" if PurePosixPath(root) == PurePosixPath(".") else PurePosixPath(root).as_posix()
+    declared = [_rule(name, stage, config, root) for name, stage in declaration().items()]
     patterns = [path for rule in declared for path in rule.outputs]
     every_output = [path for rule in declared for path in rule.job_outputs()]
 

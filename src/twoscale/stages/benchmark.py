@@ -23,7 +23,7 @@ from twoscale.inference.sweep import held_out_prompts, never_exit_setting
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
-from twoscale.pipeline.params import Params, RunParams
+from twoscale.pipeline.params import Params, RunParams, results_root
 from twoscale.report.tables import fastest_of_equal_quality, matched_decoding
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument
@@ -41,13 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--recipes", nargs="+", help="the recipes to time (default: every recipe)")
     parser.add_argument("--seed", type=int, help="the run of each recipe to time (default: the first seed)")
-    parser.add_argument("--train-dir", type=Path, default=Path("results/train"),
+    # each folder defaults to the parameter set's own (results/train of params.yaml, runs/gpu/results/train of
+    # configs/gpu.yaml)
+    parser.add_argument("--train-dir", type=Path,
                         help="reads <recipe>/seed_<seed>/checkpoints/ (the final checkpoint of each run)")
-    parser.add_argument("--data-dir", type=Path, default=Path("data/prepared"),
-                        help="reads train.npy, val.npy and stats.json")
-    parser.add_argument("--summary", type=Path, default=Path("results/sweep/summary.csv"),
+    parser.add_argument("--data-dir", type=Path, help="reads train.npy, val.npy and stats.json")
+    parser.add_argument("--summary", type=Path,
                         help="the tradeoff stage's per-run, per-strategy summary (best settings)")
-    parser.add_argument("--sample-dir", type=Path, default=Path("results/sample"),
+    parser.add_argument("--sample-dir", type=Path,
                         help="reads <recipe>/seed_<seed>/summary.csv of the sample stage (the settings to time)")
     parser.add_argument("--reference", choices=REFERENCES, default="best_fixed",
                         help="best settings within 1%% of the best fixed depth K* (default) or of full depth")
@@ -177,7 +178,15 @@ def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace
     return rows
 
 
+DEFAULT_INPUTS = {"train_dir": "results/train", "data_dir": "data/prepared", "summary": "results/sweep/summary.csv",
+                  "sample_dir": "results/sample"}  # under the parameter set's results root
+
+
 def run(args: argparse.Namespace) -> None:
+    root = results_root(args.params)
+    for name, path in DEFAULT_INPUTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, root / path)
     for flag, value in (("--repeats", args.repeats), ("--training-steps", args.training_steps)):
         if value < 1:
             raise TwoscaleError(f"{flag} must be at least 1, got {value}")

@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--geometry-dir", type=Path, required=True, help="reads the tables across training")
     parser.add_argument("--sweep", type=Path, required=True, help="the early-exit sweep table of every run")
+    parser.add_argument("--latency", type=Path, required=True,
+                        help="the paired latency rounds of every run (latency.parquet of the tradeoff stage)")
     parser.add_argument("--sample-dir", type=Path, required=True,
                         help="reads <recipe>/seed_<seed>/summary.csv and speed.csv of the sample stage (the recipes "
                         "it ran on)")
@@ -35,12 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
 
 
-def read_tables(directory: Path, sweep: Path) -> dict[str, pl.DataFrame]:
-    """The geometry stage's tables, the sweep table and its latency rounds (latency.parquet beside it)."""
+def read_tables(directory: Path, sweep: Path, latency: Path) -> dict[str, pl.DataFrame]:
+    """The geometry stage's tables, the sweep table and its latency rounds."""
     tables = {name: read_parquet(directory / f"{name}.parquet", "the geometry stage")
               for name in MEASUREMENT_TABLES}
     return tables | {"sweep": read_parquet(sweep, "the tradeoff stage"),
-                     "latency": read_parquet(sweep.with_name("latency.parquet"), "the tradeoff stage")}
+                     "latency": read_parquet(latency, "the tradeoff stage")}
 
 
 # the claims' tables from the sample stage, by file: the summary per setting and the paired speed rounds
@@ -60,7 +62,7 @@ def read_sample_table(directory: Path, runs: list[tuple[str, int]], name: str) -
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    tables = read_tables(args.geometry_dir, args.sweep)
+    tables = read_tables(args.geometry_dir, args.sweep, args.latency)
     sample_runs = params.sample_runs()
     if sample_runs:
         tables |= {key: read_sample_table(args.sample_dir, sample_runs, name) for key, name in SAMPLE_TABLES.items()}

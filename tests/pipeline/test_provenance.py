@@ -1,0 +1,178 @@
+"""Build records: each output lands with a record of the job and parameter values that built it and of its content;
+a stage refuses, in one line, an input that is not the file its record describes or was built from parameters other
+than those in force. Hashes are recomputed here with hashlib; parameter values are picked from the file by hand."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from twoscale.pipeline.dependencies import declaration, input_options
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import outputs_land_together, write_text
+from twoscale.pipeline.provenance import Job, check_inputs, job_of, record_path, write_records
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def config() -> dict:
+    return yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+
+
+MEASURE = Job("measure", {"recipe": "paper", "seed": 1337})
+
+
+def measured(folder: Path, config: dict, job: Job = MEASURE, text: str = "rows\n") -> Path:
+    """A measure output written as a stage writes it: landing with its record."""
+    output = folder / "measure/paper/seed_1337/step_40/geometry.parquet"
+    with outputs_land_together(lambda outputs: write_records(outputs, job, config, {"in.pt": "ab" * 32})):
+        write_text(output, text)
+    return output
+
+
+def geometry_args(folder: Path) -> SimpleNamespace:
+    return SimpleNamespace(measure_dir=folder / "measure")
+
+
+@pytest.mark.parametrize(("stage", "options"), [
+    ("corpus", ()),
+    ("tokenize", ("--corpus-dir",)),
+    ("train", ("--data-dir",)),
+    ("measure", ("--checkpoint", "--train-metrics", "--data-dir")),
+    ("geometry", ("--measure-dir",)),
+    ("tradeoff", ("--strategies-dir", "--latency-dir")),
+    ("claims", ("--geometry-dir", "--sweep", "--latency", "--sample-dir", "--recovery")),
+])
+def test_the_options_that_name_what_a_stage_reads(stage, options):
+    assert input_options(stage) == options
+
+
+def test_every_declared_input_lies_under_an_input_option_of_its_command():
+    for name, stage in declaration().items():
+        words = stage["cmd"].split()
+        values = [value for option, value in zip(words, words[1:]) if option in input_options(name)]
+        for path in stage["inputs"]:
+            assert any(path == value or path.startswith(value + "/") for value in values), (name, path)
+
+
+def test_an_output_lands_with_its_record(tmp_path, config):
+    output = measured(tmp_path, config)
+    record = json.loads(record_path(output).read_text())
+    assert record_path(output) == output.parent / ".built" / "geometry.parquet.json"
+    assert record["sha256"] == hashlib.sha256(b"rows\n").hexdigest()
+    assert (record["size"], record["mtime_ns"]) == (5, output.stat().st_mtime_ns)
+    assert record["stage"] == "measure" and record["job"] == {"recipe": "paper", "seed": 1337}
+    assert record["params"] == {"runtime.device": config["runtime"]["device"], "measure": config["measure"]}
+    assert record["inputs"] == {"in.pt": "ab" * 32}
+
+
+def test_a_failed_stage_leaves_neither_output_nor_record(tmp_path, config):
+    output = tmp_path / "out.json"
+    with pytest.raises(RuntimeError), outputs_land_together(lambda outputs: write_records(outputs, MEASURE, config,
+                                                                                          {})):
+        write_text(output, "x")
+        raise RuntimeError
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_input_built_from_the_parameters_in_force_is_read(tmp_path, config):
+    output = measured(tmp_path, config)
+    assert check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml")) == {
+        str(output): hashlib.sha256(b"rows\n").hexdigest()}
+
+
+def test_an_input_built_from_other_parameters_is_refused_naming_the_keys(tmp_path, config):
+    measured(tmp_path, config)
+    edited = copy.deepcopy(config)
+    edited["measure"]["max_loops"] += 1
+    with pytest.raises(TwoscaleError) as refused:
+        check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
+    assert str(refused.value) == (f"{tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet: built from other "
+                                  "parameters than p.yaml holds (measure.max_loops): rebuild it (snakemake, or dvc "
+                                  "repro)")
+
+
+def test_an_infinite_setting_is_compared_as_written(tmp_path, config):
+    """The record's strict JSON holds an infinite setting as null; the check still tells inf from another value."""
+    config["sweep"]["strategies"]["kl_rest"]["settings"][-1] = float("inf")
+    job = Job("sweep", {"recipe": "paper", "seed": 1337, "strategy": "kl_rest"})
+    output = tmp_path / "sweep.parquet"
+    with outputs_land_together(lambda outputs: write_records(outputs, job, config, {})):
+        write_text(output, "rows")
+    args = SimpleNamespace(strategies_dir=tmp_path, latency_dir=None)
+    assert check_inputs(Job("tradeoff", {}), args, config, Path("p.yaml"))
+    config["sweep"]["strategies"]["kl_rest"]["settings"][-1] = 1e300
+    with pytest.raises(TwoscaleError, match=r"\(sweep.strategies.kl_rest.settings\)"):
+        check_inputs(Job("tradeoff", {}), args, config, Path("p.yaml"))
+
+
+def test_an_input_replaced_since_it_was_built_is_refused(tmp_path, config):
+    output = measured(tmp_path, config)
+    output.write_text("ROWS\n")  # same size, other content
+    with pytest.raises(TwoscaleError, match="geometry.parquet: not the file its build record describes"):
+        check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
+
+
+def test_an_input_only_touched_is_still_the_file_recorded(tmp_path, config):
+    output = measured(tmp_path, config)
+    os.utime(output, ns=(1, 1))  # a checkout or `snakemake --touch`: the content is hashed again, and matches
+    assert check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
+
+
+def test_the_outputs_of_a_job_no_longer_in_force_are_not_checked(tmp_path, config):
+    measured(tmp_path, config)
+    edited = copy.deepcopy(config)
+    edited["measure"]["max_loops"] += 1
+    edited["runtime"]["seeds"] = [7]  # the record's seed 1337 is gone: the stage does not read its outputs
+    check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
+    del edited["recipes"]["paper"]
+    edited["runtime"]["seeds"] = [1337]
+    check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
+
+
+def test_a_file_without_a_record_is_read_unchecked(tmp_path, config):
+    checkpoint = tmp_path / "step_40.pt"
+    checkpoint.write_bytes(b"weights")
+    args = SimpleNamespace(checkpoint=checkpoint, train_metrics=None, data_dir=tmp_path / "missing")
+    assert check_inputs(MEASURE, args, config, Path("p.yaml")) == {
+        str(checkpoint): hashlib.sha256(b"weights").hexdigest()}
+
+
+def test_a_corrupt_record_is_one_line_naming_it(tmp_path, config):
+    output = measured(tmp_path, config)
+    record_path(output).write_text("{")
+    with pytest.raises(TwoscaleError, match=r"\.built/geometry\.parquet\.json: not a readable build record"):
+        check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
+
+
+def test_a_teacher_s_training_is_its_own_pipeline_stage(config):
+    teacher = next(iter(config["teachers"]))
+    assert job_of("train", SimpleNamespace(recipe=teacher, seed=1), config) == Job("train_teacher",
+                                                                                   {"recipe": teacher, "seed": 1})
+    assert job_of("train", SimpleNamespace(recipe="paper", seed=1), config).stage == "train"
+    assert job_of("benchmark", SimpleNamespace(recipe=None), config) is None
+
+
+def test_a_stage_run_by_hand_refuses_an_input_of_other_parameters_and_writes_nothing(tmp_path, config):
+    measured(tmp_path, config)
+    config["measure"]["max_loops"] += 1
+    params = tmp_path / "edited.yaml"
+    params.write_text(yaml.safe_dump(config))
+    result = subprocess.run([sys.executable, "-m", "twoscale", "geometry", "--params", str(params), "--measure-dir",
+                             str(tmp_path / "measure"), "--out-dir", str(tmp_path / "out"), "--figures-dir",
+                             str(tmp_path / "figures")], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"twoscale geometry: error: {tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet: built from other "
+        f"parameters than {params} holds (measure.max_loops): rebuild it (snakemake, or dvc repro)"]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()
