@@ -54,6 +54,7 @@ study: setup
 	rm -rf results/study
 	cd runs/study/results && for path in $(STUDY_RESULTS); do \
 	  mkdir -p ../../../results/study/$$(dirname $$path) && cp -r $$path ../../../results/study/$$path; done
+	find results/study -name .built -type d -prune -exec rm -rf {} +  # build records of runs/study's paths
 	sed -i 's#](\.\./\.\./\.\./docs/#](../../docs/#g' results/study/claims.md  # one folder up: its links to docs/
 
 smoke: setup

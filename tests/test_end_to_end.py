@@ -116,8 +116,9 @@ def test_a_checkpoint_copied_over_another_is_refused_by_the_stage_run_by_hand(fi
         os.replace(kept, checkpoints / "step_40.pt")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"twoscale sweep: error: {checkpoints}/step_40.pt: not the file its build record describes (changed or "
-        "replaced since train wrote it): rebuild it"]
+        f"twoscale sweep: error: {checkpoints}/step_40.pt: not the file its build record describes (changed, or "
+        f"restored without its record): rebuild it, or delete {checkpoints}/.built/step_40.pt.json to read it "
+        "unchecked"]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -31,6 +31,7 @@ STAGES = {
     "surrogates": "gather the surrogates' recovery and compare the dynamics of depth across models",
     "claims": "put the paper's findings beside our numbers, with verdicts",
     "benchmark": "print per-step criterion costs and ms per token of each strategy at its best setting",
+    "cost": "print where a Snakemake run's time went, per stage, from its jobs' benchmark files",
     "schema": "write the JSON schema of params.yaml",
     "dvc": "write dvc.yaml from the pipeline's declaration (src/twoscale/pipeline/stages.yaml)",
 }

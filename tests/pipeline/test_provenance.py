@@ -54,7 +54,7 @@ def geometry_args(folder: Path) -> SimpleNamespace:
     ("claims", ("--geometry-dir", "--sweep", "--latency", "--sample-dir", "--recovery")),
 ])
 def test_the_options_that_name_what_a_stage_reads(stage, options):
-    assert input_options(stage) == options
+    assert tuple(input_options(stage)) == options
 
 
 def test_every_declared_input_lies_under_an_input_option_of_its_command():
@@ -69,8 +69,10 @@ def test_an_output_lands_with_its_record(tmp_path, config):
     output = measured(tmp_path, config)
     record = json.loads(record_path(output).read_text())
     assert record_path(output) == output.parent / ".built" / "geometry.parquet.json"
-    assert record["sha256"] == hashlib.sha256(b"rows\n").hexdigest()
-    assert (record["size"], record["mtime_ns"]) == (5, output.stat().st_mtime_ns)
+    digest = hashlib.sha256(b"rows\n").hexdigest()
+    assert (record["sha256"], record["size"]) == (digest, 5)
+    cache = output.parent / ".built" / "geometry.parquet.stat"  # the hash for this size and mtime, outside the record
+    assert cache.read_text() == f"5 {output.stat().st_mtime_ns} {digest}"
     assert record["stage"] == "measure" and record["job"] == {"recipe": "paper", "seed": 1337}
     assert record["params"] == {"runtime.device": config["runtime"]["device"], "measure": config["measure"]}
     assert record["inputs"] == {"in.pt": "ab" * 32}
@@ -106,7 +108,7 @@ def test_an_infinite_setting_is_compared_as_written(tmp_path, config):
     """The record's strict JSON holds an infinite setting as null; the check still tells inf from another value."""
     config["sweep"]["strategies"]["kl_rest"]["settings"][-1] = float("inf")
     job = Job("sweep", {"recipe": "paper", "seed": 1337, "strategy": "kl_rest"})
-    output = tmp_path / "sweep.parquet"
+    output = tmp_path / "paper/seed_1337/kl_rest.parquet"
     with outputs_land_together(lambda outputs: write_records(outputs, job, config, {})):
         write_text(output, "rows")
     args = SimpleNamespace(strategies_dir=tmp_path, latency_dir=None)
@@ -119,7 +121,9 @@ def test_an_infinite_setting_is_compared_as_written(tmp_path, config):
 def test_an_input_replaced_since_it_was_built_is_refused(tmp_path, config):
     output = measured(tmp_path, config)
     output.write_text("ROWS\n")  # same size, other content
-    with pytest.raises(TwoscaleError, match="geometry.parquet: not the file its build record describes"):
+    with pytest.raises(TwoscaleError, match=r"geometry.parquet: not the file its build record describes \(changed, "
+                                            r"or restored without its record\): rebuild it, or delete .*/\.built/"
+                                            r"geometry\.parquet\.json to read it unchecked"):
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
 
 
@@ -127,23 +131,79 @@ def test_an_input_only_touched_is_still_the_file_recorded(tmp_path, config):
     output = measured(tmp_path, config)
     os.utime(output, ns=(1, 1))  # a checkout or `snakemake --touch`: the content is hashed again, and matches
     assert check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
+    assert (output.parent / ".built/geometry.parquet.stat").read_text().startswith("5 1 ")  # cached again
 
 
-def test_the_outputs_of_a_job_no_longer_in_force_are_not_checked(tmp_path, config):
+def test_a_record_is_the_same_for_an_output_rebuilt_byte_for_byte(tmp_path, config):
+    """DVC hashes the records in the folders it tracks: a rebuild of the same bytes must not change them."""
+    first = record_path(measured(tmp_path, config)).read_bytes()
+    os.utime(tmp_path / "measure/paper/seed_1337/step_40/geometry.parquet", ns=(1, 1))
+    assert record_path(measured(tmp_path, config)).read_bytes() == first
+
+
+def test_outputs_of_jobs_the_parameters_no_longer_have_are_not_read(tmp_path, config):
+    """A gathering stage reads the outputs of the jobs in force only: those of a seed or recipe taken out (or of
+    a step no longer among the checkpoints) are left alone, whatever they were built from."""
     measured(tmp_path, config)
     edited = copy.deepcopy(config)
     edited["measure"]["max_loops"] += 1
-    edited["runtime"]["seeds"] = [7]  # the record's seed 1337 is gone: the stage does not read its outputs
-    check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
-    del edited["recipes"]["paper"]
-    edited["runtime"]["seeds"] = [1337]
-    check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
+    for change in ({"runtime": {**edited["runtime"], "seeds": [7]}},
+                   {"recipes": {"huginn": edited["recipes"]["huginn"]}, "sample": {**edited["sample"],
+                                                                                     "recipes": ["huginn"]}},
+                   {"train": {**edited["train"], "checkpoint_steps": [5, 10, 20]}}):
+        assert check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited | change, Path("p.yaml")) == {}
+
+
+def test_a_file_named_that_a_job_of_other_parameters_built_is_refused(tmp_path, config):
+    checkpoint = tmp_path / "step_40.pt"
+    train = Job("train", {"recipe": "paper", "seed": 1337})
+    with outputs_land_together(lambda outputs: write_records(outputs, train, config, {})):
+        write_text(checkpoint, "weights")
+    args = SimpleNamespace(checkpoint=checkpoint, train_metrics=None, data_dir=None)
+    config["runtime"]["seeds"] = [7]
+    with pytest.raises(TwoscaleError, match=r"step_40.pt: built by a train job \({'recipe': 'paper', 'seed': 1337}\) "
+                                            "that p.yaml does not have: rebuild it"):
+        check_inputs(Job("measure", {"recipe": "paper", "seed": 7}), args, config, Path("p.yaml"))
+
+
+def upstream(folder: Path, config: dict) -> tuple[Path, Path]:
+    """A checkpoint as train lands it, and a measure output built from it."""
+    checkpoint = folder / "step_40.pt"
+    train = Job("train", {"recipe": "paper", "seed": 1337})
+    with outputs_land_together(lambda outputs: write_records(outputs, train, config, {})):
+        write_text(checkpoint, "weights")
+    output = folder / "measure/paper/seed_1337/step_40/geometry.parquet"
+    built_from = {str(checkpoint): hashlib.sha256(b"weights").hexdigest()}
+    with outputs_land_together(lambda outputs: write_records(outputs, MEASURE, config, built_from)):
+        write_text(output, "rows\n")
+    return checkpoint, output
+
+
+def test_what_an_input_was_built_from_is_checked_too(tmp_path, config):
+    """The measurements were built from a checkpoint trained with another model: measure's own keys did not
+    change, its checkpoint's did, so the gathering stage refuses, naming the checkpoint."""
+    checkpoint, output = upstream(tmp_path, config)
+    edited = copy.deepcopy(config)
+    edited["model"]["dropout"] = 0.5
+    with pytest.raises(TwoscaleError) as refused:
+        check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
+    assert str(refused.value) == (f"{checkpoint}: built from other parameters than p.yaml holds (model.dropout) "
+                                  f"({output} was built from it): rebuild it (snakemake, or dvc repro)")
+
+
+def test_an_input_built_from_a_file_since_rebuilt_is_refused(tmp_path, config):
+    checkpoint, output = upstream(tmp_path, config)
+    train = Job("train", {"recipe": "paper", "seed": 1337})
+    with outputs_land_together(lambda outputs: write_records(outputs, train, config, {})):
+        write_text(checkpoint, "weights, trained again")  # its record is right; the measurement is not
+    with pytest.raises(TwoscaleError, match=f"{output}: built from another {checkpoint} than the one there now"):
+        check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
 
 
 def test_a_file_without_a_record_is_read_unchecked(tmp_path, config):
     checkpoint = tmp_path / "step_40.pt"
     checkpoint.write_bytes(b"weights")
-    args = SimpleNamespace(checkpoint=checkpoint, train_metrics=None, data_dir=tmp_path / "missing")
+    args = SimpleNamespace(checkpoint=checkpoint, train_metrics=None, data_dir=tmp_path / "no-such-folder")
     assert check_inputs(MEASURE, args, config, Path("p.yaml")) == {
         str(checkpoint): hashlib.sha256(b"weights").hexdigest()}
 

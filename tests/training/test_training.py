@@ -465,7 +465,7 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     assert sorted(path.name for path in interrupted.iterdir()) == kept
     checkpoints = tmp_path / "out-b/checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir() if p.is_file()) == ["step_15.pt", "step_30.pt"]
-    assert sorted(p.name for p in (checkpoints / ".built").iterdir()) == ["step_15.pt.json", "step_30.pt.json"]
+    assert sorted(p.name for p in (checkpoints / ".built").glob("*.json")) == ["step_15.pt.json", "step_30.pt.json"]
     other_log = (tmp_path / "b.log").read_text()
     assert "resuming" not in other_log
     assert f"kept: {interrupted.relative_to(tmp_path)}, an interrupted run of other parameters" in other_log
@@ -475,7 +475,7 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     assert not resume_b.exists() and not (tmp_path / "resume-a").exists()
     steps = ["step_10.pt", "step_100.pt", "step_20.pt", "step_50.pt"]  # the other run's and their records gone
     assert sorted(p.name for p in checkpoints.iterdir() if p.is_file()) == steps
-    assert sorted(p.name for p in (checkpoints / ".built").iterdir()) == [f"{step}.json" for step in steps]
+    assert sorted(p.name for p in (checkpoints / ".built").glob("*.json")) == [f"{step}.json" for step in steps]
 
     final_a = read_checkpoint(tmp_path / "out-a/checkpoints/step_100.pt")
     final_b = read_checkpoint(tmp_path / "out-b/checkpoints/step_100.pt")
@@ -515,5 +515,6 @@ def test_a_training_whose_tracking_fails_leaves_no_output_and_keeps_what_it_trai
     assert "resuming from step 20 of an interrupted run" in (tmp_path / "train.log").read_text()
     landed = sorted(path.name for path in (tmp_path / "out").rglob("*") if path.is_file())
     outputs = ["history.csv", "history.parquet", "metrics.json", "step_10.pt", "step_20.pt"]
-    assert landed == sorted(outputs + [f"{name}.json" for name in outputs])  # each with its build record
+    records = [f"{name}{suffix}" for name in outputs for suffix in (".json", ".stat")]  # its record, its hash cache
+    assert landed == sorted(outputs + records)
     assert not (tmp_path / "resume").exists()

@@ -107,19 +107,23 @@ def output_paths(stage: dict[str, Any]) -> list[str]:
     return [entry if isinstance(entry, str) else next(iter(entry)) for entry in declared]
 
 
-def input_options(stage: str) -> tuple[str, ...]:
-    """The options of a stage's command that name what it reads: a declared input, or a folder that holds inputs
-    and no outputs ('--data-dir', '--checkpoint', ...)."""
+def inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
+
+
+def input_options(stage: str) -> dict[str, str]:
+    """The options of a stage's command that name what it reads, with their declared values: a declared input,
+    or a folder that holds inputs and no outputs ({'--data-dir': 'data/prepared', ...})."""
     declared = declaration()[stage]
     outputs = output_paths(declared)
 
     def holds(paths: list[str], value: str) -> bool:
-        return any(path == value or path.startswith(value.rstrip("/") + "/") for path in paths)
+        return any(path == value or inside(path, value) for path in paths)
 
     words = declared["cmd"].split()
-    return tuple(option for option, value in zip(words, words[1:]) if option.startswith("--")
-                 and option not in ("--params", "--log") and holds(declared["inputs"], value)
-                 and not holds(outputs, value))
+    return {option: value for option, value in zip(words, words[1:]) if option.startswith("--")
+            and option not in ("--params", "--log") and holds(declared["inputs"], value)
+            and not holds(outputs, value)}
 
 
 def lookup(config: dict[str, Any], key: str) -> Any:

@@ -2,15 +2,18 @@
 
 Every output a stage writes gets a build record beside it, `<folder>/.built/<name>.json`, landing with it: the
 pipeline stage and job that wrote it (recipe, seed, strategy, blocks), the values of that job's parameter keys
-(`dependencies.param_values`, what Snakemake and DVC compare to rerun a job) with their hash, the output's own
-content hash, and the content hashes of the inputs the job read.
+(`dependencies.param_values`, what Snakemake and DVC compare to rerun a job) with their hash, the output's content
+hash and size, and the content hashes of the inputs the job read. A record holds nothing else, so an output rebuilt
+byte for byte from the same inputs gets the same record (DVC hashes the records of the folders it tracks). Beside
+it, `<name>.stat` (ignored by git and DVC) caches the file's hash for its size and mtime, so that a file is hashed
+again only when it changed on disk.
 
-Before a stage runs, each file it is given to read (its command's input options, `dependencies.input_options`: a
-file, or every recorded file in a folder) is checked against its record: it must still be the file the record
-describes (its content hash, taken again only when its size or mtime differ), and, when the job that built it is
-one of the parameters in force (its recipe, seed, strategy and blocks still among them), that job's parameter values
-must be the ones in force. Either mismatch stops the stage in one line before it writes anything. A file without a
-record (built before records existed, or put there by hand) is read unchecked, and the stage's log says how many.
+Before a stage runs, the files it reads are checked: those its command's input options name (a file, or in a
+folder the inputs the orchestrators would give its job under the parameters in force), and, through the records,
+every file those were built from, up to the corpus. A file with a record must be the file recorded, its job must be
+one the parameters in force have, with the same parameter values, and what it was built from must still be there
+unchanged; else the stage stops in one line before it writes anything. A file without a record (built before
+records existed, or put there by hand) is read unchecked, and the stage's log counts them.
 """
 
 from __future__ import annotations
@@ -21,28 +24,59 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from twoscale.pipeline.dependencies import STAGES, input_options, param_values
+from twoscale.pipeline.dependencies import STAGE_MODULES, STAGES, input_options, inside, param_values
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import finite_or_null, write_json
+from twoscale.pipeline.io import atomic_path, finite_or_null, write_json, write_text
 from twoscale.pipeline.params import HASH_CHARS, changed_keys, shown_keys
+from twoscale.pipeline.snakemake_rules import rules
 
 log = logging.getLogger("twoscale.provenance")
 
 RECORDS = ".built"  # the folder, beside the outputs, of their build records
 JOB_KEYS = ("recipe", "seed", "strategy", "blocks")  # a stage's options that name its job
-STAGE_OF_TEACHER = {"train": "train_teacher"}  # the pipeline stage a stage module runs for a teacher
+STAGE_FOR_TEACHER = {module: stage for stage, module in STAGE_MODULES.items()}  # train -> train_teacher
 
 
 def record_path(output: Path) -> Path:
     return output.parent / RECORDS / f"{output.name}.json"
 
 
+def _stat_path(output: Path) -> Path:
+    return output.parent / RECORDS / f"{output.name}.stat"
+
+
+def remove_record(output: Path) -> None:
+    """Remove an output's record and hash cache (when the output itself is removed)."""
+    record_path(output).unlink(missing_ok=True)
+    _stat_path(output).unlink(missing_ok=True)
+
+
 def content_hash(path: Path) -> str:
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def current_hash(path: Path) -> str:
+    """The file's content hash, from the cache beside it while its size and mtime are those cached; else hashed,
+    and cached again (where the folder can be written)."""
+    found = path.stat()
+    stamp = f"{found.st_size} {found.st_mtime_ns}"
+    try:
+        cached_stamp, cached_hash = _stat_path(path).read_text().rsplit(" ", 1)
+        if cached_stamp == stamp:
+            return cached_hash
+    except (OSError, ValueError):
+        pass
+    digest = content_hash(path)
+    try:
+        with atomic_path(_stat_path(path), now=True) as tmp:
+            tmp.write_text(f"{stamp} {digest}")
+    except (OSError, TwoscaleError):
+        pass
+    return digest
 
 
 def values_hash(values: dict[str, Any]) -> str:
@@ -57,12 +91,9 @@ class Job:
     stage: str  # the pipeline stage (stages.yaml), not the stage module: train_teacher for a teacher
     keys: dict[str, Any]  # recipe, seed, strategy, blocks: those the stage takes
 
-    def params(self, config: dict[str, Any]) -> dict[str, Any]:
-        return param_values(self.stage, config, self.keys.get("recipe"), self.keys.get("strategy"))
-
-    def params_in_force(self, config: dict[str, Any]) -> dict[str, Any] | None:
-        """The job's parameter values under `config`; None if `config` has no such job any more (a removed recipe,
-        seed, strategy or number of blocks: the stages do not read its outputs)."""
+    def params(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The job's parameter values under `config`; None if `config` has no such job (a recipe, seed, strategy
+        or number of blocks it does not list)."""
         recipe, seed, blocks = self.keys.get("recipe"), self.keys.get("seed"), self.keys.get("blocks")
         if (self.stage not in STAGES
                 or (recipe is not None and recipe not in {**config["recipes"], **(config.get("teachers") or {})})
@@ -70,7 +101,7 @@ class Job:
                 or (blocks is not None and blocks not in config["distill"]["blocks"])):
             return None
         try:
-            return self.params(config)
+            return param_values(self.stage, config, recipe, self.keys.get("strategy"))
         except KeyError:  # its strategy
             return None
 
@@ -78,7 +109,8 @@ class Job:
 def job_of(module: str, args: argparse.Namespace, config: dict[str, Any]) -> Job | None:
     """The pipeline job that `python -m twoscale <module> ...` runs; None for a command outside the pipeline."""
     keys = {key: getattr(args, key) for key in JOB_KEYS if getattr(args, key, None) is not None}
-    stage = STAGE_OF_TEACHER.get(module, module) if keys.get("recipe") in (config.get("teachers") or {}) else module
+    teacher = keys.get("recipe") in (config.get("teachers") or {})
+    stage = STAGE_FOR_TEACHER.get(module, module) if teacher else module
     return Job(stage, keys) if stage in STAGES else None
 
 
@@ -89,7 +121,7 @@ class Record:
     params_hash: str
     sha256: str
     size: int
-    mtime_ns: int
+    inputs: dict[str, str]
 
     @classmethod
     def read(cls, output: Path) -> Record | None:
@@ -97,69 +129,85 @@ class Record:
         try:
             raw = json.loads(path.read_text())
             return cls(Job(raw["stage"], raw["job"]), raw["params"], raw["params_hash"], raw["sha256"], raw["size"],
-                       raw["mtime_ns"])
+                       raw["inputs"])
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError):
             raise TwoscaleError(f"{path}: not a readable build record (remove it and rebuild {output})") from None
 
     def describes(self, output: Path) -> bool:
-        """Whether `output` is the file recorded: same size and mtime, or else the same content."""
-        found = output.stat()
-        if (found.st_size, found.st_mtime_ns) == (self.size, self.mtime_ns):
-            return True
-        return found.st_size == self.size and content_hash(output) == self.sha256
+        return output.stat().st_size == self.size and current_hash(output) == self.sha256
 
 
-def _read_files(args: argparse.Namespace, options: tuple[str, ...]) -> Iterator[tuple[Path, bool]]:
-    """Each file the stage is given to read, and whether it was named itself (not found in a named folder)."""
-    for option in options:
-        path = getattr(args, option.removeprefix("--").replace("-", "_"), None)
-        if path is None:
+def _files_read(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> Iterator[Path]:
+    """The files the job reads: each file an input option names, and in a folder an option names, the inputs that
+    the orchestrators give the job under `config` (the outputs of the jobs in force there)."""
+    rule = next(rule for rule in rules(config) if rule.name == job.stage)
+    for option, declared in input_options(job.stage).items():
+        given = getattr(args, option.removeprefix("--").replace("-", "_"), None)
+        if given is None:
             continue
-        if path.is_file():
-            yield path, True
-        elif path.is_dir():  # a folder: the outputs recorded in it
-            for record in sorted(path.rglob(f"{RECORDS}/*.json")):
-                output = record.parent.parent / record.name.removesuffix(".json")
-                if output.is_file():
-                    yield output, False
+        within = [path for path in rule.inputs if inside(path, declared) and "{" not in path]
+        yield from [given / PurePosixPath(path).relative_to(declared) for path in within] if within else [given]
+
+
+class _Check:
+    """Files checked so far (their content hashes), so that what many inputs were built from is read once."""
+
+    def __init__(self, config: dict[str, Any], params_file: Path) -> None:
+        self.config, self.params_file = config, params_file
+        self.hashes: dict[str, str] = {}
+        self.unrecorded = 0
+
+    def file(self, path: Path, reader: Path | None = None) -> str:
+        """The file's content hash, once it and what it was built from are checked (TwoscaleError in one line
+        otherwise); `reader`: the checked file built from it, if any."""
+        if str(path) in self.hashes:
+            return self.hashes[str(path)]
+        through = f" ({reader} was built from it)" if reader else ""
+        record = Record.read(path)
+        if record is None:
+            self.unrecorded += 1
+            digest = self.hashes[str(path)] = current_hash(path)
+            return digest
+        if not record.describes(path):
+            raise TwoscaleError(f"{path}: not the file its build record describes (changed, or restored without its "
+                                f"record){through}: rebuild it, or delete {record_path(path)} to read it unchecked")
+        expected = record.job.params(self.config)
+        if expected is None:
+            raise TwoscaleError(f"{path}: built by a {record.job.stage} job ({record.job.keys}) that {self.params_file} "
+                                f"does not have{through}: rebuild it")
+        if values_hash(expected) != record.params_hash:
+            changed = changed_keys(record.params, finite_or_null(expected)) or ["a value that is not finite"]
+            raise TwoscaleError(f"{path}: built from other parameters than {self.params_file} holds "
+                                f"({shown_keys(changed)}){through}: rebuild it (snakemake, or dvc repro)")
+        for source, built_from in record.inputs.items():
+            if Path(source).is_file() and self.file(Path(source), path) != built_from:
+                raise TwoscaleError(f"{path}: built from another {source} than the one there now: rebuild it "
+                                    "(snakemake, or dvc repro)")
+        self.hashes[str(path)] = record.sha256
+        return record.sha256
 
 
 def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], params_file: Path) -> dict[str, str]:
-    """TwoscaleError in one line unless every input of the job with a build record is the file recorded and, if its
-    job is in force, was built from the parameter values in force. The content hashes of the inputs, for the
-    job's own records."""
-    hashes, unrecorded = {}, 0
-    for path, named in _read_files(args, input_options(job.stage)):
-        record = Record.read(path)
-        if record is None:
-            unrecorded += 1
-            if named:
-                hashes[str(path)] = content_hash(path)
-            continue
-        if not record.describes(path):
-            raise TwoscaleError(f"{path}: not the file its build record describes (changed or replaced since "
-                                f"{record.job.stage} wrote it): rebuild it")
-        expected = record.job.params_in_force(config)
-        if expected is not None and values_hash(expected) != record.params_hash:
-            changed = changed_keys(record.params, finite_or_null(expected)) or ["a value that is not finite"]
-            raise TwoscaleError(f"{path}: built from other parameters than {params_file} holds "
-                                f"({shown_keys(changed)}): rebuild it (snakemake, or dvc repro)")
-        hashes[str(path)] = record.sha256
-    if unrecorded:
-        log.info("%d input file(s) without a build record, read unchecked", unrecorded)
-    return hashes
+    """TwoscaleError in one line unless every file the job reads, and every file those were built from, is the
+    file its record describes and was built by a job of the parameters in force, from their values. The content
+    hashes of the files the job reads, for its own records."""
+    check = _Check(config, params_file)
+    read = {str(path): check.file(path) for path in _files_read(job, args, config) if path.is_file()}
+    if check.unrecorded:
+        log.info("%d file(s) read, or read through others, without a build record: not checked", check.unrecorded)
+    return read
 
 
 def write_records(outputs: dict[Path, Path], job: Job, config: dict[str, Any], inputs: dict[str, str]) -> None:
-    """A build record for each output (path -> the temporary file holding it until it lands), written to land with
-    it."""
+    """A build record for each output (path -> the temporary file holding it until it lands), and its hash cache,
+    written to land with it."""
     params = job.params(config)
     for output, waiting in outputs.items():
-        found = waiting.stat()
+        found, digest = waiting.stat(), content_hash(waiting)
         write_json(record_path(output), {
             "stage": job.stage, "job": job.keys, "params": params, "params_hash": values_hash(params),
-            "sha256": content_hash(waiting), "size": found.st_size, "mtime_ns": found.st_mtime_ns,
-            "inputs": inputs,
+            "sha256": digest, "size": found.st_size, "inputs": inputs,
         })
+        write_text(_stat_path(output), f"{found.st_size} {found.st_mtime_ns} {digest}")

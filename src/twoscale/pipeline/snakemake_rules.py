@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration, lookup, output_paths
+from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration, inside, lookup, output_paths
 
 ITEM = re.compile(r"\$\{item\.(\w+)\}")
 PARAMETER = re.compile(r"\$\{([\w.]+)\}")
@@ -158,10 +158,6 @@ def _rule(name: str, stage: dict[str, Any], config: dict[str, Any], root: str) -
     )
 
 
-def _inside(path: str, folder: str) -> bool:
-    return path.startswith(folder.rstrip("/") + "/")
-
-
 def rules(config: dict[str, Any], root: str | PurePosixPath = ".") -> list[Rule]:
     """Every stage's rule, its paths under `root` (the checkout itself by default), with a folder input replaced by
     every output of every job inside that folder (none, when no job writes there: a stage with no teachers to
@@ -172,8 +168,8 @@ def rules(config: dict[str, Any], root: str | PurePosixPath = ".") -> list[Rule]
     every_output = [path for rule in declared for path in rule.job_outputs()]
 
     def files(path: str) -> list[str]:
-        if not any(_inside(pattern, path) for pattern in patterns):
+        if not any(inside(pattern, path) for pattern in patterns):
             return [path]
-        return [output for output in every_output if _inside(output, path)]
+        return [output for output in every_output if inside(output, path)]
 
     return [replace(rule, inputs=tuple(f for path in rule.inputs for f in files(path))) for rule in declared]

@@ -17,6 +17,16 @@ GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q9
 MEASUREMENT_TABLES = ("geometry", "loss_vs_loops", "depth", "similarity", "trajectory")
 
 
+def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """Rows as a Markdown table of these columns, floats to 3 significant digits."""
+    def cell(value: Any) -> str:
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def require(frame: pl.DataFrame | None, name: str, columns: Sequence[str], user: str) -> pl.DataFrame:
     """The frame, if it has rows and the columns; else a one-line error naming the user (figure or claim)."""
     if frame is None or frame.height == 0:

@@ -24,7 +24,7 @@ from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.pipeline.params import Params, RunParams, results_root
-from twoscale.report.tables import fastest_of_equal_quality, matched_decoding
+from twoscale.report.tables import fastest_of_equal_quality, markdown_table, matched_decoding
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument
 from twoscale.stages.validation import read_params
@@ -78,15 +78,6 @@ def read_summary(path: Path, stage: str = "tradeoff") -> pl.DataFrame:
         return pl.read_csv(path)
     except FileNotFoundError:
         raise TwoscaleError(f"{path}: not found (run the pipeline's {stage} stage first)") from None
-
-
-def markdown(rows: list[dict], columns: list[str]) -> str:
-    def cell(value) -> str:
-        return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def machine(device: torch.device) -> str:
@@ -213,21 +204,21 @@ def run(args: argparse.Namespace) -> None:
     print(f"\ntraining throughput ({params.runtime.threads} thread(s), {args.training_steps} steps of batch "
           f"{runs[0].train.batch_size}; model FLOPs of the matmuls, attention's included; MFU against the "
           "measured peak)\n")
-    print(markdown(training, ["recipe", "precision", "compiled", "s_per_step", "tokens_per_s", "tflops", "mfu",
-                              "speedup_vs_fp32"]))
+    print(markdown_table(training, ["recipe", "precision", "compiled", "s_per_step", "tokens_per_s", "tflops",
+                                    "mfu", "speedup_vs_fp32"]))
     print(f"\nper-step cost of each exit decision ({params.sweep.threads} thread(s); first looped group, batch 1, "
           "KV cache)\n")
-    print(markdown(costs, ["recipe", "strategy", "criterion_ms_per_step", "group_step_ms"]))
+    print(markdown_table(costs, ["recipe", "strategy", "criterion_ms_per_step", "group_step_ms"]))
     print(f"\nms per generated token ({params.sweep.threads} thread(s); {params.sweep.n_prompts} prompts x "
           f"{params.sweep.new_tokens} tokens), split into criterion work (the exit decisions: decode and "
           "arithmetic) and layer work by the share of the tokens' time the exit decisions took\n")
-    print(markdown(latency, ["recipe", "strategy", "setting", "chosen", "ms_per_token", "spread_ms", "layer_ms",
-                             "criterion_ms", "generated_mean_loops", "vs_full_depth"]))
+    print(markdown_table(latency, ["recipe", "strategy", "setting", "chosen", "ms_per_token", "spread_ms",
+                                   "layer_ms", "criterion_ms", "generated_mean_loops", "vs_full_depth"]))
     if sampling:
         print(f"\nparallel sampler vs ordinary cached decoding, tokens/s after the prefill "
               f"({params.sample.n_prompts} prompts x {params.sample.new_tokens} tokens, greedy, batch 1)\n")
-        print(markdown(sampling, ["recipe", "threads", "method", "setting", "tokens_per_s", "spread",
-                                  "vs_full_recurrence", "vs_matched_quality"]))
+        print(markdown_table(sampling, ["recipe", "threads", "method", "setting", "tokens_per_s", "spread",
+                                        "vs_full_recurrence", "vs_matched_quality"]))
     if args.out:
         write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_tflops": peaks,
                               "datasheet_tflops": datasheet,

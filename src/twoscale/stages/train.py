@@ -24,7 +24,7 @@ from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import (atomic_path, load_token_array, once_landed, read_json, run_subdir, write_json,
                                   write_parquet)
 from twoscale.pipeline.params import HASH_CHARS, Params, RunParams
-from twoscale.pipeline.provenance import record_path
+from twoscale.pipeline.provenance import remove_record
 from twoscale.stages.common import add_run_arguments, load_run, log_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, provenance,
                                       resolve_device, training_dtype)
@@ -52,7 +52,7 @@ def clear_outputs(out_dir: Path) -> None:
     with their build records, so that no output of another run stays beside this one's."""
     for path in [*(out_dir / "checkpoints").glob("step_*.pt"), *(out_dir / name for name in OUTPUTS)]:
         path.unlink(missing_ok=True)
-        record_path(path).unlink(missing_ok=True)
+        remove_record(path)
 
 
 def other_interrupted_runs(run_resume_dir: Path) -> list[Path]:

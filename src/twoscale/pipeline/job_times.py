@@ -1,0 +1,75 @@
+"""Where a pipeline run's time went, from the benchmark file Snakemake writes for every job
+(results/benchmarks/<stage>[/<recipe>/seed_<seed>...].tsv: the job's wall seconds `s` and its processes' CPU
+seconds `cpu_time`; the file's mtime is when the job ended)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from twoscale.pipeline.errors import TwoscaleError
+
+
+@dataclass(frozen=True)
+class JobTime:
+    stage: str  # the first folder of its benchmark file (train: a recipe's or a teacher's training)
+    wall_s: float
+    cpu_s: float
+    end: float  # seconds since the epoch
+
+    @property
+    def start(self) -> float:
+        return self.end - self.wall_s
+
+
+def read_job_times(folder: Path) -> list[JobTime]:
+    """Every job's times under a benchmarks folder; TwoscaleError in one line if there are none or one is unreadable."""
+    paths = sorted(folder.rglob("*.tsv"))
+    if not paths:
+        raise TwoscaleError(f"{folder}: no benchmark files (a Snakemake run writes one per job)")
+    jobs = []
+    for path in paths:
+        try:
+            frame = pl.read_csv(path, separator="\t", null_values=["NA", "-"])
+            wall_s, cpu_s = float(frame["s"].sum()), float(frame["cpu_time"].fill_null(0.0).sum())
+        except (pl.exceptions.PolarsError, KeyError, ValueError, TypeError):
+            raise TwoscaleError(f"{path}: not a Snakemake benchmark file") from None
+        jobs.append(JobTime(path.relative_to(folder).parts[0].removesuffix(".tsv"), wall_s, cpu_s, path.stat().st_mtime))
+    return jobs
+
+
+def busy_seconds(jobs: Iterable[JobTime]) -> float:
+    """How long at least one job was running: the length of the union of the jobs' intervals."""
+    total, reach = 0.0, float("-inf")
+    for job in sorted(jobs, key=lambda job: job.start):
+        if job.end > reach:
+            total += job.end - max(job.start, reach)
+            reach = job.end
+    return total
+
+
+def stage_rows(jobs: Sequence[JobTime], order: Sequence[str] = ()) -> list[dict]:
+    """Per stage (in `order`, then the others by name): jobs, job-seconds, CPU-seconds, share of all job-seconds
+    (percent), and the cores its jobs kept busy on average (CPU-seconds per job-second)."""
+    total = sum(job.wall_s for job in jobs)
+    stages = sorted({job.stage for job in jobs}, key=lambda stage: (
+        order.index(stage) if stage in order else len(order), stage))
+    rows = []
+    for stage in stages:
+        own = [job for job in jobs if job.stage == stage]
+        wall, cpu = sum(job.wall_s for job in own), sum(job.cpu_s for job in own)
+        rows.append({"stage": stage, "jobs": len(own), "job_s": wall, "cpu_s": cpu,
+                     "share_pct": 100 * wall / total if total else 0.0, "cores": cpu / wall if wall else 0.0})
+    return rows
+
+
+def run_summary(jobs: Sequence[JobTime]) -> dict:
+    """The whole run: from the first job's start to the last one's end (span), the time some job ran (busy: less
+    than the span when the jobs come from runs apart in time), and how many jobs and cores were busy on average."""
+    span = max(job.end for job in jobs) - min(job.start for job in jobs)
+    job_s, cpu_s = sum(job.wall_s for job in jobs), sum(job.cpu_s for job in jobs)
+    return {"jobs": len(jobs), "span_s": span, "busy_s": busy_seconds(jobs), "job_s": job_s, "cpu_s": cpu_s,
+            "jobs_at_once": job_s / span if span else 0.0, "cores_busy": cpu_s / span if span else 0.0}

@@ -1,0 +1,31 @@
+"""Print where a pipeline run's time went, per stage, from the benchmark files Snakemake wrote for its jobs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from twoscale.pipeline.dependencies import STAGE_MODULES, declaration
+from twoscale.pipeline.job_times import read_job_times, run_summary, stage_rows
+from twoscale.pipeline.params import results_root
+from twoscale.report.tables import markdown_table
+from twoscale.stages.common import add_params_argument
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--benchmarks", type=Path,
+                        help="the folder of benchmark files (default: results/benchmarks of the parameter set)")
+
+
+def run(args: argparse.Namespace) -> None:
+    folder = args.benchmarks or results_root(args.params) / "results/benchmarks"
+    jobs = read_job_times(folder)
+    order = list(dict.fromkeys(STAGE_MODULES.get(stage, stage) for stage in declaration()))
+    summary = run_summary(jobs)
+    print(f"{folder}: {summary['jobs']} jobs; job_s: the jobs' wall seconds, cpu_s: their processes' CPU seconds, "
+          "cores: CPU seconds per wall second of the stage's jobs\n")
+    print(markdown_table(stage_rows(jobs, order), ["stage", "jobs", "job_s", "cpu_s", "share_pct", "cores"]))
+    print(f"\nfirst start to last end {summary['span_s']:.0f} s, of which some job ran {summary['busy_s']:.0f} s "
+          "(less when the jobs come from runs apart in time); "
+          f"{summary['jobs_at_once']:.2f} jobs and {summary['cores_busy']:.2f} cores busy on average over that span")

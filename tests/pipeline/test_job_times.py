@@ -1,0 +1,70 @@
+"""The pipeline's cost per stage from Snakemake's benchmark files, against sums and an interval union done by hand."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.job_times import JobTime, busy_seconds, read_job_times, run_summary, stage_rows
+
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def benchmark(folder: Path, name: str, wall_s: float, cpu_s: float, end: float) -> None:
+    """A benchmark file as Snakemake writes it for one job, ending at `end`."""
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER + f"{wall_s}\t0:00:00\t1\t1\t1\t1\t0\t0\t50\t{cpu_s}\n")
+    os.utime(path, (end, end))
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    # corpus 0-10 s; two trainings side by side 10-110 s and 20-100 s; a measure job 200-230 s, after a pause
+    benchmark(tmp_path, "corpus.tsv", 10, 9, 1_000_010)
+    benchmark(tmp_path, "train/paper/seed_1.tsv", 100, 190, 1_000_110)
+    benchmark(tmp_path, "train/plain/seed_1.tsv", 80, 70, 1_000_100)
+    benchmark(tmp_path, "measure/paper/seed_1/step_5.tsv", 30, 30, 1_000_230)
+    return tmp_path
+
+
+def test_each_stage_s_jobs_seconds_share_and_cores(folder):
+    rows = stage_rows(read_job_times(folder), order=["corpus", "train", "measure"])
+    assert [(r["stage"], r["jobs"], r["job_s"], r["cpu_s"]) for r in rows] == [
+        ("corpus", 1, 10, 9), ("train", 2, 180, 260), ("measure", 1, 30, 30)]
+    assert [round(r["share_pct"], 6) for r in rows] == [round(100 * 10 / 220, 6), round(100 * 180 / 220, 6),
+                                                       round(100 * 30 / 220, 6)]
+    assert rows[1]["cores"] == pytest.approx(260 / 180)
+
+
+def test_the_run_s_span_and_the_time_some_job_ran(folder):
+    summary = run_summary(read_job_times(folder))
+    assert summary["span_s"] == pytest.approx(230)
+    assert summary["busy_s"] == pytest.approx(110 + 30)  # 0-110 and 200-230
+    assert summary["jobs_at_once"] == pytest.approx(220 / 230)
+    assert summary["cores_busy"] == pytest.approx(299 / 230)
+
+
+def test_intervals_nested_touching_and_apart():
+    jobs = [JobTime("a", 10, 0, 10), JobTime("b", 2, 0, 5), JobTime("c", 5, 0, 15), JobTime("d", 1, 0, 30)]
+    assert busy_seconds(jobs) == 15 + 1  # 0-10 holds 3-5, 10-15 touches it, 29-30 apart
+
+
+def test_no_benchmark_files_or_an_unreadable_one_is_one_line(tmp_path):
+    with pytest.raises(TwoscaleError, match="no benchmark files"):
+        read_job_times(tmp_path)
+    (tmp_path / "x.tsv").write_text("not\ta benchmark\n")
+    with pytest.raises(TwoscaleError, match=r"x\.tsv: not a Snakemake benchmark file"):
+        read_job_times(tmp_path)
+
+
+def test_the_command_prints_the_table(folder):
+    result = subprocess.run([sys.executable, "-m", "twoscale", "cost", "--benchmarks", str(folder)],
+                            capture_output=True, text=True, check=True)
+    assert "| train | 2 | 180 | 260 | 81.8 | 1.44 |" in result.stdout
+    assert "first start to last end 230 s, of which some job ran 140 s" in result.stdout
