@@ -11,7 +11,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from twoscale.pipeline import provenance
+from twoscale.pipeline import dependencies, provenance
 from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import outputs_land_together
 from twoscale.pipeline.params import ParamsError, changed_keys, load_params, read_raw, shown_keys
@@ -77,7 +77,7 @@ def check_unchanged(path: Path, before: object) -> None:
 def recording(args: argparse.Namespace, params_file: Path | None, config: object):
     """For a pipeline stage: check the inputs it is given against their build records (one line, before anything
     runs, if one was built from other parameters), and return what writes its outputs' own records."""
-    if params_file is None:
+    if params_file is None or args.stage not in dependencies.STAGES:  # benchmark, cost: no pipeline job
         return None
     load_params(params_file)  # a bad file: the stage's own one-line refusal, before anything reads its keys
     job = provenance.job_of(args.stage, args, config)

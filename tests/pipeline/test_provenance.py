@@ -35,7 +35,8 @@ MEASURE = Job("measure", {"recipe": "paper", "seed": 1337})
 def measured(folder: Path, config: dict, job: Job = MEASURE, text: str = "rows\n") -> Path:
     """A measure output written as a stage writes it: landing with its record."""
     output = folder / "measure/paper/seed_1337/step_40/geometry.parquet"
-    with outputs_land_together(lambda outputs: write_records(outputs, job, config, {"in.pt": "ab" * 32})):
+    with outputs_land_together(lambda outputs: write_records(outputs, job, config,
+                                                             {str(folder / "in.pt"): "ab" * 32})):
         write_text(output, text)
     return output
 
@@ -72,10 +73,11 @@ def test_an_output_lands_with_its_record(tmp_path, config):
     digest = hashlib.sha256(b"rows\n").hexdigest()
     assert (record["sha256"], record["size"]) == (digest, 5)
     cache = output.parent / ".built" / "geometry.parquet.stat"  # the hash for this size and mtime, outside the record
-    assert cache.read_text() == f"5 {output.stat().st_mtime_ns} {digest}"
+    assert cache.read_text().startswith(f"5 {output.stat().st_mtime_ns} {output.stat().st_ino} ")
+    assert cache.read_text().endswith(f" {digest}")
     assert record["stage"] == "measure" and record["job"] == {"recipe": "paper", "seed": 1337}
     assert record["params"] == {"runtime.device": config["runtime"]["device"], "measure": config["measure"]}
-    assert record["inputs"] == {"in.pt": "ab" * 32}
+    assert record["inputs"] == {"../../../../in.pt": "ab" * 32}  # from the output's folder, whatever the cwd
 
 
 def test_a_failed_stage_leaves_neither_output_nor_record(tmp_path, config):
@@ -208,10 +210,41 @@ def test_a_file_without_a_record_is_read_unchecked(tmp_path, config):
         str(checkpoint): hashlib.sha256(b"weights").hexdigest()}
 
 
-def test_a_corrupt_record_is_one_line_naming_it(tmp_path, config):
+@pytest.mark.parametrize("corrupt", ["{", '"text"', {"inputs": ["a"]}, {"job": "paper"}, {"stage": ["measure"]},
+                                     {"job": {"recipe": ["paper"]}}, {"inputs": {"a": 1}}])
+def test_a_corrupt_record_is_one_line_naming_it(tmp_path, config, corrupt):
     output = measured(tmp_path, config)
-    record_path(output).write_text("{")
+    if isinstance(corrupt, dict):
+        corrupt = json.dumps(json.loads(record_path(output).read_text()) | corrupt)
+    record_path(output).write_text(corrupt)
     with pytest.raises(TwoscaleError, match=r"\.built/geometry\.parquet\.json: not a readable build record"):
+        check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
+
+
+def test_records_that_say_a_file_was_built_from_itself_are_one_line(tmp_path, config):
+    output = measured(tmp_path, config)
+    record = json.loads(record_path(output).read_text())
+    record["inputs"] = {"geometry.parquet": record["sha256"]}
+    record_path(output).write_text(json.dumps(record))
+    with pytest.raises(TwoscaleError, match="built from itself"):
+        check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
+
+
+def test_a_value_written_another_way_is_the_same_value(tmp_path, config):
+    """0.0 edited to 0 (or 10 to 10.0): the orchestrators compare values, and so does the check."""
+    measured(tmp_path, config)
+    edited = copy.deepcopy(config)
+    edited["measure"]["max_loops"] = float(edited["measure"]["max_loops"])
+    assert check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
+
+
+def test_content_changed_under_the_same_size_and_mtime_is_seen(tmp_path, config):
+    output = measured(tmp_path, config)
+    check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))  # hash cached
+    mtime = output.stat().st_mtime_ns
+    output.write_text("ROWS\n")
+    os.utime(output, ns=(mtime, mtime))  # as `cp -p` or `touch -r` would leave it
+    with pytest.raises(TwoscaleError, match="not the file its build record describes"):
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
 
 

@@ -5,14 +5,15 @@ pipeline stage and job that wrote it (recipe, seed, strategy, blocks), the value
 (`dependencies.param_values`, what Snakemake and DVC compare to rerun a job) with their hash, the output's content
 hash and size, and the content hashes of the inputs the job read. A record holds nothing else, so an output rebuilt
 byte for byte from the same inputs gets the same record (DVC hashes the records of the folders it tracks). Beside
-it, `<name>.stat` (ignored by git and DVC) caches the file's hash for its size and mtime, so that a file is hashed
-again only when it changed on disk.
+it, `<name>.stat` (ignored by git and DVC) caches the file's hash for its size, mtime, inode and ctime, so that a
+file is hashed again only when it may have changed on disk. Inputs are recorded relative to the output's folder.
 
 Before a stage runs, the files it reads are checked: those its command's input options name (a file, or in a
 folder the inputs the orchestrators would give its job under the parameters in force), and, through the records,
 every file those were built from, up to the corpus. A file with a record must be the file recorded, its job must be
-one the parameters in force have, with the same parameter values, and what it was built from must still be there
-unchanged; else the stage stops in one line before it writes anything. A file without a record (built before
+one the parameters in force have, with the same parameter values (compared by value, as Snakemake and DVC do), and
+what it was built from must be unchanged where it is still there; else the stage stops in one line before it
+writes anything. A file without a record (built before
 records existed, or put there by hand) is read unchecked, and the stage's log counts them.
 """
 
@@ -22,6 +23,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -59,11 +61,16 @@ def content_hash(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+def _stamp(found: os.stat_result) -> str:
+    """What changes when a file's content may have: size, mtime, inode and ctime (a copy that keeps the mtime,
+    `cp -p`, is another inode; a rename changes the ctime, so a landed output is hashed once more)."""
+    return f"{found.st_size} {found.st_mtime_ns} {found.st_ino} {found.st_ctime_ns}"
+
+
 def current_hash(path: Path) -> str:
-    """The file's content hash, from the cache beside it while its size and mtime are those cached; else hashed,
-    and cached again (where the folder can be written)."""
-    found = path.stat()
-    stamp = f"{found.st_size} {found.st_mtime_ns}"
+    """The file's content hash, from the cache beside it while its stamp is the one cached; else hashed, and cached
+    again (where the folder can be written)."""
+    stamp = _stamp(path.stat())
     try:
         cached_stamp, cached_hash = _stat_path(path).read_text().rsplit(" ", 1)
         if cached_stamp == stamp:
@@ -128,12 +135,22 @@ class Record:
         path = record_path(output)
         try:
             raw = json.loads(path.read_text())
-            return cls(Job(raw["stage"], raw["job"]), raw["params"], raw["params_hash"], raw["sha256"], raw["size"],
-                       raw["inputs"])
+            record = cls(Job(raw["stage"], raw["job"]), raw["params"], raw["params_hash"], raw["sha256"],
+                         raw["size"], raw["inputs"])
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError):
-            raise TwoscaleError(f"{path}: not a readable build record (remove it and rebuild {output})") from None
+            record = None
+        if record is None or not record._well_formed():
+            raise TwoscaleError(f"{path}: not a readable build record (remove it and rebuild {output})")
+        return record
+
+    def _well_formed(self) -> bool:
+        return (isinstance(self.job.stage, str) and isinstance(self.job.keys, dict)
+                and all(isinstance(value, (str, int)) for value in self.job.keys.values())
+                and isinstance(self.params, dict) and isinstance(self.sha256, str) and isinstance(self.size, int)
+                and isinstance(self.inputs, dict)
+                and all(isinstance(key, str) and isinstance(value, str) for key, value in self.inputs.items()))
 
     def describes(self, output: Path) -> bool:
         return output.stat().st_size == self.size and current_hash(output) == self.sha256
@@ -156,20 +173,26 @@ class _Check:
 
     def __init__(self, config: dict[str, Any], params_file: Path) -> None:
         self.config, self.params_file = config, params_file
-        self.hashes: dict[str, str] = {}
-        self.unrecorded = 0
+        self.hashes: dict[str, str] = {}  # by absolute path
+        self.under_way: set[str] = set()
+        self.unrecorded = self.missing = 0
 
     def file(self, path: Path, reader: Path | None = None) -> str:
         """The file's content hash, once it and what it was built from are checked (TwoscaleError in one line
         otherwise); `reader`: the checked file built from it, if any."""
-        if str(path) in self.hashes:
-            return self.hashes[str(path)]
+        key = os.path.abspath(path)
+        if key in self.hashes:
+            return self.hashes[key]
+        if key in self.under_way:
+            raise TwoscaleError(f"{path}: its build records say it was built from itself: delete "
+                                f"{record_path(path)} and rebuild it")
         through = f" ({reader} was built from it)" if reader else ""
         record = Record.read(path)
         if record is None:
             self.unrecorded += 1
-            digest = self.hashes[str(path)] = current_hash(path)
+            digest = self.hashes[key] = current_hash(path)
             return digest
+        self.under_way.add(key)
         if not record.describes(path):
             raise TwoscaleError(f"{path}: not the file its build record describes (changed, or restored without its "
                                 f"record){through}: rebuild it, or delete {record_path(path)} to read it unchecked")
@@ -177,15 +200,19 @@ class _Check:
         if expected is None:
             raise TwoscaleError(f"{path}: built by a {record.job.stage} job ({record.job.keys}) that {self.params_file} "
                                 f"does not have{through}: rebuild it")
-        if values_hash(expected) != record.params_hash:
-            changed = changed_keys(record.params, finite_or_null(expected)) or ["a value that is not finite"]
+        changed = changed_keys(record.params, finite_or_null(expected))  # by value, as the orchestrators compare
+        if changed:
             raise TwoscaleError(f"{path}: built from other parameters than {self.params_file} holds "
                                 f"({shown_keys(changed)}){through}: rebuild it (snakemake, or dvc repro)")
         for source, built_from in record.inputs.items():
-            if Path(source).is_file() and self.file(Path(source), path) != built_from:
-                raise TwoscaleError(f"{path}: built from another {source} than the one there now: rebuild it "
+            source_path = Path(os.path.normpath(path.parent / source))  # recorded relative to the output's folder
+            if not source_path.is_file():
+                self.missing += 1
+            elif self.file(source_path, path) != built_from:
+                raise TwoscaleError(f"{path}: built from another {source_path} than the one there now: rebuild it "
                                     "(snakemake, or dvc repro)")
-        self.hashes[str(path)] = record.sha256
+        self.under_way.discard(key)
+        self.hashes[key] = record.sha256
         return record.sha256
 
 
@@ -197,6 +224,8 @@ def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], par
     read = {str(path): check.file(path) for path in _files_read(job, args, config) if path.is_file()}
     if check.unrecorded:
         log.info("%d file(s) read, or read through others, without a build record: not checked", check.unrecorded)
+    if check.missing:
+        log.info("%d file(s) that what it reads was built from are gone: not checked", check.missing)
     return read
 
 
@@ -206,8 +235,11 @@ def write_records(outputs: dict[Path, Path], job: Job, config: dict[str, Any], i
     params = job.params(config)
     for output, waiting in outputs.items():
         found, digest = waiting.stat(), content_hash(waiting)
+        # the inputs relative to the output's folder: found again from any working directory
+        sources = {os.path.relpath(os.path.abspath(source), output.parent): built_from
+                   for source, built_from in inputs.items()}
         write_json(record_path(output), {
             "stage": job.stage, "job": job.keys, "params": params, "params_hash": values_hash(params),
-            "sha256": digest, "size": found.st_size, "inputs": inputs,
+            "sha256": digest, "size": found.st_size, "inputs": sources,
         })
-        write_text(_stat_path(output), f"{found.st_size} {found.st_mtime_ns} {digest}")
+        write_text(_stat_path(output), f"{_stamp(found)} {digest}")
