@@ -2,7 +2,7 @@
 
 Every output a stage writes gets a build record beside it, `<folder>/.built/<name>.json`, landing with it: the
 pipeline stage and job that wrote it (recipe, seed, strategy, blocks), the values of that job's parameter keys
-(`dependencies.param_values`, what Snakemake and DVC compare to rerun a job) with their hash, the output's content
+(`dependencies.param_values`, what Snakemake and DVC compare to rerun a job), the output's content
 hash and size, and the content hashes of the inputs the job read. A record holds nothing else, so an output rebuilt
 byte for byte from the same inputs gets the same record (DVC hashes the records of the folders it tracks). Beside
 it, `<name>.stat` (ignored by git and DVC) caches the file's hash for its size, mtime, inode and ctime, so that a
@@ -32,7 +32,7 @@ from typing import Any
 from twoscale.pipeline.dependencies import STAGE_MODULES, STAGES, input_options, inside, param_values
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path, finite_or_null, write_json, write_text
-from twoscale.pipeline.params import HASH_CHARS, changed_keys, shown_keys
+from twoscale.pipeline.params import changed_keys, shown_keys
 from twoscale.pipeline.snakemake_rules import rules
 
 log = logging.getLogger("twoscale.provenance")
@@ -67,28 +67,28 @@ def _stamp(found: os.stat_result) -> str:
     return f"{found.st_size} {found.st_mtime_ns} {found.st_ino} {found.st_ctime_ns}"
 
 
+def _cache_line(found: os.stat_result, digest: str) -> str:
+    """The hash cache's content: the file's stamp, then its hash."""
+    return f"{_stamp(found)} {digest}"
+
+
 def current_hash(path: Path) -> str:
     """The file's content hash, from the cache beside it while its stamp is the one cached; else hashed, and cached
     again (where the folder can be written)."""
-    stamp = _stamp(path.stat())
+    found = path.stat()
     try:
         cached_stamp, cached_hash = _stat_path(path).read_text().rsplit(" ", 1)
-        if cached_stamp == stamp:
+        if cached_stamp == _stamp(found):
             return cached_hash
     except (OSError, ValueError):
         pass
     digest = content_hash(path)
     try:
         with atomic_path(_stat_path(path), now=True) as tmp:
-            tmp.write_text(f"{stamp} {digest}")
+            tmp.write_text(_cache_line(found, digest))
     except (OSError, TwoscaleError):
         pass
     return digest
-
-
-def values_hash(values: dict[str, Any]) -> str:
-    """The parameter values' hash (an infinite setting included, which the record's strict JSON writes as null)."""
-    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:HASH_CHARS]
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,6 @@ def job_of(module: str, args: argparse.Namespace, config: dict[str, Any]) -> Job
 class Record:
     job: Job
     params: dict[str, Any]  # as strict JSON has them: an infinity is null
-    params_hash: str
     sha256: str
     size: int
     inputs: dict[str, str]
@@ -135,8 +134,7 @@ class Record:
         path = record_path(output)
         try:
             raw = json.loads(path.read_text())
-            record = cls(Job(raw["stage"], raw["job"]), raw["params"], raw["params_hash"], raw["sha256"],
-                         raw["size"], raw["inputs"])
+            record = cls(Job(raw["stage"], raw["job"]), raw["params"], raw["sha256"], raw["size"], raw["inputs"])
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError):
@@ -239,7 +237,7 @@ def write_records(outputs: dict[Path, Path], job: Job, config: dict[str, Any], i
         sources = {os.path.relpath(os.path.abspath(source), output.parent): built_from
                    for source, built_from in inputs.items()}
         write_json(record_path(output), {
-            "stage": job.stage, "job": job.keys, "params": params, "params_hash": values_hash(params),
-            "sha256": digest, "size": found.st_size, "inputs": sources,
+            "stage": job.stage, "job": job.keys, "params": params, "sha256": digest, "size": found.st_size,
+            "inputs": sources,
         })
-        write_text(_stat_path(output), f"{_stamp(found)} {digest}")
+        write_text(_stat_path(output), _cache_line(found, digest))
