@@ -20,7 +20,7 @@ from twoscale.inference.generation import CriterionClock, LayerCache, block_step
 from twoscale.inference.sampler import SamplerSettings
 from twoscale.inference.sampling import sampler_throughput
 from twoscale.inference.sweep import latency_ms_per_token, never_exit_setting, rules_at
-from twoscale.models.looped_gpt import LoopedGPT, ModelConfig, segments
+from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.params import TrainParams
 from twoscale.training.batches import random_batch
 from twoscale.training.device import clock, median_ms

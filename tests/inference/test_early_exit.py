@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from twoscale.inference.early_exit import compute_fraction, evaluate_with_exits, teacher_forced
 from twoscale.inference.exits import head_decode, make_rule

@@ -187,6 +187,30 @@ def test_min_and_max_loops():
         counter.update(torch.tensor([False]))
 
 
+def test_stacked_rules_exit_each_row_by_its_own_setting():
+    # the halving path's absolute step norm is 1/2, 1/4, 1/8, ...: below 0.3 from k = 2, below 0.1 from k = 4;
+    # rows 0-1 follow tau 0.3, rows 2-3 tau 0.1, rows 4-5 tau 0 capped at 3 loops
+    rules = [ExitRule(StepNorm(), 0.3, max_loops=K), ExitRule(StepNorm(), 0.1, max_loops=K),
+             ExitRule(StepNorm(), 0.0, max_loops=3)]
+    stacked = ExitRule.stacked(rules, rows_each=2)
+    path = HALVING[:, :1].expand(-1, 6, -1)
+    assert exit_steps(stacked, path).tolist() == [2, 2, 4, 4, 3, 3]
+    assert stacked.max_loops == K
+    assert exit_steps(ExitRule.stacked([ExitRule(StepNorm(), 0.1, hits=h, max_loops=K) for h in (1, 3)], 1),
+                      HALVING[:, :1].expand(-1, 2, -1)).tolist() == [4, 6]
+
+
+def test_stacked_rules_must_differ_in_their_settings_only():
+    with pytest.raises(ValueError, match="share criterion"):
+        ExitRule.stacked([ExitRule(StepNorm(), 0.1, max_loops=K), ExitRule(StepNorm(relative=True), 0.1,
+                                                                          max_loops=K)], 2)
+    with pytest.raises(ValueError, match="share criterion"):
+        ExitRule.stacked([ExitRule(StepNorm(), 0.1)], 2)  # no max_loops
+    rule = ExitRule.stacked([ExitRule(StepNorm(), 0.1, max_loops=K)], 2)
+    with pytest.raises(ValueError, match="2 entries for 3 rows"):
+        rule.start(torch.zeros(3, 4))
+
+
 # --- first order and the Huginn latent criteria ------------------------------------------------------------
 
 

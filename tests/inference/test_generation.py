@@ -47,17 +47,21 @@ def test_cached_generation_equals_the_full_forward_with_sandwich_norm_and_inject
 
 
 def test_an_exited_position_is_read_at_its_deepest_step():
-    # keys[step, row, position] = 3 * step + position (+ 100 in row 1)
+    # keys[step, row, position] = 3 * step + position (+ 100 in row 1); entries deeper than a position's depth are
+    # garbage (-1) until the position is finished
     keys = (torch.arange(3 * 3, dtype=torch.float64).view(3, 1, 3) + torch.tensor([0.0, 100.0]).view(1, 2, 1))
-    keys = keys[..., None, None]
-    cache = LayerCache(keys, -keys, depth=torch.tensor([[1, 3, 2], [3, 1, 3]]), complete_to=1)
+    depth = torch.tensor([[1, 3, 2], [3, 1, 3]])
+    keys = torch.where(torch.arange(1, 4).view(3, 1, 1) <= depth[None], keys, -1.0)[..., None, None]
+    cache = LayerCache(keys, -keys, depth=depth)
+    for position in range(3):
+        cache.finish(position, fewest=int(depth[:, position].min()))
     got, values = cache.visible(step=2, count=3, rows=None)
     # step 2 for positions whose deepest step is >= 2, else their deepest: row 0 steps (1, 2, 2), row 1 (2, 1, 2)
     assert got.flatten().tolist() == [0.0, 4.0, 5.0, 103.0, 101.0, 105.0]
     assert torch.equal(values, -got)
     assert cache.visible(step=3, count=2, rows=torch.tensor([1]))[0].flatten().tolist() == [106.0, 101.0]
-    # up to the step every position has, no gather is needed and the reads are the same
     assert cache.visible(step=1, count=3, rows=None)[0].flatten().tolist() == [0.0, 1.0, 2.0, 100.0, 101.0, 102.0]
+    assert cache.depth.tolist() == depth.tolist()  # the copies are not entries of their own
 
 
 def test_cache_rows_are_independent_sequences(model):

@@ -1,13 +1,16 @@
-"""A sweep point's extremes meet the fixed-depth baseline: exit-at-once is depth 1, never-exit is full depth; the
-latency rounds time every point once per round, in a rotated order."""
+"""A sweep point's extremes meet the fixed-depth baseline: exit-at-once is depth 1, never-exit is full depth; a
+strategy's settings decoded together as rows of one batch give what each gives alone; the latency rounds time every
+point once per round, in a rotated order."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import torch
 
-from twoscale.inference.sweep import latency_ms_per_token, rules_at, sweep_point, timed_rounds
+from twoscale.inference.sweep import latency_ms_per_token, rules_at, sweep_settings, timed_rounds
 from twoscale.training.batches import evaluate_loss
 
 MAX_LOOPS = 4
@@ -17,7 +20,7 @@ PROMPTS = [[3, 1, 4], [2, 7, 1]]
 
 
 def point(model, strategy, setting):
-    return sweep_point(model, VAL, strategy, setting, MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)
+    return sweep_settings(model, VAL, strategy, [setting], MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)[0]
 
 
 def test_rules_at_sets_threshold_or_loops():
@@ -56,3 +59,22 @@ def test_rounds_time_every_point_once_in_a_rotated_order(tiny_model):
     assert order[3:6] == [(1, "fixed", 3.0), (1, "step_norm", 0.0), (1, "fixed", 1.0)]
     assert len(rows) == 12 and all(row["ms_per_token"] > 0 for row in rows)
     assert [row["generated_mean_loops"] for row in rows[:3]] == [1, 3, MAX_LOOPS]
+
+
+@pytest.mark.parametrize("strategy, settings", [
+    ({"criterion": "fixed"}, [1, 3, 2, 4]),
+    ({"criterion": "acceleration", "variant": "vector", "hits": 2}, [0.0, 1e-2, 0.1, 0.3, math.inf]),
+    ({"criterion": "step_norm", "relative": True}, [0.0, 0.05, 0.1, 0.3, math.inf]),
+    ({"criterion": "kl", "decode": "rest"}, [0.0, 1e-3, 1e-2, math.inf]),
+    ({"criterion": "argmax"}, [1, 2, 3]),
+], ids=["fixed", "acceleration", "step_norm", "kl_rest", "argmax"])
+def test_settings_decoded_together_equal_each_setting_alone(tiny_model, strategy, settings):
+    together = sweep_settings(tiny_model, VAL, strategy, settings, MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)
+    alone = [point(tiny_model, strategy, setting) for setting in settings]
+    assert [row["setting"] for row in together] == [float(s) for s in settings]
+    for row, single in zip(together, alone, strict=True):
+        assert {key: value for key, value in row.items() if "loops" in key or "per_token" in key} == {
+            key: value for key, value in single.items() if "loops" in key or "per_token" in key}
+        assert row["cross_entropy"] == pytest.approx(single["cross_entropy"], rel=1e-12)
+    # the settings differ: a test of rows that all exit alike would pass whatever the stacking did
+    assert len({row["mean_loops"] for row in together}) > 1

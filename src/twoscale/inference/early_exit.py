@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from tqdm import tqdm
 
 from twoscale.inference.cost import token_costs
 from twoscale.inference.exits import ExitRule
 from twoscale.inference.generation import new_cache, step_tokens
-from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.models.looped_gpt import LoopedGPT, at_least_float32
 from twoscale.training.batches import held_out_batches
 
 Tensor = torch.Tensor
@@ -58,6 +60,52 @@ def compute_fraction(model: LoopedGPT, mean_loops: Sequence[float], max_loops: i
 
 
 @torch.no_grad()
+def evaluate_settings(
+    model: LoopedGPT, ids: np.ndarray, settings: Sequence[Sequence[ExitRule]], max_loops: int, n_windows: int,
+    batch_size: int, device: torch.device, progress: str | None = None,
+) -> list[dict[str, float]]:
+    """`evaluate_with_exits` for several rule sets at once (the settings of one strategy: rules that differ in
+    threshold, hits or loop count only). Every batch of windows is decoded once, the settings as rows of one batch
+    (`ExitRule.stacked`), so the layers run on every setting's tokens together; each row still exits by its own
+    setting's rule. One result per rule set, in order; `progress` names a bar over the batches."""
+    model.eval()
+    n_settings = len(settings)
+    total_nll = torch.zeros(n_settings, dtype=torch.float64)
+    loop_sums = torch.zeros(n_settings, model.n_groups, dtype=torch.float64)
+    layer_sums = torch.zeros(n_settings, dtype=torch.float64)
+    flop_sums = torch.zeros(n_settings, dtype=torch.float64)
+    tokens = 0
+    batches = held_out_batches(ids, n_windows, batch_size, model.config.block_size)
+    for x, y in tqdm(batches, desc=progress, unit="batch", disable=progress is None):
+        windows, length = x.shape
+        rules = [ExitRule.stacked([rule_set[g] for rule_set in settings], windows) for g in range(model.n_groups)]
+        run = teacher_forced(model, x.to(device).repeat(n_settings, 1), rules)
+        nll = F.cross_entropy(at_least_float32(run.logits.flatten(0, 1)), y.to(device).repeat(n_settings, 1).flatten(),
+                              reduction="none")
+        total_nll += nll.double().view(n_settings, -1).sum(1).cpu()
+        loops = run.loops.flatten(1)  # (G, settings * windows * length), setting-major
+        loop_sums += loops.double().view(model.n_groups, n_settings, -1).sum(2).T.cpu()
+        positions = torch.arange(length, device=loops.device).repeat(windows * n_settings)
+        cost = token_costs(model, loops, positions, rules)
+        layer_sums += cost.layers.view(n_settings, -1).sum(1).cpu()
+        flop_sums += cost.flops.view(n_settings, -1).sum(1).cpu()
+        tokens += y.numel()
+    results = []
+    for index in range(n_settings):
+        mean_loops = (loop_sums[index] / tokens).tolist()
+        cross_entropy = total_nll[index].item() / tokens
+        result = {
+            "cross_entropy": cross_entropy,
+            "perplexity": math.exp(cross_entropy),
+            "compute_fraction": compute_fraction(model, mean_loops, max_loops),
+            "layers_per_token": layer_sums[index].item() / tokens,
+            "gflops_per_token": flop_sums[index].item() / tokens / 1e9,
+        }
+        result.update({f"mean_loops_group{g}": value for g, value in enumerate(mean_loops)})
+        results.append(result)
+    return results
+
+
 def evaluate_with_exits(
     model: LoopedGPT, ids: np.ndarray, rules: Sequence[ExitRule], max_loops: int, n_windows: int, batch_size: int,
     device: torch.device,
@@ -65,29 +113,4 @@ def evaluate_with_exits(
     """Cross-entropy and perplexity on fixed validation windows with exits active; mean loops per group, the
     fraction of the compute of every group at max_loops that was spent, and the cost per token in layer
     applications and GFLOPs with the exit decodes included (`cost`)."""
-    model.eval()
-    total_nll, tokens = 0.0, 0
-    loop_sums = torch.zeros(model.n_groups, dtype=torch.float64)
-    layer_sum = flop_sum = 0.0
-    for x, y in held_out_batches(ids, n_windows, batch_size, model.config.block_size):
-        run = teacher_forced(model, x.to(device), rules)
-        nll = torch.nn.functional.cross_entropy(run.logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum")
-        total_nll += nll.item()
-        loops = run.loops.flatten(1)
-        loop_sums += loops.sum(1).double().cpu()
-        positions = torch.arange(x.shape[1], device=loops.device).repeat(x.shape[0])
-        cost = token_costs(model, loops, positions, rules)
-        layer_sum += cost.layers.sum().item()
-        flop_sum += cost.flops.sum().item()
-        tokens += y.numel()
-    mean_loops = (loop_sums / tokens).tolist()
-    cross_entropy = total_nll / tokens
-    result = {
-        "cross_entropy": cross_entropy,
-        "perplexity": math.exp(cross_entropy),
-        "compute_fraction": compute_fraction(model, mean_loops, max_loops),
-        "layers_per_token": layer_sum / tokens,
-        "gflops_per_token": flop_sum / tokens / 1e9,
-    }
-    result.update({f"mean_loops_group{g}": value for g, value in enumerate(mean_loops)})
-    return result
+    return evaluate_settings(model, ids, [rules], max_loops, n_windows, batch_size, device)[0]

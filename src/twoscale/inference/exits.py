@@ -35,18 +35,17 @@ a rule step by step as the group runs; nothing here replays a stored trajectory.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from twoscale.models.looped_gpt import at_least_float32
+
 Tensor = torch.Tensor
 
 DECODES = ("rest", "head")
-
-
-def _f(x: Tensor) -> Tensor:
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
 def _norm(x: Tensor) -> Tensor:
@@ -61,7 +60,7 @@ def _ratio(num: Tensor, den: Tensor) -> Tensor:
 
 
 def _nan(x: Tensor) -> Tensor:
-    return torch.full(x.shape[:1], math.nan, dtype=_f(x).dtype, device=x.device)
+    return torch.full(x.shape[:1], math.nan, dtype=at_least_float32(x).dtype, device=x.device)
 
 
 # --- criteria ----------------------------------------------------------------------------------------------
@@ -87,7 +86,7 @@ class Criterion:
 
     def reset(self, x0: Tensor) -> None:
         """Start a group: x0 is its input x^(0), (N, C)."""
-        self.memory = {"x": _f(x0)}
+        self.memory = {"x": at_least_float32(x0)}
 
     def score(self, x: Tensor, logits: Tensor | None = None) -> Tensor:
         """Value (N,) for the new state x = x^(k) (N, C) and, if needed, its logits (N, V); updates memory."""
@@ -108,7 +107,7 @@ class Never(Criterion):
     default_threshold = 0.0
 
     def score(self, x: Tensor, logits: Tensor | None = None) -> Tensor:
-        return torch.full(x.shape[:1], math.inf, dtype=_f(x).dtype, device=x.device)
+        return torch.full(x.shape[:1], math.inf, dtype=at_least_float32(x).dtype, device=x.device)
 
 
 ACCELERATION_VARIANTS = ("vector", "by_step", "by_state", "size_difference")
@@ -137,7 +136,7 @@ class Acceleration(Criterion):
         self.variant = variant
 
     def score(self, x: Tensor, logits: Tensor | None = None) -> Tensor:
-        x = _f(x)
+        x = at_least_float32(x)
         step = x - self.memory["x"]
         prev_step = self.memory.get("step")
         self.memory.update(x=x, step=step)
@@ -166,7 +165,7 @@ class StepNorm(Criterion):
         self.relative = relative
 
     def score(self, x: Tensor, logits: Tensor | None = None) -> Tensor:
-        x, prev = _f(x), self.memory["x"]
+        x, prev = at_least_float32(x), self.memory["x"]
         self.memory["x"] = x
         size = _norm(x - prev)
         return _ratio(size, _norm(prev)) if self.relative else size
@@ -182,7 +181,7 @@ class LatentDifference(Criterion):
     default_threshold = 0.03
 
     def score(self, x: Tensor, logits: Tensor | None = None) -> Tensor:
-        x, prev = _f(x), self.memory["x"]
+        x, prev = at_least_float32(x), self.memory["x"]
         self.memory["x"] = x
         return _ratio(_norm(x - prev), _norm(x))
 
@@ -196,7 +195,7 @@ class Cosine(Criterion):
     default_threshold = 1e-3
 
     def score(self, x: Tensor, logits: Tensor | None = None) -> Tensor:
-        x, prev = _f(x), self.memory["x"]
+        x, prev = at_least_float32(x), self.memory["x"]
         self.memory["x"] = x
         den = _norm(x) * _norm(prev)
         cos = torch.where(den > 0, (x * prev).sum(-1) / torch.where(den > 0, den, 1.0), 0.0).clamp(-1.0, 1.0)
@@ -224,7 +223,7 @@ class _LogitCriterion(Criterion):
     def _log_probs(self, logits: Tensor | None) -> Tensor:
         if logits is None:
             raise ValueError(f"{self.name} needs the logits of the current states")
-        return F.log_softmax(_f(logits), dim=-1)
+        return F.log_softmax(at_least_float32(logits), dim=-1)
 
     def describe(self) -> dict[str, Any]:
         return {"criterion": self.name, "decode": self.decode}
@@ -292,7 +291,7 @@ class ArgmaxStability(_LogitCriterion):
         token = logits.argmax(-1)
         prev = self.memory.get("token")
         self.memory["token"] = token
-        dtype = _f(logits).dtype
+        dtype = at_least_float32(logits).dtype
         if prev is None:
             return torch.full(token.shape, math.nan, dtype=dtype, device=token.device)
         return (token != prev).to(dtype)
@@ -301,35 +300,66 @@ class ArgmaxStability(_LogitCriterion):
 # --- hit counting and the rule ------------------------------------------------------------------------------
 
 
+PerRow = int | float | Tensor  # one value for every row, or a value per row (N,)
+
+
+def _rows(value: PerRow | None, n: int, device: torch.device | str, dtype: torch.dtype) -> Tensor | None:
+    """`value` as a tensor with one entry per row (None stays None); a per-row value must have n entries."""
+    if value is None:
+        return None
+    if isinstance(value, Tensor):
+        if value.shape != (n,):
+            raise ValueError(f"a per-row setting has {value.numel()} entries for {n} rows")
+        return value.to(device=device, dtype=dtype)
+    return torch.full((n,), value, dtype=dtype, device=device)
+
+
+def _most(value: PerRow | None) -> int | None:
+    return int(value.max()) if isinstance(value, Tensor) else value
+
+
 class HitCounter:
     """Consecutive hits per token. After step k a token exits when it has `hits` hits in a row and
-    k >= min_loops, or when k == max_loops (None: no limit)."""
+    k >= min_loops, or when k == max_loops (None: no limit). `hits` and `max_loops` are one value for every
+    token or a value per token (N,): the settings of a sweep then run as rows of one batch."""
 
-    def __init__(self, hits: int = 1, min_loops: int = 1, max_loops: int | None = None) -> None:
-        if hits < 1 or min_loops < 1 or (max_loops is not None and max_loops < min_loops):
+    def __init__(self, hits: PerRow = 1, min_loops: int = 1, max_loops: PerRow | None = None) -> None:
+        fewest_hits = int(hits.min()) if isinstance(hits, Tensor) else hits
+        fewest_loops = int(max_loops.min()) if isinstance(max_loops, Tensor) else max_loops
+        if fewest_hits < 1 or min_loops < 1 or (fewest_loops is not None and fewest_loops < min_loops):
             raise ValueError(
                 f"need hits >= 1 and 1 <= min_loops <= max_loops, got {hits}, {min_loops}, {max_loops}")
         self.hits, self.min_loops, self.max_loops = hits, min_loops, max_loops
         self.k = 0
         self.count = torch.zeros(0, dtype=torch.long)
+        self._needed = self._limit = self.count
+
+    @property
+    def most_loops(self) -> int | None:
+        """The most steps any token may take (None: no limit)."""
+        return _most(self.max_loops)
 
     def reset(self, n: int, device: torch.device | str = "cpu") -> None:
         self.k = 0
         self.count = torch.zeros(n, dtype=torch.long, device=device)
+        self._needed = _rows(self.hits, n, device, torch.long)
+        self._limit = _rows(self.max_loops, n, device, torch.long)
 
     def update(self, hit: Tensor) -> Tensor:
         """Count this step's hits (N,) bool; return which tokens exit now (N,) bool."""
-        if self.max_loops is not None and self.k >= self.max_loops:
-            raise RuntimeError(f"step {self.k + 1} is past max_loops = {self.max_loops}")
+        if self.most_loops is not None and self.k >= self.most_loops:
+            raise RuntimeError(f"step {self.k + 1} is past max_loops = {self.most_loops}")
         self.k += 1
         self.count = torch.where(hit, self.count + 1, torch.zeros_like(self.count))
-        exit_now = (self.count >= self.hits) & (self.k >= self.min_loops)
-        if self.max_loops is not None and self.k >= self.max_loops:
-            exit_now = torch.ones_like(exit_now)
+        exit_now = (self.count >= self._needed) & (self.k >= self.min_loops)
+        if self._limit is not None:
+            exit_now |= self._limit <= self.k
         return exit_now
 
     def select(self, keep: Tensor) -> None:
-        self.count = self.count[keep]
+        self.count, self._needed = self.count[keep], self._needed[keep]
+        if self._limit is not None:
+            self._limit = self._limit[keep]
 
 
 class ExitRule:
@@ -343,24 +373,44 @@ class ExitRule:
 
     After `step`, the exited tokens are dropped: the next call takes the remaining tokens' states (in the same
     order); `running` holds their indices into the original N. threshold None takes the criterion's default.
+    threshold, hits and max_loops may each be a value per token (N,) (`stacked`).
     """
 
     def __init__(
         self,
         criterion: Criterion,
-        threshold: float | None = None,
-        hits: int | None = None,
+        threshold: PerRow | None = None,
+        hits: PerRow | None = None,
         min_loops: int = 1,
-        max_loops: int | None = None,
+        max_loops: PerRow | None = None,
     ) -> None:
         threshold = criterion.default_threshold if threshold is None else threshold
         if threshold is None:
             raise ValueError(f"{criterion.name} needs a threshold")
         self.criterion = criterion
-        self.threshold = float(threshold)
+        self.threshold = threshold if isinstance(threshold, Tensor) else float(threshold)
         self.counter = HitCounter(criterion.default_hits if hits is None else hits, min_loops, max_loops)
         self.running = torch.zeros(0, dtype=torch.long)
         self.last_value = torch.zeros(0)
+        self._threshold = self.running
+
+    @classmethod
+    def stacked(cls, rules: Sequence[ExitRule], rows_each: int) -> ExitRule:
+        """One rule over the rows of several rules' batches stacked in order, `rows_each` rows per rule: rows
+        [i * rows_each, (i + 1) * rows_each) follow rules[i]. The rules may differ in threshold, hits and
+        max_loops only; every row then exits exactly as it would under its own rule."""
+        first = rules[0]
+        if any(rule.criterion.describe() != first.criterion.describe() or rule.counter.min_loops
+               != first.counter.min_loops or rule.max_loops is None for rule in rules):
+            raise ValueError("stacked rules must share criterion, options and min_loops, each with a max_loops")
+
+        def per_row(values: list[float], dtype: torch.dtype) -> Tensor:
+            return torch.tensor(values, dtype=dtype).repeat_interleave(rows_each)
+
+        return cls(first.criterion,  # stateless until `start`
+                   per_row([rule.threshold for rule in rules], torch.float64),
+                   per_row([rule.hits for rule in rules], torch.long), first.counter.min_loops,
+                   per_row([rule.max_loops for rule in rules], torch.long))
 
     @property
     def name(self) -> str:
@@ -371,12 +421,20 @@ class ExitRule:
         return self.criterion.needs_logits
 
     @property
-    def hits(self) -> int:
+    def hits(self) -> PerRow:
         return self.counter.hits
 
     @property
     def max_loops(self) -> int | None:
-        return self.counter.max_loops
+        """The most loops any token may run."""
+        return self.counter.most_loops
+
+    @property
+    def fixed_loops(self) -> int | None:
+        """The loop count of a rule that never exits early and stops every token at the same step (ordinary
+        decoding); None for any other rule."""
+        limit = self.counter.max_loops
+        return limit if isinstance(self.criterion, Never) and isinstance(limit, int) else None
 
     @property
     def k(self) -> int:
@@ -388,6 +446,7 @@ class ExitRule:
         self.criterion.reset(x0)
         self.counter.reset(x0.shape[0], x0.device)
         self.running = torch.arange(x0.shape[0], device=x0.device)
+        self._threshold = _rows(self.threshold, x0.shape[0], x0.device, at_least_float32(x0).dtype)
 
     def step(self, x: Tensor, logits: Tensor | None = None) -> Tensor:
         """Take x^(k) (n, C) of the n tokens still running (and their logits (n, V) if the criterion needs
@@ -397,17 +456,21 @@ class ExitRule:
         if self.needs_logits and logits is None:
             raise ValueError(f"{self.name} needs the logits of the current states")
         value = self.criterion.score(x, logits)
-        exit_now = self.counter.update(value < self.threshold)  # NaN is never a hit
+        exit_now = self.counter.update(value < self._threshold)  # NaN is never a hit
         keep = ~exit_now
         self.criterion.select(keep)
         self.counter.select(keep)
         self.running = self.running[keep]
+        self._threshold = self._threshold[keep]
         self.last_value = value
         return exit_now
 
     def describe(self) -> dict[str, Any]:
-        return {**self.criterion.describe(), "threshold": self.threshold, "hits": self.hits,
-                "min_loops": self.counter.min_loops, "max_loops": self.max_loops}
+        def plain(value: PerRow | None) -> Any:
+            return value.tolist() if isinstance(value, Tensor) else value
+
+        return {**self.criterion.describe(), "threshold": plain(self.threshold), "hits": plain(self.hits),
+                "min_loops": self.counter.min_loops, "max_loops": plain(self.counter.max_loops)}
 
     def __repr__(self) -> str:
         return f"ExitRule({self.describe()})"

@@ -6,8 +6,9 @@ the sweep reports is the quality of the decoding whose latency it times.
 KV-cache convention for exited positions (Geiping et al.): each layer keeps one cache entry per position for every
 time it ran (single-pass layers once, layers of a looped group once per loop step). A position that left group g
 after k_exit steps has no entries for deeper steps; a later token attending at loop step k reads, for every earlier
-position p, the entry of step min(k, k_exit(p)): the deepest one p has. With every token running the same loop
-counts this is exactly the full forward pass (tested).
+position p, the entry of step min(k, k_exit(p)): the deepest one p has. (Once a position is done with a layer, its
+deepest entry is copied into the deeper steps' slots, so a read at any step is a plain slice.) With every token
+running the same loop counts this is exactly the full forward pass (tested).
 
 The "rest" decode of a criterion (its next-token distribution after group g) runs the later segments once on the
 token's current state, each later looped group's layers once without their input injection, then the final norm and
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from twoscale.inference.exits import ExitRule, Never, head_decode
+from twoscale.inference.exits import ExitRule, head_decode
 from twoscale.models.looped_gpt import Block, LoopedGPT, Segment
 from twoscale.training.device import clock
 
@@ -34,20 +35,20 @@ Rows = Tensor | None  # indices of the batch rows a step works on; None: all of 
 
 @dataclass
 class LayerCache:
-    """Keys and values of one layer, (steps, rows, positions, heads, head_dim), each row's deepest step per position,
-    and a step up to which every position written so far has entries (so reading it needs no gather)."""
+    """Keys and values of one layer, (steps, rows, positions, heads, head_dim), and each row's deepest step per
+    position. Once a position is done with the layer (`finish`), a row that stopped short of a step serves its
+    deepest entry there too, so a later token reads any step with a plain slice."""
 
     keys: Tensor
     values: Tensor
     depth: Tensor  # (rows, positions) long: deepest loop step each position has an entry for (0: none yet)
-    complete_to: int
 
     def copy(self) -> LayerCache:
-        return LayerCache(self.keys.clone(), self.values.clone(), self.depth.clone(), self.complete_to)
+        return LayerCache(self.keys.clone(), self.values.clone(), self.depth.clone())
 
     def row(self, r: int) -> LayerCache:
         """Row r as a one-sequence cache, (steps, positions, heads, head_dim), sharing this cache's memory."""
-        return LayerCache(self.keys[:, r], self.values[:, r], self.depth[r], 0)
+        return LayerCache(self.keys[:, r], self.values[:, r], self.depth[r])
 
     def store(self, step: int, position: int, rows: Rows, k: Tensor, v: Tensor) -> None:
         selected = slice(None) if rows is None else rows
@@ -55,19 +56,25 @@ class LayerCache:
         self.values[step - 1, selected, position] = v
         self.depth[selected, position] = step
 
-    def finish(self, deepest: int) -> None:
-        """The newest position is done with this layer; `deepest` is the fewest steps any of its rows ran."""
-        self.complete_to = min(self.complete_to, deepest)
+    def finish(self, position: int, fewest: int) -> None:
+        """`position` is done with this layer and every row ran at least `fewest` steps. A row that ran d steps,
+        fewer than the cache holds, gets its step-d entry copied into every deeper step."""
+        steps = self.keys.shape[0]
+        if fewest >= steps:
+            return
+        deepest = torch.minimum(torch.arange(steps, device=self.depth.device)[:, None],
+                                self.depth[:, position][None] - 1)  # (steps, rows), 0-based
+        rows = torch.arange(self.depth.shape[0], device=self.depth.device)[None]
+        self.keys[:, :, position] = self.keys[deepest, rows, position]
+        self.values[:, :, position] = self.values[deepest, rows, position]
 
     def visible(self, step: int, count: int, rows: Rows) -> tuple[Tensor, Tensor]:
-        """The first `count` positions' entries at loop step min(step, their deepest step) (1-based): (R, P, H, D)."""
-        selected = slice(None) if rows is None else rows
-        if step <= self.complete_to:
-            return self.keys[step - 1, selected, :count], self.values[step - 1, selected, :count]
-        index = self.depth[selected, :count].clamp(max=step) - 1
-        row_index = (torch.arange(self.depth.shape[0], device=index.device) if rows is None else rows)[:, None]
-        positions = torch.arange(count, device=index.device)[None]
-        return self.keys[index, row_index, positions], self.values[index, row_index, positions]
+        """The first `count` positions' entries at loop step min(step, their deepest step) (1-based), (R, P, H, D):
+        positions done with the layer, and the newest one's entry of this very step."""
+        keys, values = self.keys[step - 1, :, :count], self.values[step - 1, :, :count]
+        if rows is None:
+            return keys, values
+        return keys.index_select(0, rows), values.index_select(0, rows)  # several times faster than keys[rows]
 
 
 def new_cache(model: LoopedGPT, max_loops: int, max_positions: int, rows: int = 1) -> list[LayerCache]:
@@ -81,7 +88,7 @@ def new_cache(model: LoopedGPT, max_loops: int, max_positions: int, rows: int = 
     def cache(steps: int) -> LayerCache:
         shape = (steps, rows, max_positions, config.n_head, head_dim)
         return LayerCache(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
-                          torch.zeros((rows, max_positions), dtype=torch.long, device=device), steps)
+                          torch.zeros((rows, max_positions), dtype=torch.long, device=device))
 
     return [cache(max_loops if layer in looped else 1) for layer in range(config.n_layer)]
 
@@ -93,8 +100,9 @@ def block_step(block: Block, x: Tensor, cache: LayerCache, step: int, position: 
     With `store` its own key and value become the cache entry of (step, position); without, the cache is only
     read (a look-ahead decode)."""
     def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, None]:
-        if store:
+        if store:  # the position's own entry is then the last one read
             cache.store(step, position, rows, k, v)
+            return (*cache.visible(step, position + 1, rows), None)
         past_k, past_v = cache.visible(step, position, rows)
         return torch.cat([past_k, k[:, None]], 1), torch.cat([past_v, v[:, None]], 1), None
 
@@ -191,15 +199,15 @@ def step_tokens(model: LoopedGPT, tokens: Tensor, position: int, caches: list[La
                 x = block_step(model.blocks[layer], x, caches[layer], 1, position)
             continue
         rule = rules[segment.group]
-        if isinstance(rule.criterion, Never):
-            x = loop_fixed(model, segment, x, caches, position, rule.max_loops)
-            steps = torch.full((x.shape[0],), rule.max_loops, dtype=torch.long, device=x.device)
-            fewest = rule.max_loops
+        if rule.fixed_loops is not None:
+            x = loop_fixed(model, segment, x, caches, position, rule.fixed_loops)
+            steps = torch.full((x.shape[0],), rule.fixed_loops, dtype=torch.long, device=x.device)
+            fewest = rule.fixed_loops
         else:
             x, steps = loop_with_exits(model, segment_index, x, caches, position, rule, timer)
             fewest = int(steps.min())
         for layer in segment.layers:
-            caches[layer].finish(fewest)
+            caches[layer].finish(position, fewest)
         loops.append(steps)
     return model.lm_head(model.ln_f(x)), torch.stack(loops)
 
@@ -242,7 +250,7 @@ def generate(
     total = len(prompt) + new_tokens
     if total > model.config.block_size:
         raise ValueError(f"prompt + new tokens = {total} exceeds block_size {model.config.block_size}")
-    caches = new_cache(model, max_loops, total)
+    caches = new_cache(model, max(rule.max_loops for rule in rules), total)
     out = Generation(list(prompt), [], [], [])
     device = model.lm_head.weight.device
     for position in range(total - 1):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from twoscale.inference.early_exit import evaluate_with_exits
+from twoscale.inference.early_exit import evaluate_settings
 from twoscale.inference.exits import ExitRule, make_rule
 from twoscale.inference.generation import CriterionClock, generate
 from twoscale.models.looped_gpt import LoopedGPT
@@ -103,19 +103,21 @@ def timed_rounds(
     return rows
 
 
-def sweep_point(
+def sweep_settings(
     model: LoopedGPT,
     val_ids: np.ndarray,
     strategy: dict[str, Any],
-    setting: float,
+    settings: Sequence[float],
     max_loops: int,
     n_windows: int,
     batch_size: int,
     device: torch.device,
-) -> dict[str, float]:
-    """Quality, loops and cost of one strategy at one setting, from the cached decoding whose latency the latency
-    stage times (teacher-forced: the next token given)."""
-    rules = rules_at(strategy, setting, model.n_groups, max_loops)
-    quality = evaluate_with_exits(model, val_ids, rules, max_loops, n_windows, batch_size, device)
-    mean_loops = float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))
-    return {"setting": float(setting), **quality, "mean_loops": mean_loops}
+    progress: str | None = None,
+) -> list[dict[str, float]]:
+    """Quality, loops and cost of one strategy at each setting, from the cached decoding whose latency the latency
+    stage times (teacher-forced: the next token given). The settings decode together, as rows of one batch."""
+    rule_sets = [rules_at(strategy, setting, model.n_groups, max_loops) for setting in settings]
+    results = evaluate_settings(model, val_ids, rule_sets, max_loops, n_windows, batch_size, device, progress)
+    return [{"setting": float(setting), **quality,
+             "mean_loops": float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))}
+            for setting, quality in zip(settings, results, strict=True)]

@@ -116,6 +116,11 @@ class CausalSelfAttention(nn.Module):
         return self.proj(y.reshape(N, H * D))
 
 
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """x upcast to float32 if it is in a half precision; float32 and float64 stay as they are."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
 def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
     """Causal softmax attention of q, k, v (B, H, T, D) as explicit matmuls: what scaled_dot_product_attention
     computes with is_causal=True."""
@@ -357,7 +362,7 @@ class LoopedGPT(nn.Module):
         with torch.autocast(x.device.type, enabled=False):  # logits in float32 (bf16 rounds them to ~0.05)
             out.logits = self.lm_head(self.ln_f(x.to(self.lm_head.weight.dtype)))
         if targets is not None:
-            out.loss = F.cross_entropy(out.logits.flatten(0, 1).float(), targets.flatten())
+            out.loss = F.cross_entropy(at_least_float32(out.logits.flatten(0, 1)), targets.flatten())
         return out
 
     def _run_recorded(self, x: torch.Tensor, loops: Sequence[int], out: ModelOutput) -> torch.Tensor:

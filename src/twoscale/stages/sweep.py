@@ -8,9 +8,8 @@ import logging
 from pathlib import Path
 
 import polars as pl
-from tqdm import tqdm
 
-from twoscale.inference.sweep import sweep_point, swept_key
+from twoscale.inference.sweep import sweep_settings, swept_key
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
@@ -51,15 +50,12 @@ def run(args: argparse.Namespace) -> None:
     source = provenance(device, next(model.parameters()).dtype)
     with tracking.stage_run("sweep", params_hash(params.sweep), {**run.tags, "strategy": args.strategy}, source):
         log_sections(params, "sweep")
-        rows = []
-        settings = tqdm(strategy.settings, desc=f"sweep {run.recipe} {args.strategy}", unit="setting")
-        for index, setting in enumerate(settings):
-            row = sweep_point(model, val_ids, strategy.spec, setting, sweep.max_loops, sweep.n_windows,
-                              sweep.batch_size, device)
-            rows.append(row)
+        rows = sweep_settings(model, val_ids, strategy.spec, strategy.settings, sweep.max_loops, sweep.n_windows,
+                              sweep.batch_size, device, progress=f"sweep {run.recipe} {args.strategy}")
+        for index, row in enumerate(rows):
             tracking.log_metrics(row, step=index)
-            log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.3f GFLOPs/token", swept_key(criterion), setting,
-                     row["cross_entropy"], row["mean_loops"], row["gflops_per_token"])
+            log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.3f GFLOPs/token", swept_key(criterion),
+                     row["setting"], row["cross_entropy"], row["mean_loops"], row["gflops_per_token"])
         table = pl.DataFrame(rows).select(
             pl.lit(run.recipe).alias("recipe"),
             pl.lit(run.seed).alias("seed"),
