@@ -11,7 +11,7 @@ import torch
 from twoscale.analysis.measurement import boundary_offsets, contiguous_ranges, layout_phases, measure_checkpoint
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.params import MeasureParams
-from twoscale.training.batches import held_out_batches
+from twoscale.training.batches import evaluate_loss, held_out_batches
 
 
 def tiny_model() -> LoopedGPT:
@@ -66,6 +66,17 @@ def test_measure_checkpoint_covers_every_group_step_and_token():
     assert [p["group"] for p in m.trajectory] == [0] * 4 + [1] * 4 + [2] * 4  # x^(0..3) of each group
     assert [p["k"] for p in m.trajectory[:4]] == [0, 1, 2, 3]
     assert 0 < sum(m.explained_variance) <= 1 + 1e-6
+
+
+def test_loss_vs_loops_is_the_plain_forward_loss_at_each_loop_count():
+    # below, at and above the recorded pass's loop count: the shared route must give evaluate_loss's values exactly
+    model, params = tiny_model(), measure_params(loss_loops=[1, 2, 3, 5])
+    val = (np.arange(200) * 7 % 50).astype(np.uint16)
+    m = measure_checkpoint(model, val, params, torch.device("cpu"))
+    net = copy.deepcopy(model).double()
+    expected = [evaluate_loss(net, val, [n] * 3, 5, 2, torch.device("cpu")) for n in (1, 2, 3, 5)]
+    assert [r["val_loss"] for r in m.loss_vs_loops] == expected
+    assert len(set(expected)) == 4  # the loop counts give different losses: a wrong count could not pass
 
 
 def test_measure_checkpoint_measures_a_float64_copy_and_leaves_the_model_alone():

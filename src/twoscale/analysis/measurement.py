@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from twoscale.analysis.geometry import MetricAccumulator, measure_trajectories, pca_2d, token_path
 from twoscale.analysis.phases import SimilarityAccumulator, segment_phases
-from twoscale.models.looped_gpt import DepthPosition, LoopedGPT
+from twoscale.models.looped_gpt import DepthPosition, LoopedGPT, ModelOutput, at_least_float32
 from twoscale.pipeline.params import MeasureParams
-from twoscale.training.batches import evaluate_loss, held_out_batches
+from twoscale.training.batches import held_out_batches
 
 MEASURE_DTYPE = torch.float64
 
@@ -63,6 +64,29 @@ def boundary_offsets(detected: list[tuple[int, int]], layout: list[tuple[int, in
     return [min(abs(first - b) for b in found) if found else -1 for first, _ in layout[1:]]
 
 
+def losses_by_loop_count(model: LoopedGPT, recorded: ModelOutput, targets: torch.Tensor, loop_counts: list[int]
+                         ) -> list[float]:
+    """The batch's mean next-token cross-entropy with every group looped n times, for each n of `loop_counts`, from
+    a pass recorded with every group looped the same K times: its logits give n = K, and its first group's n-th
+    iterate is that group's output at n loops, from which only the later segments run. The same arithmetic, op for
+    op, as a plain forward pass at n loops (`LoopedGPT.forward`), so the values are those of `evaluate_loss`."""
+    first_group = next(index for index, segment in enumerate(model.segments) if segment.group is not None)
+    iterates = recorded.trajectories[0]
+    most = iterates.shape[0] - 1
+    if any(count != most for count in (len(t) - 1 for t in recorded.trajectories)):
+        raise ValueError("the recorded pass must loop every group the same number of times")
+    losses = []
+    for n in loop_counts:
+        if n == most:
+            logits = recorded.logits
+        elif n < most:
+            logits = model.logits_of(model.run_segments(iterates[n], [n] * model.n_groups, first_group + 1))
+        else:
+            logits = model.logits_of(model.run_segments(iterates[0], [n] * model.n_groups, first_group))
+        losses.append(F.cross_entropy(at_least_float32(logits.flatten(0, 1)), targets.flatten()).item())
+    return losses
+
+
 @torch.no_grad()
 def measure_checkpoint(
     model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, device: torch.device
@@ -71,8 +95,10 @@ def measure_checkpoint(
     loops = [measure.max_loops] * model.n_groups
     metrics, similarity = MetricAccumulator(), SimilarityAccumulator()
     path = None
-    for x, _ in held_out_batches(val_ids, measure.n_sequences, measure.batch_size, model.config.block_size):
+    loss_sums = np.zeros(len(measure.loss_loops))
+    for x, y in held_out_batches(val_ids, measure.n_sequences, measure.batch_size, model.config.block_size):
         out = model(x.to(device), loops, record_trajectories=True)
+        loss_sums += len(x) * np.array(losses_by_loop_count(model, out, y.to(device), measure.loss_loops))
         metrics.add_measurements(measure_trajectories(out.trajectories))
         similarity.add(torch.stack(out.depth_states))
         if path is None:
@@ -86,11 +112,8 @@ def measure_checkpoint(
         for j in range(len(points))
     ]
     matrix = similarity.matrix()
-    loss_vs_loops = [
-        {"loops": n, "val_loss": evaluate_loss(model, val_ids, [n] * model.n_groups, measure.n_sequences,
-                                               measure.batch_size, device)}
-        for n in measure.loss_loops
-    ]
+    loss_vs_loops = [{"loops": n, "val_loss": total / measure.n_sequences}
+                     for n, total in zip(measure.loss_loops, loss_sums, strict=True)]
     return CheckpointMeasurement(
         geometry=metrics.summary(),
         loss_vs_loops=loss_vs_loops,

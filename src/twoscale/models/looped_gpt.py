@@ -354,16 +354,26 @@ class LoopedGPT(nn.Module):
         if record_trajectories:
             x = self._run_recorded(x, loops, out)
         else:
-            for segment in self.segments:
-                if segment.group is None:
-                    x = self.apply_segment(segment, x)
-                else:
-                    x = self.loop_group(segment, x, loops[segment.group], backprop_depth, straight_through)
-        with torch.autocast(x.device.type, enabled=False):  # logits in float32 (bf16 rounds them to ~0.05)
-            out.logits = self.lm_head(self.ln_f(x.to(self.lm_head.weight.dtype)))
+            x = self.run_segments(x, loops, 0, backprop_depth, straight_through)
+        out.logits = self.logits_of(x)
         if targets is not None:
             out.loss = F.cross_entropy(at_least_float32(out.logits.flatten(0, 1)), targets.flatten())
         return out
+
+    def run_segments(self, x: torch.Tensor, loops: Sequence[int], first: int = 0, backprop_depth: int | None = None,
+                     straight_through: bool = False) -> torch.Tensor:
+        """The segments from index `first` on, on their input states x, group g looped loops[g] times."""
+        for segment in self.segments[first:]:
+            if segment.group is None:
+                x = self.apply_segment(segment, x)
+            else:
+                x = self.loop_group(segment, x, loops[segment.group], backprop_depth, straight_through)
+        return x
+
+    def logits_of(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm and LM head on the last states x."""
+        with torch.autocast(x.device.type, enabled=False):  # logits in float32 (bf16 rounds them to ~0.05)
+            return self.lm_head(self.ln_f(x.to(self.lm_head.weight.dtype)))
 
     def _run_recorded(self, x: torch.Tensor, loops: Sequence[int], out: ModelOutput) -> torch.Tensor:
         """The same computation, keeping every group's trajectory and the state after every layer run."""
