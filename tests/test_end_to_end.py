@@ -151,8 +151,15 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
     untimed = [name for name, strategy in sweep_params["strategies"].items() if strategy.get("timed") is False]
     assert untimed, "the smoke set should keep one strategy untimed"
     timed = stacked.filter(~pl.col("strategy").is_in(untimed))
-    per_point = rounds.group_by("recipe", "seed", "strategy", "setting").len()
-    assert per_point.height == timed.height and set(per_point["len"]) == {sweep_params["rounds"]}
+    per_point = rounds.group_by("recipe", "seed", "strategy", "setting").agg(pl.col("round").sort())
+    assert per_point.height == timed.height
+    assert {tuple(r) for r in per_point["round"]} == {tuple(range(sweep_params[key]))
+                                                      for key in ("rounds", "figure_rounds")}
+    compared = per_point.filter(pl.col("round").list.len() == sweep_params["rounds"])
+    full_depth_and_kstar = {("fixed", float(sweep_params["max_loops"])), ("fixed", float(fixed.sort(
+        "perplexity", "setting")["setting"][0]))}  # K*: the lowest perplexity
+    assert full_depth_and_kstar <= set(zip(compared.filter(pl.col("recipe") == recipe)["strategy"],
+                                           compared.filter(pl.col("recipe") == recipe)["setting"], strict=True))
     assert timed["ms_low"].le(timed["ms_per_token"]).all() and timed["ms_per_token"].le(timed["ms_high"]).all()
     assert stacked.filter(pl.col("strategy").is_in(untimed))["ms_per_token"].is_null().all()
     summary = pl.read_csv(first_run / "results/sweep/summary.csv")

@@ -53,12 +53,23 @@ def test_threshold_extremes_meet_the_fixed_baseline(tiny_model):
 def test_rounds_time_every_point_once_in_a_rotated_order(tiny_model):
     points = [("fixed", {"criterion": "fixed"}, 1), ("fixed", {"criterion": "fixed"}, 3),
               ("step_norm", {"criterion": "step_norm"}, 0.0)]
-    rows = timed_rounds(tiny_model, PROMPTS, 3, points, MAX_LOOPS, rounds=4)
+    rows = timed_rounds(tiny_model, PROMPTS, 3, points, MAX_LOOPS, rounds=[4, 4, 4])
     order = [(row["round"], row["strategy"], row["setting"]) for row in rows]
     assert order[:3] == [(0, "fixed", 1.0), (0, "fixed", 3.0), (0, "step_norm", 0.0)]
     assert order[3:6] == [(1, "fixed", 3.0), (1, "step_norm", 0.0), (1, "fixed", 1.0)]
     assert len(rows) == 12 and all(row["ms_per_token"] > 0 for row in rows)
     assert [row["generated_mean_loops"] for row in rows[:3]] == [1, 3, MAX_LOOPS]
+
+
+def test_points_timed_in_fewer_rounds_leave_the_later_rounds(tiny_model):
+    points = [("fixed", {"criterion": "fixed"}, 1), ("fixed", {"criterion": "fixed"}, 3),
+              ("step_norm", {"criterion": "step_norm"}, 0.0)]
+    rows = timed_rounds(tiny_model, PROMPTS, 2, points, MAX_LOOPS, rounds=[3, 1, 3])
+    order = [(row["round"], row["setting"]) for row in rows]
+    # round 0 times all three; rounds 1 and 2 the two compared points, rotated among themselves
+    assert order == [(0, 1.0), (0, 3.0), (0, 0.0), (1, 0.0), (1, 1.0), (2, 1.0), (2, 0.0)]
+    with pytest.raises(ValueError, match="2 round counts for 3 points"):
+        timed_rounds(tiny_model, PROMPTS, 2, points, MAX_LOOPS, rounds=[3, 1])
 
 
 @pytest.mark.parametrize("strategy, settings", [

@@ -138,6 +138,17 @@ def test_the_reference_points_of_the_sweep():
         1e-3, 0.25, pytest.approx(0.005))
 
 
+def test_the_points_the_verdicts_compare_are_named_before_timing():
+    # FLOPs follow ms here, but the points must come from quality and FLOPs alone: no latency in the table
+    sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, 15.0), (1e-2, 10.5, 12.0), (1.0, 13.0, 5.0)],
+                         "kl_head": [(1e-4, 10.0, 30.0), (1e-2, 12.0, 6.0)]})
+    untimed = sweep.with_columns(pl.lit(None, dtype=pl.Float64).alias("ms_per_token"))
+    # full depth 4 and K* 2; acceleration 1e-2 within 1% of full depth (ppl <= 11.11), 1e-3 within 1% of K*
+    # (<= 10.1); kl_head 1e-4 for both; fixed 2 for both (cheaper than 4 and within 1% of full depth)
+    assert exits.compared_points(untimed) == {("fixed", 4.0), ("fixed", 2.0), ("acceleration", 1e-2),
+                                              ("acceleration", 1e-3), ("kl_head", 1e-4)}
+
+
 @pytest.mark.parametrize(("acceleration_ms", "kl_ms", "checks"), [
     (14.9, 18.0, [True, True]),     # a cut of 25.5%; the KL exit is slower
     (15.2, 18.0, [False, True]),    # a cut of 24%

@@ -84,17 +84,20 @@ def latency_ms_per_token(
 
 def timed_rounds(
     model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, points: Sequence[tuple[str, dict[str, Any],
-    float]], max_loops: int, rounds: int, progress: str | None = None,
+    float]], max_loops: int, rounds: Sequence[int], progress: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Latency of every (name, strategy, setting) point, timed in `rounds` rounds that each run every point once, in
-    an order rotated by one place per round: any two points' timings of one round are a pair that saw the same
-    state of the machine. One row per point and round: ms per token (median over the round's tokens) and the mean
-    loops per group while generating."""
+    """Latency of every (name, strategy, setting) point, point i timed in rounds 0 .. rounds[i] − 1. A round runs
+    each of its points once, in an order rotated by one place per round: any two points' timings of one round are
+    a pair that saw the same state of the machine. One row per point and round: ms per token (median over the
+    round's tokens) and the mean loops per group while generating."""
+    if len(rounds) != len(points):
+        raise ValueError(f"{len(rounds)} round counts for {len(points)} points")
     rows = []
-    bar = tqdm(total=rounds * len(points), desc=progress, unit="setting", disable=progress is None)
-    for round_index in range(rounds):
-        shift = round_index % len(points)
-        for name, strategy, setting in [*points[shift:], *points[:shift]]:
+    bar = tqdm(total=sum(rounds), desc=progress, unit="setting", disable=progress is None)
+    for round_index in range(max(rounds, default=0)):
+        these = [point for point, count in zip(points, rounds, strict=True) if count > round_index]
+        shift = round_index % len(these)
+        for name, strategy, setting in [*these[shift:], *these[:shift]]:
             bar.update()
             ms, loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops)
             rows.append({"strategy": name, "setting": float(setting), "round": round_index, "ms_per_token": ms,

@@ -261,8 +261,10 @@ class SweepParams(Section):
     prompt_tokens: PositiveInt = Field(description="tokens per prompt")
     new_tokens: PositiveInt = Field(description="tokens generated per prompt; a round's latency is the median over "
                                     "all")
-    rounds: StrictInt = Field(ge=2, description="latency rounds: each times every setting of every timed strategy "
-                        "once; two settings' timings of one round are a pair")
+    rounds: StrictInt = Field(ge=2, description="latency rounds of the points the verdicts compare (full depth, the "
+                        "best fixed depth, each strategy's best point); two points' timings of one round are a pair")
+    figure_rounds: StrictInt = Field(ge=1, description="latency rounds of every other setting of every timed "
+                                     "strategy (the first rounds: they time every setting once)")
     strategies: dict[str, SweepStrategy] = Field(
         min_length=1, description="exit strategies by name; 'fixed' (the fixed-depth baseline) is required"
     )
@@ -276,6 +278,8 @@ class SweepParams(Section):
             raise ValueError(f"strategies.fixed.settings must include max_loops ({self.max_loops}): full depth")
         if not self.strategies["fixed"].timed:
             raise ValueError("strategies.fixed must be timed: every latency ratio is read against a fixed depth")
+        if self.figure_rounds > self.rounds:
+            raise ValueError(f"figure_rounds ({self.figure_rounds}) must not exceed rounds ({self.rounds})")
         return self
 
 

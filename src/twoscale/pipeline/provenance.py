@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -33,9 +34,10 @@ from twoscale.pipeline.dependencies import STAGE_MODULES, STAGES, input_options,
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path, finite_or_null, write_json, write_text
 from twoscale.pipeline.params import changed_keys, shown_keys
-from twoscale.pipeline.snakemake_rules import rules
+from twoscale.pipeline.snakemake_rules import ITEM, rules
 
 log = logging.getLogger("twoscale.provenance")
+WILDCARD = re.compile(r"\{(\w+)\}")
 
 RECORDS = ".built"  # the folder, beside the outputs, of their build records
 JOB_KEYS = ("recipe", "seed", "strategy", "blocks")  # a stage's options that name its job
@@ -158,12 +160,17 @@ def _files_read(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> I
     """The files the job reads: each file an input option names, and in a folder an option names, the inputs that
     the orchestrators give the job under `config` (the outputs of the jobs in force there)."""
     rule = next(rule for rule in rules(config) if rule.name == job.stage)
+
+    def of_job(path: str) -> str:  # the job's own wildcards filled in ({recipe}, and ${item.recipe} declared)
+        return WILDCARD.sub(lambda match: str(job.keys.get(match.group(1), match.group(0))), ITEM.sub(r"{\1}", path))
+
     for option, declared in input_options(job.stage).items():
         given = getattr(args, option.removeprefix("--").replace("-", "_"), None)
         if given is None:
             continue
-        within = [path for path in rule.inputs if inside(path, declared) and "{" not in path]
-        yield from [given / PurePosixPath(path).relative_to(declared) for path in within] if within else [given]
+        folder = of_job(declared)
+        within = [path for path in map(of_job, rule.inputs) if inside(path, folder) and "{" not in path]
+        yield from [given / PurePosixPath(path).relative_to(folder) for path in within] if within else [given]
 
 
 class _Check:

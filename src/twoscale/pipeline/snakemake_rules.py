@@ -8,7 +8,8 @@ Translation:
   ${item.recipe}         the job's own wildcard: {recipe} in paths, {wildcards.recipe:q} (shell-quoted) in the command;
   ${train.steps}         a parameter value: written into paths, {params.step:q} in the command (COMMAND_PARAMS);
   .../step_{step}.pt     one file per checkpoint step (train.checkpoint_steps); DVC tracks its folder;
-  a folder input         every output of every job that lies inside it (DVC: the folder).
+  a folder input         every output of every job that lies inside it (DVC: the folder); a folder of the job's
+                         own wildcards, those outputs with the wildcards kept.
 
 The declaration's paths lie under data/, results/ and logs/ of the checkout, where the default parameter set
 (params.yaml) writes; the rules of any other set put them under its own root (runs/<name>/, params.results_root).
@@ -170,6 +171,11 @@ def rules(config: dict[str, Any], root: str | PurePosixPath = ".") -> list[Rule]
     def files(path: str) -> list[str]:
         if not any(inside(pattern, path) for pattern in patterns):
             return [path]
-        return [output for output in every_output if inside(output, path)]
+        if "{" not in path:
+            return [output for output in every_output if inside(output, path)]
+        # a folder of the job's own wildcards: the outputs inside it, its wildcards kept (the same for every job)
+        folder = re.compile(re.sub(r"\\\{(\w+)\\\}", "[^/]+", re.escape(path)) + "/")
+        return list(dict.fromkeys(path + "/" + output[match.end():] for output in every_output
+                                  if (match := folder.match(output))))
 
     return [replace(rule, inputs=tuple(f for path in rule.inputs for f in files(path))) for rule in declared]

@@ -1,7 +1,8 @@
 """Stage `latency`: real latency of every setting of every timed early-exit strategy on a run's final checkpoint
 (one job per recipe and seed, alone on the machine): cached greedy generation at batch size 1 from held-out
-prompts, timed in rounds that each run every setting once, so that any two settings' timings of a round form a
-pair."""
+prompts, timed in rounds, so that any two settings' timings of a round form a pair. The points the verdicts compare
+(named by the run's sweep tables) are timed in `sweep.rounds` rounds, every other setting in the first
+`sweep.figure_rounds`."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import polars as pl
 
 from twoscale.inference.sweep import held_out_prompts, latency_ms_per_token, timed_rounds
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import write_parquet
+from twoscale.pipeline.io import read_parquet, write_parquet
 from twoscale.pipeline.params import params_hash
+from twoscale.report.verdicts.exits import compared_points
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, log_sections
@@ -27,7 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
     parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--strategies-dir", type=Path, required=True,
+                        help="the run's sweep tables, one per strategy: they name the points the verdicts compare")
     parser.add_argument("--out", type=Path, required=True, help="the run's latency rounds (Parquet)")
+
+
+def sweep_tables(folder: Path, strategies: list[str]) -> pl.DataFrame:
+    """The run's sweep tables of these strategies, stacked, with no latencies yet (`compared_points` reads them)."""
+    tables = [read_parquet(folder / f"{name}.parquet", f"the sweep stage for strategy {name}") for name in strategies]
+    return pl.concat(tables, how="diagonal_relaxed").with_columns(pl.lit(None, dtype=pl.Float64).alias("ms_per_token"))
 
 
 def run(args: argparse.Namespace) -> None:
@@ -39,12 +49,17 @@ def run(args: argparse.Namespace) -> None:
     prompts = held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     timed = {name: strategy for name, strategy in sweep.strategies.items() if strategy.timed}
     points = [(name, strategy.spec, setting) for name, strategy in timed.items() for setting in strategy.settings]
-    log.info("timing %d settings of %d strategies (%s) on %s, seed %d, step %d, in %d rounds", len(points),
-             len(timed), ", ".join(timed), run.recipe, run.seed, meta["step"], sweep.rounds)
+    compared = compared_points(sweep_tables(args.strategies_dir, list(timed)))
+    rounds = [sweep.rounds if (name, float(setting)) in compared else sweep.figure_rounds
+              for name, _, setting in points]
+    log.info("timing %d settings of %d strategies (%s) on %s, seed %d, step %d: %d compared points in %d rounds "
+             "(%s), the others in %d", len(points), len(timed), ", ".join(timed), run.recipe, run.seed, meta["step"],
+             len(compared), sweep.rounds, ", ".join(f"{name} {setting:g}" for name, setting in sorted(compared)),
+             sweep.figure_rounds)
     with tracking.stage_run("latency", params_hash(params.sweep), run.tags, source):
         log_sections(params, "sweep")
         latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
-        rows = timed_rounds(model, prompts, sweep.new_tokens, points, sweep.max_loops, sweep.rounds,
+        rows = timed_rounds(model, prompts, sweep.new_tokens, points, sweep.max_loops, rounds,
                             progress=f"latency {run.recipe} seed {run.seed}")
         table = pl.DataFrame(rows).select(
             pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.all(),
@@ -54,4 +69,4 @@ def run(args: argparse.Namespace) -> None:
         medians = table.group_by("strategy", "setting", maintain_order=True).agg(pl.col("ms_per_token").median())
         for index, row in enumerate(medians.iter_rows(named=True)):
             tracking.log_metrics({f"{row['strategy']}_ms_per_token": row["ms_per_token"]}, step=index)
-        log.info("median ms per token over %d rounds:\n%s", sweep.rounds, medians)
+        log.info("median ms per token over each setting's rounds:\n%s", medians)

@@ -116,6 +116,20 @@ def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = C6_TOLERA
             "perplexity_increase": best["perplexity"] / full["perplexity"] - 1}
 
 
+def compared_points(sweep: pl.DataFrame, tolerance: float = C6_TOLERANCE) -> set[tuple[str, float]]:
+    """The (strategy, setting) points of one run whose latencies the verdicts compare: full depth, the best fixed
+    depth K*, and every strategy's best point within `tolerance` of either. They follow from quality and FLOPs
+    alone, so the sweep table names them before anything is timed."""
+    references = [full_depth(sweep), best_fixed_depth(sweep)]
+    points = {(reference["strategy"], reference["setting"]) for reference in references}
+    for name in sweep["strategy"].unique(maintain_order=True).to_list():
+        for reference in references:
+            best = best_within(sweep, name, tolerance, reference)
+            if best is not None:
+                points.add((name, best["setting"]))
+    return points
+
+
 def _kl_strategies(sweep: pl.DataFrame) -> list[str]:
     return sorted(sweep.filter(pl.col("criterion") == C6_KL_CRITERION)["strategy"].unique().to_list())
 
