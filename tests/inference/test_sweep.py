@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from twoscale.inference.generation import cache_bytes, new_cache
 from twoscale.inference.sweep import latency_ms_per_token, rules_at, sweep_settings, timed_rounds
 from twoscale.training.batches import evaluate_loss
 
@@ -81,11 +82,24 @@ def test_points_timed_in_fewer_rounds_leave_the_later_rounds(tiny_model):
 ], ids=["fixed", "acceleration", "step_norm", "kl_rest", "argmax"])
 def test_settings_decoded_together_equal_each_setting_alone(tiny_model, strategy, settings):
     together = sweep_settings(tiny_model, VAL, strategy, settings, MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)
-    alone = [point(tiny_model, strategy, setting) for setting in settings]
     assert [row["setting"] for row in together] == [float(s) for s in settings]
-    for row, single in zip(together, alone, strict=True):
+    assert_same_points(together, [point(tiny_model, strategy, setting) for setting in settings])
+    # the settings differ: a test of rows that all exit alike would pass whatever the stacking did
+    assert len({row["mean_loops"] for row in together}) > 1
+    # a cache budget of two settings' caches decodes them two at a time, to the same numbers
+    two = 2.5 * cache_bytes(tiny_model, MAX_LOOPS, tiny_model.config.block_size, rows=2) / 2**20
+    assert_same_points(sweep_settings(tiny_model, VAL, strategy, settings, MAX_LOOPS, 4, 2, CPU, cache_mb=two),
+                       together)
+
+
+def assert_same_points(rows: list[dict], expected: list[dict]) -> None:
+    """Loop counts and costs equal; cross-entropy to float64 rounding (the matrix products see other batches)."""
+    for row, single in zip(rows, expected, strict=True):
         assert {key: value for key, value in row.items() if "loops" in key or "per_token" in key} == {
             key: value for key, value in single.items() if "loops" in key or "per_token" in key}
         assert row["cross_entropy"] == pytest.approx(single["cross_entropy"], rel=1e-12)
-    # the settings differ: a test of rows that all exit alike would pass whatever the stacking did
-    assert len({row["mean_loops"] for row in together}) > 1
+
+
+def test_cache_bytes_is_what_the_cache_holds(tiny_model):
+    caches = new_cache(tiny_model, MAX_LOOPS, 7, rows=3)
+    assert cache_bytes(tiny_model, MAX_LOOPS, 7, rows=3) == sum(c.keys.nbytes + c.values.nbytes for c in caches)

@@ -77,20 +77,31 @@ class LayerCache:
         return keys.index_select(0, rows), values.index_select(0, rows)  # several times faster than keys[rows]
 
 
+def cache_steps(model: LoopedGPT, max_loops: int) -> list[int]:
+    """Entries per position of each layer's cache: every loop step of a looped layer, one of a single-pass layer."""
+    looped = {layer for seg in model.segments if seg.group is not None for layer in seg.layers}
+    return [max_loops if layer in looped else 1 for layer in range(model.config.n_layer)]
+
+
+def cache_bytes(model: LoopedGPT, max_loops: int, max_positions: int, rows: int = 1) -> int:
+    """The memory of `new_cache`'s keys and values."""
+    element = model.lm_head.weight.element_size()
+    return 2 * sum(cache_steps(model, max_loops)) * rows * max_positions * model.config.n_embd * element
+
+
 def new_cache(model: LoopedGPT, max_loops: int, max_positions: int, rows: int = 1) -> list[LayerCache]:
     """Empty caches for `rows` sequences: one per layer, with room for every loop step of a looped layer."""
     config = model.config
     head_dim = config.n_embd // config.n_head
     device = model.lm_head.weight.device
     dtype = model.lm_head.weight.dtype
-    looped = {layer for seg in model.segments if seg.group is not None for layer in seg.layers}
 
     def cache(steps: int) -> LayerCache:
         shape = (steps, rows, max_positions, config.n_head, head_dim)
         return LayerCache(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
                           torch.zeros((rows, max_positions), dtype=torch.long, device=device))
 
-    return [cache(max_loops if layer in looped else 1) for layer in range(config.n_layer)]
+    return [cache(steps) for steps in cache_steps(model, max_loops)]
 
 
 def block_step(block: Block, x: Tensor, cache: LayerCache, step: int, position: int, rows: Rows = None,

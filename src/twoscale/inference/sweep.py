@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from twoscale.inference.early_exit import evaluate_settings
 from twoscale.inference.exits import ExitRule, make_rule
-from twoscale.inference.generation import CriterionClock, generate
+from twoscale.inference.generation import CriterionClock, cache_bytes, generate
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline.params import ParamsError, SweepParams
 from twoscale.training.batches import evaluation_starts
@@ -115,12 +115,18 @@ def sweep_settings(
     n_windows: int,
     batch_size: int,
     device: torch.device,
+    cache_mb: float = math.inf,
     progress: str | None = None,
 ) -> list[dict[str, float]]:
     """Quality, loops and cost of one strategy at each setting, from the cached decoding whose latency the latency
-    stage times (teacher-forced: the next token given). The settings decode together, as rows of one batch."""
+    stage times (teacher-forced: the next token given). The settings decode together, as rows of one batch, as many
+    at a time as keep its KV cache within `cache_mb` (at least one)."""
     rule_sets = [rules_at(strategy, setting, model.n_groups, max_loops) for setting in settings]
-    results = evaluate_settings(model, val_ids, rule_sets, max_loops, n_windows, batch_size, device, progress)
+    per_setting = cache_bytes(model, max_loops, model.config.block_size, rows=min(batch_size, n_windows))
+    together = max(1, int(min(len(settings), cache_mb * 2**20 / per_setting)))
+    results = [result for first in range(0, len(settings), together)
+               for result in evaluate_settings(model, val_ids, rule_sets[first : first + together], max_loops,
+                                               n_windows, batch_size, device, progress)]
     return [{"setting": float(setting), **quality,
              "mean_loops": float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))}
             for setting, quality in zip(settings, results, strict=True)]

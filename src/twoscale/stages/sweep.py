@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> None:
     with tracking.stage_run("sweep", params_hash(params.sweep), {**run.tags, "strategy": args.strategy}, source):
         log_sections(params, "sweep")
         rows = sweep_settings(model, val_ids, strategy.spec, strategy.settings, sweep.max_loops, sweep.n_windows,
-                              sweep.batch_size, device, progress=f"sweep {run.recipe} {args.strategy}")
+                              sweep.batch_size, device, sweep.cache_mb, progress=f"sweep {run.recipe} {args.strategy}")
         for index, row in enumerate(rows):
             tracking.log_metrics(row, step=index)
             log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.3f GFLOPs/token", swept_key(criterion),
