@@ -303,19 +303,18 @@ class ArgmaxStability(_LogitCriterion):
 PerRow = int | float | Tensor  # one value for every row, or a value per row (N,)
 
 
-def _rows(value: PerRow | None, n: int, device: torch.device | str, dtype: torch.dtype) -> Tensor | None:
-    """`value` as a tensor with one entry per row (None stays None); a per-row value must have n entries."""
-    if value is None:
-        return None
-    if isinstance(value, Tensor):
-        if value.shape != (n,):
-            raise ValueError(f"a per-row setting has {value.numel()} entries for {n} rows")
-        return value.to(device=device, dtype=dtype)
-    return torch.full((n,), value, dtype=dtype, device=device)
+def _rows(value: PerRow | None, n: int, device: torch.device | str, dtype: torch.dtype) -> PerRow | None:
+    """A per-row value moved to the rows' device and dtype, checked to have one entry per row; a value for every
+    row (or None) as it is, so that an ordinary rule costs no tensor arithmetic for it."""
+    if not isinstance(value, Tensor):
+        return value
+    if value.shape != (n,):
+        raise ValueError(f"a per-row setting has {value.numel()} entries for {n} rows")
+    return value.to(device=device, dtype=dtype)
 
 
-def _most(value: PerRow | None) -> int | None:
-    return int(value.max()) if isinstance(value, Tensor) else value
+def _kept(value: PerRow | None, keep: Tensor) -> PerRow | None:
+    return value[keep] if isinstance(value, Tensor) else value
 
 
 class HitCounter:
@@ -330,14 +329,10 @@ class HitCounter:
             raise ValueError(
                 f"need hits >= 1 and 1 <= min_loops <= max_loops, got {hits}, {min_loops}, {max_loops}")
         self.hits, self.min_loops, self.max_loops = hits, min_loops, max_loops
+        self.most_loops = int(max_loops.max()) if isinstance(max_loops, Tensor) else max_loops  # None: no limit
         self.k = 0
         self.count = torch.zeros(0, dtype=torch.long)
-        self._needed = self._limit = self.count
-
-    @property
-    def most_loops(self) -> int | None:
-        """The most steps any token may take (None: no limit)."""
-        return _most(self.max_loops)
+        self._needed, self._limit = hits, max_loops
 
     def reset(self, n: int, device: torch.device | str = "cpu") -> None:
         self.k = 0
@@ -352,14 +347,12 @@ class HitCounter:
         self.k += 1
         self.count = torch.where(hit, self.count + 1, torch.zeros_like(self.count))
         exit_now = (self.count >= self._needed) & (self.k >= self.min_loops)
-        if self._limit is not None:
-            exit_now |= self._limit <= self.k
-        return exit_now
+        if isinstance(self._limit, Tensor):
+            return exit_now | (self._limit <= self.k)
+        return torch.ones_like(exit_now) if self._limit is not None and self.k >= self._limit else exit_now
 
     def select(self, keep: Tensor) -> None:
-        self.count, self._needed = self.count[keep], self._needed[keep]
-        if self._limit is not None:
-            self._limit = self._limit[keep]
+        self.count, self._needed, self._limit = self.count[keep], _kept(self._needed, keep), _kept(self._limit, keep)
 
 
 class ExitRule:
@@ -392,7 +385,7 @@ class ExitRule:
         self.counter = HitCounter(criterion.default_hits if hits is None else hits, min_loops, max_loops)
         self.running = torch.zeros(0, dtype=torch.long)
         self.last_value = torch.zeros(0)
-        self._threshold = self.running
+        self._threshold = self.threshold
 
     @classmethod
     def stacked(cls, rules: Sequence[ExitRule], rows_each: int) -> ExitRule:
@@ -461,7 +454,7 @@ class ExitRule:
         self.criterion.select(keep)
         self.counter.select(keep)
         self.running = self.running[keep]
-        self._threshold = self._threshold[keep]
+        self._threshold = _kept(self._threshold, keep)
         self.last_value = value
         return exit_now
 

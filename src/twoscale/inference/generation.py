@@ -62,6 +62,10 @@ class LayerCache:
         steps = self.keys.shape[0]
         if fewest >= steps:
             return
+        if self.depth.shape[0] == 1:  # one sequence, as timed generation runs: one broadcast copy each
+            self.keys[fewest:, :, position] = self.keys[fewest - 1 : fewest, :, position]
+            self.values[fewest:, :, position] = self.values[fewest - 1 : fewest, :, position]
+            return
         deepest = torch.minimum(torch.arange(steps, device=self.depth.device)[:, None],
                                 self.depth[:, position][None] - 1)  # (steps, rows), 0-based
         rows = torch.arange(self.depth.shape[0], device=self.depth.device)[None]
