@@ -54,7 +54,7 @@ def test_an_exited_position_is_read_at_its_deepest_step():
     keys = torch.where(torch.arange(1, 4).view(3, 1, 1) <= depth[None], keys, -1.0)[..., None, None]
     cache = LayerCache(keys, -keys, depth=depth)
     for position in range(3):
-        cache.finish(position, fewest=int(depth[:, position].min()))
+        cache.finish(position, fewest=int(depth[:, position].min()), deepest=int(depth[:, position].max()))
     got, values = cache.visible(step=2, count=3, rows=None)
     # step 2 for positions whose deepest step is >= 2, else their deepest: row 0 steps (1, 2, 2), row 1 (2, 1, 2)
     assert got.flatten().tolist() == [0.0, 4.0, 5.0, 103.0, 101.0, 105.0]
@@ -62,6 +62,15 @@ def test_an_exited_position_is_read_at_its_deepest_step():
     assert cache.visible(step=3, count=2, rows=torch.tensor([1]))[0].flatten().tolist() == [106.0, 101.0]
     assert cache.visible(step=1, count=3, rows=None)[0].flatten().tolist() == [0.0, 1.0, 2.0, 100.0, 101.0, 102.0]
     assert cache.depth.tolist() == depth.tolist()  # the copies are not entries of their own
+
+
+def test_rows_that_stopped_at_the_same_step_serve_it_at_every_deeper_step():
+    keys = torch.full((3, 2, 1, 1, 1), -1.0, dtype=torch.float64)
+    keys[:2, :, 0] = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).view(2, 2, 1, 1)  # both rows ran 2 of 3 steps
+    cache = LayerCache(keys, -keys, depth=torch.tensor([[2], [2]]))
+    cache.finish(0, fewest=2, deepest=2)
+    assert cache.keys.flatten().tolist() == [1.0, 2.0, 3.0, 4.0, 3.0, 4.0]
+    assert torch.equal(cache.values, -cache.keys)
 
 
 def test_cache_rows_are_independent_sequences(model):

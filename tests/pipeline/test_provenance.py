@@ -51,6 +51,7 @@ def geometry_args(folder: Path) -> SimpleNamespace:
     ("train", ("--data-dir",)),
     ("measure", ("--checkpoint", "--train-metrics", "--data-dir")),
     ("geometry", ("--measure-dir",)),
+    ("latency", ("--checkpoint", "--data-dir", "--strategies-dir")),
     ("tradeoff", ("--strategies-dir", "--latency-dir")),
     ("claims", ("--geometry-dir", "--sweep", "--latency", "--sample-dir", "--recovery")),
 ])
@@ -154,6 +155,23 @@ def test_outputs_of_jobs_the_parameters_no_longer_have_are_not_read(tmp_path, co
                                                                                      "recipes": ["huginn"]}},
                    {"train": {**edited["train"], "checkpoint_steps": [5, 10, 20]}}):
         assert check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited | change, Path("p.yaml")) == {}
+
+
+def test_a_folder_of_the_job_s_own_run_is_checked_file_by_file(tmp_path, config):
+    """latency reads its run's sweep tables through a folder named with the run's recipe and seed: a table built
+    from a strategy's other settings is refused, and another run's folder is not this job's to read."""
+    table = tmp_path / "strategies/paper/seed_1337/fixed.parquet"
+    sweep = Job("sweep", {"recipe": "paper", "seed": 1337, "strategy": "fixed"})
+    with outputs_land_together(lambda outputs: write_records(outputs, sweep, config, {})):
+        write_text(table, "rows\n")
+    args = SimpleNamespace(checkpoint=None, data_dir=None, strategies_dir=table.parent)
+    latency = Job("latency", {"recipe": "paper", "seed": 1337})
+    assert check_inputs(latency, args, config, Path("p.yaml")) == {
+        str(table): hashlib.sha256(b"rows\n").hexdigest()}
+    config["sweep"]["strategies"]["fixed"]["settings"] = [1, 2]
+    with pytest.raises(TwoscaleError, match=r"fixed.parquet: built from other parameters than p.yaml holds "
+                                            r"\(sweep.strategies.fixed.settings\)"):
+        check_inputs(latency, args, config, Path("p.yaml"))
 
 
 def test_a_file_named_that_a_job_of_other_parameters_built_is_refused(tmp_path, config):

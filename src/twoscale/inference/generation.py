@@ -56,13 +56,13 @@ class LayerCache:
         self.values[step - 1, selected, position] = v
         self.depth[selected, position] = step
 
-    def finish(self, position: int, fewest: int) -> None:
-        """`position` is done with this layer and every row ran at least `fewest` steps. A row that ran d steps,
-        fewer than the cache holds, gets its step-d entry copied into every deeper step."""
+    def finish(self, position: int, fewest: int, deepest: int) -> None:
+        """`position` is done with this layer; its rows ran between `fewest` and `deepest` steps. A row that ran d
+        steps, fewer than the cache holds, gets its step-d entry copied into every deeper step."""
         steps = self.keys.shape[0]
         if fewest >= steps:
             return
-        if self.depth.shape[0] == 1:  # one sequence, as timed generation runs: one broadcast copy each
+        if fewest == deepest:  # every row stopped at the same step (one sequence, a fixed depth): one copy each
             self.keys[fewest:, :, position] = self.keys[fewest - 1 : fewest, :, position]
             self.values[fewest:, :, position] = self.values[fewest - 1 : fewest, :, position]
             return
@@ -217,12 +217,12 @@ def step_tokens(model: LoopedGPT, tokens: Tensor, position: int, caches: list[La
         if rule.fixed_loops is not None:
             x = loop_fixed(model, segment, x, caches, position, rule.fixed_loops)
             steps = torch.full((x.shape[0],), rule.fixed_loops, dtype=torch.long, device=x.device)
-            fewest = rule.fixed_loops
+            fewest = deepest = rule.fixed_loops
         else:
             x, steps = loop_with_exits(model, segment_index, x, caches, position, rule, timer)
-            fewest = int(steps.min())
+            fewest, deepest = int(steps.min()), int(steps.max())
         for layer in segment.layers:
-            caches[layer].finish(position, fewest)
+            caches[layer].finish(position, fewest, deepest)
         loops.append(steps)
     return model.lm_head(model.ln_f(x)), torch.stack(loops)
 

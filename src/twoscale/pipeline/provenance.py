@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -34,10 +33,9 @@ from twoscale.pipeline.dependencies import STAGE_MODULES, STAGES, input_options,
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path, finite_or_null, write_json, write_text
 from twoscale.pipeline.params import changed_keys, shown_keys
-from twoscale.pipeline.snakemake_rules import ITEM, rules
+from twoscale.pipeline.snakemake_rules import ITEM, WILDCARD, rules
 
 log = logging.getLogger("twoscale.provenance")
-WILDCARD = re.compile(r"\{(\w+)\}")
 
 RECORDS = ".built"  # the folder, beside the outputs, of their build records
 JOB_KEYS = ("recipe", "seed", "strategy", "blocks")  # a stage's options that name its job

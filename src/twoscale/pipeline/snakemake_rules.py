@@ -27,6 +27,7 @@ from typing import Any
 from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration, inside, lookup, output_paths
 
 ITEM = re.compile(r"\$\{item\.(\w+)\}")
+WILDCARD = re.compile(r"\{(\w+)\}")  # a job's own wildcard in a rule's path
 PARAMETER = re.compile(r"\$\{([\w.]+)\}")
 CHECKPOINT_STEPS = "train.checkpoint_steps"
 # Parameter values a command names, passed to the rule as params (the names are part of the recorded command).
@@ -174,7 +175,7 @@ def rules(config: dict[str, Any], root: str | PurePosixPath = ".") -> list[Rule]
         if "{" not in path:
             return [output for output in every_output if inside(output, path)]
         # a folder of the job's own wildcards: the outputs inside it, its wildcards kept (the same for every job)
-        folder = re.compile(re.sub(r"\\\{(\w+)\\\}", "[^/]+", re.escape(path)) + "/")
+        folder = re.compile("[^/]+".join(map(re.escape, WILDCARD.split(path)[::2])) + "/")
         return list(dict.fromkeys(path + "/" + output[match.end():] for output in every_output
                                   if (match := folder.match(output))))
 
