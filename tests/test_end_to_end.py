@@ -103,8 +103,14 @@ def test_every_output_lands_with_a_record_of_its_content_parameters_and_inputs(f
     assert train["params"]["recipes.paper"] == smoke["recipes"]["paper"] and train["params"]["train"] == smoke["train"]
     assert read_from("results/train/paper/seed_1337/checkpoints/step_40.pt") == {
         f"data/prepared/{name}" for name in ("train.npy", "val.npy", "stats.json", "tokenizer.json")}
-    assert read_from("results/geometry/geometry.parquet") == {path for path in outputs
-                                                              if path.startswith("results/measure/")}
+    # every file measure wrote for the smoke runs' checkpoints, found on disk (not through the rules that decide
+    # what a job is given); the copied checkout also holds the default run's committed measurements
+    folders = [first_run / f"results/measure/{recipe}/seed_{seed}/step_{step}" for recipe, seed in smoke_runs(first_run)
+               for step in smoke["train"]["checkpoint_steps"]]
+    measured = {str(path.relative_to(first_run)) for folder in folders for path in folder.iterdir()
+                if path.is_file() and not path.name.startswith(".")}  # .gitignore: DVC's
+    assert all(any(folder.iterdir()) for folder in folders)
+    assert read_from("results/geometry/geometry.parquet") == measured
 
 
 def test_a_checkpoint_copied_over_another_is_refused_by_the_stage_run_by_hand(first_run, tmp_path):

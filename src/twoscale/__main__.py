@@ -14,7 +14,7 @@ from pathlib import Path
 from twoscale.pipeline import dependencies, provenance
 from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import outputs_land_together
-from twoscale.pipeline.params import ParamsError, changed_keys, load_params, read_raw, shown_keys
+from twoscale.pipeline.params import ParamsError, changed_keys, parse_params, read_raw, shown_keys
 
 STAGES = {
     "corpus": "fetch or read the raw text and write it with a manifest",
@@ -79,7 +79,7 @@ def recording(args: argparse.Namespace, params_file: Path | None, config: object
     runs, if one was built from other parameters), and return what writes its outputs' own records."""
     if params_file is None or args.stage not in dependencies.STAGES:  # benchmark, cost: no pipeline job
         return None
-    load_params(params_file)  # a bad file: the stage's own one-line refusal, before anything reads its keys
+    parse_params(config, str(params_file))  # a bad file: its one-line refusal, before anything reads its keys
     job = provenance.job_of(args.stage, args, config)
     if job is None:
         return None

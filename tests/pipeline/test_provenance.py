@@ -19,6 +19,7 @@ import yaml
 from twoscale.pipeline.dependencies import declaration, input_options
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import outputs_land_together, write_text
+from twoscale.pipeline import provenance
 from twoscale.pipeline.provenance import Job, check_inputs, job_of, record_path, write_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +80,15 @@ def test_an_output_lands_with_its_record(tmp_path, config):
     assert record["stage"] == "measure" and record["job"] == {"recipe": "paper", "seed": 1337}
     assert record["params"] == {"runtime.device": config["runtime"]["device"], "measure": config["measure"]}
     assert record["inputs"] == {"../../../../in.pt": "ab" * 32}  # from the output's folder, whatever the cwd
+
+
+def test_a_landed_output_is_not_hashed_again_when_read(tmp_path, config, monkeypatch):
+    output = measured(tmp_path, config)
+    hashed = []
+    monkeypatch.setattr(provenance, "sha256_file", lambda path: hashed.append(path) or "")
+    assert check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml")) == {
+        str(output): hashlib.sha256(b"rows\n").hexdigest()}
+    assert hashed == []  # the hash cache written when it landed still holds
 
 
 def test_a_failed_stage_leaves_neither_output_nor_record(tmp_path, config):

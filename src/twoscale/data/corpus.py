@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path
+from twoscale.pipeline.io import atomic_path, sha256_file
 from twoscale.pipeline.params import DataParams, HuggingfaceSource
 
 SEPARATOR = "\n\n"  # between documents in the corpus text
@@ -50,14 +50,6 @@ def normalise(text: str) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # --- shakespeare --------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ records existed, or put there by hand) is read unchecked, and the stage's log co
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from typing import Any
 
 from twoscale.pipeline.dependencies import STAGE_MODULES, STAGES, input_options, inside, param_values
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path, finite_or_null, write_json, write_text
+from twoscale.pipeline.io import atomic_path, finite_or_null, once_landed, sha256_file, write_json
 from twoscale.pipeline.params import changed_keys, shown_keys
 from twoscale.pipeline.snakemake_rules import ITEM, WILDCARD, rules
 
@@ -56,20 +55,20 @@ def remove_record(output: Path) -> None:
     _stat_path(output).unlink(missing_ok=True)
 
 
-def content_hash(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 def _stamp(found: os.stat_result) -> str:
     """What changes when a file's content may have: size, mtime, inode and ctime (a copy that keeps the mtime,
-    `cp -p`, is another inode; a rename changes the ctime, so a landed output is hashed once more)."""
+    `cp -p`, is another inode; a rename changes the ctime)."""
     return f"{found.st_size} {found.st_mtime_ns} {found.st_ino} {found.st_ctime_ns}"
 
 
-def _cache_line(found: os.stat_result, digest: str) -> str:
-    """The hash cache's content: the file's stamp, then its hash."""
-    return f"{_stamp(found)} {digest}"
+def _cache_hash(path: Path, found: os.stat_result, digest: str) -> None:
+    """Keep the hash of `path`, as it was when `found`, in the cache beside it (where the folder can be written: it
+    is only a cache)."""
+    try:
+        with atomic_path(_stat_path(path), now=True) as tmp:
+            tmp.write_text(f"{_stamp(found)} {digest}")
+    except (OSError, TwoscaleError):
+        pass
 
 
 def current_hash(path: Path) -> str:
@@ -82,12 +81,8 @@ def current_hash(path: Path) -> str:
             return cached_hash
     except (OSError, ValueError):
         pass
-    digest = content_hash(path)
-    try:
-        with atomic_path(_stat_path(path), now=True) as tmp:
-            tmp.write_text(_cache_line(found, digest))
-    except (OSError, TwoscaleError):
-        pass
+    digest = sha256_file(path)
+    _cache_hash(path, found, digest)
     return digest
 
 
@@ -233,11 +228,11 @@ def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], par
 
 
 def write_records(outputs: dict[Path, Path], job: Job, config: dict[str, Any], inputs: dict[str, str]) -> None:
-    """A build record for each output (path -> the temporary file holding it until it lands), and its hash cache,
-    written to land with it."""
+    """A build record for each output (path -> the temporary file holding it until it lands), written to land with
+    it, and its hash cache once it has landed (landing changes its ctime, part of the cache's stamp)."""
     params = job.params(config)
     for output, waiting in outputs.items():
-        found, digest = waiting.stat(), content_hash(waiting)
+        found, digest = waiting.stat(), sha256_file(waiting)
         # the inputs relative to the output's folder: found again from any working directory
         sources = {os.path.relpath(os.path.abspath(source), output.parent): built_from
                    for source, built_from in inputs.items()}
@@ -245,4 +240,4 @@ def write_records(outputs: dict[Path, Path], job: Job, config: dict[str, Any], i
             "stage": job.stage, "job": job.keys, "params": params, "sha256": digest, "size": found.st_size,
             "inputs": sources,
         })
-        write_text(_stat_path(output), _cache_line(found, digest))
+        once_landed(lambda output=output, digest=digest: _cache_hash(output, output.stat(), digest))
