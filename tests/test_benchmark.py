@@ -1,11 +1,17 @@
-"""The benchmark's model-FLOPs count of a training step against PyTorch's own FLOP counter on real steps."""
+"""The benchmark: its model-FLOPs count of a training step against PyTorch's own FLOP counter on real steps, and its
+training-only run."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoscale.training.flops import training_step_flops
@@ -39,3 +45,26 @@ def test_training_step_flops_by_hand():
     forward = head + block + 3 * block + block
     with_grad = head + block + 2 * block + block
     assert training_step_flops(config, [3], 2, 1) == forward + 2 * with_grad
+
+
+def test_benchmark_training_only_needs_the_token_arrays_alone(tmp_path):
+    """No checkpoint, sweep or sample result exists: --training-only times every recipe's training in both
+    precisions and nothing else."""
+    data = tmp_path / "data"
+    data.mkdir()
+    np.save(data / "train.npy", np.random.default_rng(0).integers(0, 300, 20_000, dtype=np.int64))
+    (data / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.0}))
+    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw["runtime"].update(device="cpu", threads=1)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    done = subprocess.run([sys.executable, "-m", "twoscale", "benchmark", "--params", "params.yaml",
+                           "--training-only", "--data-dir", "data", "--training-steps", "1", "--repeats", "1",
+                           "--out", "bench.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "bench.json").read_text())
+    recipes = load_params(tmp_path / "params.yaml").recipes
+    assert [(row["recipe"], row["precision"]) for row in report["training"]] == [
+        (recipe, precision) for recipe in recipes for precision in ("fp32", "bf16")]
+    assert report["step_costs"] == report["latency"] == report["sampler"] == []
+    assert "training throughput" in done.stdout and "exit decision" not in done.stdout

@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--training-steps", type=int, default=8,
                         help="timed training steps per recipe and precision, after one untimed step")
     parser.add_argument("--out", type=Path, help="also write the tables as JSON here")
+    parser.add_argument("--training-only", action="store_true",
+                        help="only the matmul peak and the training throughput (needs the token arrays alone, no "
+                        "trained checkpoint or pipeline result)")
 
 
 def best_settings(summary: pl.DataFrame, reference: str, run: RunParams, strategies: dict, max_loops: int
@@ -190,9 +193,11 @@ def run(args: argparse.Namespace) -> None:
     peaks = {precision: matmul_tflops(device, dtype, args.repeats) for precision, dtype in PRECISIONS.items()}
     datasheet = datasheet_tflops(device)
     training = training_rows(runs, args.data_dir, device, args.training_steps, peaks)
-    configure_torch(params.sweep.threads, seed)
-    costs, latency = exit_rows(params, runs, args, device)
-    sampling = sampler_rows(params, runs, args, device)
+    costs, latency, sampling = [], [], []
+    if not args.training_only:
+        configure_torch(params.sweep.threads, seed)
+        costs, latency = exit_rows(params, runs, args, device)
+        sampling = sampler_rows(params, runs, args, device)
 
     print(f"machine: {machine(device)}; medians of {args.repeats} repeats")
     size = matmul_size(device)
@@ -206,6 +211,13 @@ def run(args: argparse.Namespace) -> None:
           "measured peak)\n")
     print(markdown_table(training, ["recipe", "precision", "compiled", "s_per_step", "tokens_per_s", "tflops",
                                     "mfu", "speedup_vs_fp32"]))
+    if args.out:
+        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_tflops": peaks,
+                              "datasheet_tflops": datasheet,
+                              "training": training, "step_costs": costs, "latency": latency,
+                              "sampler": sampling})
+    if args.training_only:
+        return
     print(f"\nper-step cost of each exit decision ({params.sweep.threads} thread(s); first looped group, batch 1, "
           "KV cache)\n")
     print(markdown_table(costs, ["recipe", "strategy", "criterion_ms_per_step", "group_step_ms"]))
@@ -219,8 +231,3 @@ def run(args: argparse.Namespace) -> None:
               f"({params.sample.n_prompts} prompts x {params.sample.new_tokens} tokens, greedy, batch 1)\n")
         print(markdown_table(sampling, ["recipe", "threads", "method", "setting", "tokens_per_s", "spread",
                                         "vs_full_recurrence", "vs_matched_quality"]))
-    if args.out:
-        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_tflops": peaks,
-                              "datasheet_tflops": datasheet,
-                              "training": training, "step_costs": costs, "latency": latency,
-                              "sampler": sampling})
