@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import mlflow
 import polars as pl
 import pytest
 import yaml
-from workspace import ROOT, attempt, copy_repository, run
+from workspace import ROOT, attempt, copy_repository, environment, run
 
 from twoscale.pipeline import snakemake_rules
 
@@ -311,6 +312,28 @@ def test_benchmark_prints_a_row_per_strategy_in_both_tables(first_run):
     assert all(row["vs_full_recurrence"] == 1 for row in report["sampler"] if row["method"] == methods[0])
     assert "1 thread(s)" in out and sum(line.startswith("| paper | fixed |") for line in out.splitlines()) == 2
     (first_run / "bench.json").unlink()
+
+
+def test_claims_without_the_sweeps_leave_the_exit_claims_out(first_run, tmp_path):
+    """A run whose sweeps did not run (the first GPU run's) draws its claims without C6; --sweep and --latency go
+    together."""
+    results = first_run / "results"
+    claims = [sys.executable, "-m", "twoscale", "claims", "--geometry-dir", str(results / "geometry"),
+              "--sample-dir", str(results / "sample"), "--recovery", str(results / "surrogates/recovery.csv")]
+    env = environment() | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}  # not the run's store
+
+    def claims_run(*arguments: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*claims, *arguments], cwd=first_run, env=env, capture_output=True, text=True)
+
+    drawn_by = claims_run("--out-dir", str(tmp_path / "out"))
+    assert drawn_by.returncode == 0, drawn_by.stderr[-3000:]
+    drawn = [row["claim"] for row in json.loads((tmp_path / "out/claims.json").read_text())["summary"]]
+    everything = [row["claim"] for row in json.loads((results / "claims.json").read_text())["summary"]]
+    assert drawn == [claim for claim in everything if not claim.startswith("C6")] and "C6" in everything
+    alone = claims_run("--sweep", str(results / "sweep/sweep.parquet"), "--out-dir", str(tmp_path / "x"))
+    assert alone.returncode == 2 and alone.stderr.strip().splitlines()[-1] == (
+        "twoscale claims: error: --sweep and --latency go together: give both, or neither (C6 not measured)")
+    assert not (tmp_path / "x").exists()
 
 
 def test_dvc_sees_the_snakemake_results_as_current(first_run):

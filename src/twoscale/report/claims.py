@@ -651,8 +651,8 @@ def computations(tables: dict[str, pl.DataFrame], runs: list[tuple[str, int]]) -
     floor = ", ".join(geometry["floor"].unique(maintain_order=True)) if "floor" in geometry.columns else "none"
     found = [*origins(geometry, "training", "train_"),
              *origins(geometry, f"loop geometry, loss vs loops (S, C1–C5); precision floor {floor}"),
-             *origins(tables["sweep"], "early-exit quality (C6)"),
-             *origins(tables["latency"], "early-exit timings (C6)")]
+             *(origins(tables["sweep"], "early-exit quality (C6)") if "sweep" in tables else []),
+             *(origins(tables["latency"], "early-exit timings (C6)") if "latency" in tables else [])]
     if "sample_speed" in tables:
         found += origins(tables["sample_speed"], "sampler timings (C7)")
     if "recovery" in tables:

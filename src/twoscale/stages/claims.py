@@ -26,8 +26,10 @@ CLAIMS_DOC = "docs/claims.md"  # each claim's test, linked from the table (stage
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--geometry-dir", type=Path, required=True, help="reads the tables across training")
-    parser.add_argument("--sweep", type=Path, required=True, help="the early-exit sweep table of every run")
-    parser.add_argument("--latency", type=Path, required=True,
+    parser.add_argument("--sweep", type=Path,
+                        help="the early-exit sweep table of every run; left out (with --latency), the exit claims "
+                        "(C6) are not measured: for a run whose sweeps did not run")
+    parser.add_argument("--latency", type=Path,
                         help="the paired latency rounds of every run (latency.parquet of the tradeoff stage)")
     parser.add_argument("--sample-dir", type=Path, required=True,
                         help="reads <recipe>/seed_<seed>/summary.csv and speed.csv of the sample stage (the recipes "
@@ -37,10 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
 
 
-def read_tables(directory: Path, sweep: Path, latency: Path) -> dict[str, pl.DataFrame]:
-    """The geometry stage's tables, the sweep table and its latency rounds."""
+def read_tables(directory: Path, sweep: Path | None, latency: Path | None) -> dict[str, pl.DataFrame]:
+    """The geometry stage's tables, and the sweep table and its latency rounds unless both are left out."""
+    if (sweep is None) != (latency is None):
+        raise TwoscaleError("--sweep and --latency go together: give both, or neither (C6 not measured)")
     tables = {name: read_parquet(directory / f"{name}.parquet", "the geometry stage")
               for name in MEASUREMENT_TABLES}
+    if sweep is None:
+        return tables
     return tables | {"sweep": read_parquet(sweep, "the tradeoff stage"),
                      "latency": read_parquet(latency, "the tradeoff stage")}
 
