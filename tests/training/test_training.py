@@ -518,3 +518,20 @@ def test_a_training_whose_tracking_fails_leaves_no_output_and_keeps_what_it_trai
     records = [f"{name}{suffix}" for name in outputs for suffix in (".json", ".stat")]  # its record, its hash cache
     assert landed == sorted(outputs + records)
     assert not (tmp_path / "resume").exists()
+
+
+def test_resume_check_finds_cpu_training_bitwise_reproducible_and_resumed(tmp_path):
+    """scripts/resume_check.py, the check docs/running.md reports for CUDA, on the CPU: both pairs equal bit for bit
+    (what the kill test above establishes on its own), the killed run resumed from its first checkpoint."""
+    write_data_dir(tmp_path / "data")
+    write_params(tmp_path / "params.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in ("TWOSCALE_MLFLOW_PARENT_RUN", "DVC_ROOT")}
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/resume_check.py"), "--params", "params.yaml",
+                           "--recipe", "paper", "--steps", "60", "--data-dir", "data", "--work", "check"],
+                          cwd=tmp_path, env=env | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["b_resumed"] and report["b_killed_with_checkpoints"][0] == "step_30.pt"
+    for pair in ("uninterrupted_twice", "killed_and_resumed"):
+        assert report[pair]["bitwise_equal"] and report[pair]["max_abs_weight_diff"] == 0.0
