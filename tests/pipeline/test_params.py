@@ -43,7 +43,7 @@ DELETE = object()
 
 
 @pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml",
-                                  "configs/study.yaml"])
+                                  "configs/study.yaml", "configs/gpu.yaml", "configs/gpu-quick.yaml"])
 def test_shipped_parameter_sets_are_valid(name):
     params = load_params(ROOT / name)
     assert params.train.checkpoint_steps[-1] == params.train.steps
