@@ -66,7 +66,7 @@ def main() -> int:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--work", type=Path, required=True, help="a folder of its own: params, runs, logs")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds any one training may take")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds the whole check may take")
     args = parser.parse_args()
 
     args.work.mkdir(parents=True, exist_ok=False)
