@@ -1,5 +1,6 @@
 """The sweep's teacher-forced quality path: the KV-cache convention of exited tokens against an independent parallel
-replay, and against cached generation position by position."""
+replay, and against cached generation position by position; its two routes (all positions at once, position by
+position) against each other."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from twoscale.inference.early_exit import compute_fraction, evaluate_with_exits, teacher_forced
-from twoscale.inference.exits import head_decode, make_rule
+from twoscale.inference.early_exit import (all_positions, compute_fraction, evaluate_with_exits, position_by_position,
+                                           teacher_forced)
+from twoscale.inference.exits import ExitRule, head_decode, make_rule
 from twoscale.inference.generation import generate
 from twoscale.models.looped_gpt import LoopedGPT
-from replay import exit_steps
+from replay import criterion_values, exit_steps
 
 MAX_LOOPS = 6
 LAYOUT = [((0,), None), ((1,), 0), ((2, 3), 1), ((4,), 2), ((5,), None)]  # the tiny model's segments
@@ -124,6 +126,43 @@ def test_teacher_forced_logits_are_those_of_cached_generation(model, name):
         out = generate(model, window, 1, rules(FIRING[name]), MAX_LOOPS)
         torch.testing.assert_close(torch.stack(out.logits[: len(window)]), run.logits[row], rtol=0, atol=1e-10)
         assert torch.tensor(out.loops[: len(window)]).T.tolist() == run.loops[:, row].tolist()
+
+
+@pytest.mark.parametrize("name", [name for name in FIRING if name != "kl_rest"])
+def test_all_positions_at_once_equal_position_by_position(variant_model, name):
+    """Settings of a rule stacked as rows (the sweep's batches), on every model variant: the same loop counts, and
+    logits within float64 rounding. The thresholds are quantiles of the first group's values along the plain
+    forward pass, so that the rule fires whatever the variant's scale."""
+    spec = FIRING[name]
+    idx = tokens(seed=2, batch=2, length=16)
+    path = variant_model(idx, [MAX_LOOPS] * 3, record_trajectories=True).trajectories[0]
+    head = lambda k, rows: head_decode(variant_model, path.flatten(1, 2)[k, rows])  # noqa: E731
+    values = criterion_values(make_rule(spec, max_loops=MAX_LOOPS).criterion, path, head)
+    thresholds = values[values.isfinite()].quantile(torch.tensor([0.1, 0.3, 0.5, 0.7, 0.9], dtype=values.dtype))
+    settings = [[make_rule({**spec, "threshold": float(threshold)}, max_loops=MAX_LOOPS) for _ in range(3)]
+                for threshold in thresholds]
+    idx = idx.repeat(len(settings), 1)
+
+    def stacked():
+        return [ExitRule.stacked([rule_set[g] for rule_set in settings], 2) for g in range(3)]
+
+    together = all_positions(variant_model, idx, stacked())
+    one_by_one = position_by_position(variant_model, idx, stacked())
+    assert torch.equal(together.loops, one_by_one.loops)
+    # the premise: in the first group some positions exit before others, so later ones read frozen entries
+    assert len(set(together.loops[0].flatten().tolist())) >= 2, "every position exited at one step"
+    torch.testing.assert_close(together.logits, one_by_one.logits, rtol=0, atol=1e-10)
+
+
+def test_a_rest_decode_runs_position_by_position(model, monkeypatch):
+    import twoscale.inference.early_exit as early_exit
+
+    def refuse(*args):
+        raise AssertionError("a rest decode cannot run on all positions at once")
+
+    monkeypatch.setattr(early_exit, "all_positions", refuse)
+    run = teacher_forced(model, tokens(), rules(FIRING["kl_rest"]))
+    assert run.loops.shape == (3, 2, 10)
 
 
 def test_compute_fraction_by_hand(model):

@@ -405,6 +405,15 @@ class ExitRule:
                    per_row([rule.hits for rule in rules], torch.long), first.counter.min_loops,
                    per_row([rule.max_loops for rule in rules], torch.long))
 
+    def spread(self, times: int) -> ExitRule:
+        """A fresh rule over `times` rows for each of this rule's rows, in order (row i's setting on rows
+        i * times .. (i + 1) * times − 1): a per-sequence rule applied to every position of its sequences."""
+        def rows(value: PerRow | None) -> PerRow | None:
+            return value.repeat_interleave(times) if isinstance(value, Tensor) else value
+
+        return ExitRule(self.criterion, rows(self.threshold), rows(self.counter.hits), self.counter.min_loops,
+                        rows(self.counter.max_loops))
+
     @property
     def name(self) -> str:
         return self.criterion.name

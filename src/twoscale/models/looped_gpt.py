@@ -105,8 +105,16 @@ class CausalSelfAttention(nn.Module):
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                visible: torch.Tensor | None = None) -> torch.Tensor:
         """The attention output (N, C) of queries q (N, H, D) that read keys and values given once for all
-        queries, (S, H, D), or per query, (N, S, H, D), where `visible` (N, S) allows (all of them if None)."""
+        queries, (S, H, D), or per query, (N, S, H, D), where `visible` (N, S) allows (all of them if None).
+        Keys and values of whole sequences, (B, T, H, D), come with `visible` the queries' own positions (N,)
+        as flat indices b * T + t: each query reads its sequence causally."""
         N, H, D = q.shape
+        if visible is not None and not visible.dtype.is_floating_point and visible.dtype != torch.bool:
+            B, T = keys.shape[:2]
+            queries = q.new_zeros(B * T, H, D).index_copy(0, visible, q).view(B, T, H, D)
+            y = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2),
+                                               values.transpose(1, 2), is_causal=True)
+            return self.proj(y.transpose(1, 2).reshape(B * T, H * D)[visible])
         if keys.dim() == 3:
             y = F.scaled_dot_product_attention(q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1),
                                                attn_mask=visible)
