@@ -104,9 +104,9 @@ def loop_all_positions(model: LoopedGPT, segment: Segment, x: Tensor, rule: Exit
             return k.view(B, T, *k.shape[1:]), v.view(B, T, *v.shape[1:]), running
         return keep
 
-    k = 0
+    loop_step = 0
     while rule.running.numel():
-        k += 1
+        loop_step += 1
         running = rule.running
         h = step.enter(states[running], group_input[running])
         for layer in segment.layers:
@@ -114,7 +114,7 @@ def loop_all_positions(model: LoopedGPT, segment: Segment, x: Tensor, rule: Exit
         current = step.leave(h, group_input[running])
         exiting = rule.step(current, head_decode(model, current) if rule.needs_logits else None)
         states = states.index_copy(0, running, current)
-        loops[running[exiting]] = k
+        loops[running[exiting]] = loop_step
     return states.view(B, T, C), loops
 
 
