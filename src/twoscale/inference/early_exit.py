@@ -82,7 +82,7 @@ def all_positions(model: LoopedGPT, idx: Tensor, rules: Sequence[ExitRule]) -> E
             continue
         x, steps = loop_all_positions(model, segment, x, rules[segment.group].spread(T))
         loops.append(steps.view(B, T))
-    return ExitRun(model.lm_head(model.ln_f(x)), torch.stack(loops))
+    return ExitRun(head_decode(model, x), torch.stack(loops))
 
 
 def loop_all_positions(model: LoopedGPT, segment: Segment, x: Tensor, rule: ExitRule) -> tuple[Tensor, Tensor]:

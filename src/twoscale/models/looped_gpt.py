@@ -109,7 +109,7 @@ class CausalSelfAttention(nn.Module):
         Keys and values of whole sequences, (B, T, H, D), come with `visible` the queries' own positions (N,)
         as flat indices b * T + t: each query reads its sequence causally."""
         N, H, D = q.shape
-        if visible is not None and not visible.dtype.is_floating_point and visible.dtype != torch.bool:
+        if visible is not None and visible.dtype == torch.long:
             B, T = keys.shape[:2]
             queries = q.new_zeros(B * T, H, D).index_copy(0, visible, q).view(B, T, H, D)
             y = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2),
