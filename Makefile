@@ -64,7 +64,7 @@ gpu: setup
 	$(RUN) snakemake --profile profiles/gpu --cores all --configfile configs/gpu.yaml
 
 test: setup
-	$(RUN) pytest -q
+	$(RUN) pytest -q -n auto --dist loadscope  # one worker per core; a module's tests share a worker
 
 benchmark: setup
 	$(RUN) python -m twoscale benchmark

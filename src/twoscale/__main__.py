@@ -36,14 +36,22 @@ STAGES = {
     "dvc": "write dvc.yaml from the pipeline's declaration (src/twoscale/pipeline/stages.yaml)",
 }
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(stage: str | None = None) -> argparse.ArgumentParser:
+    """The command line; only `stage`'s module is imported for its arguments (each job is a fresh interpreter, and
+    importing every stage, plotting libraries included, would add seconds to each)."""
     parser = argparse.ArgumentParser(prog="twoscale", description=__doc__)
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
     for name, help_text in STAGES.items():
         stage_parser = sub.add_parser(name, help=help_text, description=help_text)
         stage_parser.add_argument("--log", type=Path, help="also write the stage's log to this file")
-        importlib.import_module(f"twoscale.stages.{name}").add_arguments(stage_parser)
+        if name == stage:
+            importlib.import_module(f"twoscale.stages.{name}").add_arguments(stage_parser)
     return parser
+
+
+def stage_named(argv: list[str]) -> str | None:
+    """The stage a command line names: its first word (the top-level parser has no options but --help)."""
+    return argv[0] if argv and argv[0] in STAGES else None
 
 
 def setup_logging(log_file: Path | None) -> None:
@@ -98,7 +106,8 @@ def fail(args: argparse.Namespace, reason: str, details: str = "") -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(stage_named(argv)).parse_args(argv)
     signal.signal(signal.SIGTERM, stop)
     try:
         setup_logging(args.log)

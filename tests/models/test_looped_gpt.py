@@ -180,6 +180,11 @@ def test_depth_states_are_the_state_after_every_layer_run():
     ]
     assert out.depth_positions[-1] == DepthPosition(5)
     assert model(idx, (k0, k1, k2)).depth_states == []
+    with torch.no_grad():  # the same states without the head
+        for got, want in zip(model.depth_states(idx, (k0, k1, k2)), expected, strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="one loop count"):
+        model.depth_states(idx, (k0, k1))
 
 
 # --- causality --------------------------------------------------------------------------------------------

@@ -355,8 +355,7 @@ class LoopedGPT(nn.Module):
         straight_through: bool = False,
     ) -> ModelOutput:
         """Logits for `idx` (B, T) with group g applied `loops[g]` times (each >= 1)."""
-        if len(loops) != self.n_groups or any(count < 1 for count in loops):
-            raise ValueError(f"need one loop count >= 1 per group ({self.n_groups} groups), got {list(loops)}")
+        self.check_loops(loops)
         x = self.embed(idx)
         out = ModelOutput(logits=x)
         if record_trajectories:
@@ -367,6 +366,18 @@ class LoopedGPT(nn.Module):
         if targets is not None:
             out.loss = F.cross_entropy(at_least_float32(out.logits.flatten(0, 1)), targets.flatten())
         return out
+
+    def check_loops(self, loops: Sequence[int]) -> None:
+        if len(loops) != self.n_groups or any(count < 1 for count in loops):
+            raise ValueError(f"need one loop count >= 1 per group ({self.n_groups} groups), got {list(loops)}")
+
+    def depth_states(self, idx: torch.Tensor, loops: Sequence[int]) -> list[torch.Tensor]:
+        """The state after the embedding and after every layer run, as `forward(..., record_trajectories=True)`
+        records them, without the final norm and LM head (distillation's targets need no logits)."""
+        self.check_loops(loops)
+        out = ModelOutput(logits=torch.empty(0))
+        self._run_recorded(self.embed(idx), loops, out)
+        return out.depth_states
 
     def run_segments(self, x: torch.Tensor, loops: Sequence[int], first: int = 0, backprop_depth: int | None = None,
                      straight_through: bool = False) -> torch.Tensor:

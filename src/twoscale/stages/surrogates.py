@@ -80,7 +80,7 @@ def models_to_measure(params: Params, args: argparse.Namespace, vocab_size: int,
 
 
 def _states_of(model, loops: list[int]) -> StatesOf:
-    return lambda idx: model(idx, loops, record_trajectories=True).depth_states
+    return lambda idx: model.depth_states(idx, loops)
 
 
 def _surrogate_states_of(teacher, surrogate) -> StatesOf:

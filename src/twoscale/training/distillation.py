@@ -47,7 +47,7 @@ def teacher_forcing_weight(step: int, steps: int, anneal_fraction: float) -> flo
 @torch.no_grad()
 def teacher_states(teacher: LoopedGPT, idx: Tensor) -> list[Tensor]:
     """x_0 .. x_L of a plain GPT on idx (B, T): the embedding, then the state after every layer (float32)."""
-    return teacher(idx, [], record_trajectories=True).depth_states
+    return teacher.depth_states(idx, [])
 
 
 def phase_loss(surrogate: RaptorSurrogate, states: list[Tensor], forcing: float) -> Tensor:
