@@ -10,6 +10,7 @@ from twoscale.inference.generation import (
     CriterionClock,
     LayerCache,
     block_step,
+    decode_prompt,
     decode_rest,
     generate,
     new_cache,
@@ -94,6 +95,32 @@ def test_exits_give_each_token_its_own_loop_counts(model):
     out = generate(model, [3, 1, 4, 1], new_tokens=8, rules=rules, max_loops=MAX_LOOPS)
     counts = [n for position in out.loops for n in position]
     assert min(counts) >= 1 and max(counts) <= MAX_LOOPS and len(set(counts)) > 1
+
+
+@pytest.mark.parametrize("spec", [{"criterion": "step_norm", "relative": True, "threshold": 0.07},
+                                  {"criterion": "kl", "decode": "rest", "threshold": 1e-5}])
+def test_generation_from_a_decoded_prompt_is_generation_from_the_prompt(model, spec):
+    """The prompt decoded once (decode_prompt) serves any number of generations, each equal to the one-pass loop
+    over the prompt and the new tokens in one cache, written out here."""
+    prompt, new_tokens = [3, 1, 4, 1, 5], 6
+    rules = [make_rule(spec, max_loops=MAX_LOOPS) for _ in range(3)]
+    caches, tokens, expected_logits, expected_loops = new_cache(model, MAX_LOOPS, len(prompt) + new_tokens), \
+        list(prompt), [], []
+    for position in range(len(prompt) + new_tokens - 1):
+        logits, loops = step_token(model, tokens[position], position, caches, rules)
+        expected_logits.append(logits)
+        expected_loops.append(loops)
+        if position >= len(prompt) - 1:
+            tokens.append(int(logits.argmax()))
+    assert len({n for loops in expected_loops for n in loops}) > 1  # the rule exits at several depths
+    decoded = decode_prompt(model, prompt, rules, MAX_LOOPS)
+    for out in (generate(model, prompt, new_tokens, rules, MAX_LOOPS),
+                generate(model, prompt, new_tokens, rules, MAX_LOOPS, decoded=decoded),
+                generate(model, prompt, new_tokens, rules, MAX_LOOPS, decoded=decoded)):
+        assert out.tokens == tokens and out.loops == expected_loops and len(out.ms_per_token) == new_tokens
+        assert all(torch.equal(got, want) for got, want in zip(out.logits, expected_logits, strict=True))
+    with pytest.raises(ValueError, match="not this prompt"):
+        generate(model, prompt[:-1], new_tokens, rules, MAX_LOOPS, decoded=decoded)
 
 
 def test_rest_decode_reads_the_cache_of_the_later_layers(model):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.job_times import JobTime, busy_seconds, read_job_times, run_summary, stage_rows
+from twoscale.pipeline.job_times import JobTime, alone_seconds, busy_seconds, read_job_times, run_summary, stage_rows
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -40,6 +40,15 @@ def test_each_stage_s_jobs_seconds_share_and_cores(folder):
     assert [round(r["share_pct"], 6) for r in rows] == [round(100 * 10 / 220, 6), round(100 * 180 / 220, 6),
                                                        round(100 * 30 / 220, 6)]
     assert rows[1]["cores"] == pytest.approx(260 / 180)
+    # alone: corpus 0-10; the paper training 10-20 and 100-110 (the plain one beside it in between); measure 200-230
+    assert [r["alone_s"] for r in rows] == [pytest.approx(10), pytest.approx(20), pytest.approx(30)]
+
+
+def test_time_alone_counts_only_stretches_with_one_job_running():
+    jobs = [JobTime("a", 10, 0, 10), JobTime("b", 10, 0, 15), JobTime("a", 2, 0, 30), JobTime("c", 2, 0, 29)]
+    # a 0-10 and b 5-15 overlap for 5 s; a alone 0-5, b alone 10-15; then a 28-30 with c 27-29: c alone 27-28,
+    # a alone 29-30
+    assert alone_seconds(jobs) == {"a": 5 + 1, "b": 5, "c": 1}
 
 
 def test_the_run_s_span_and_the_time_some_job_ran(folder):
@@ -66,5 +75,5 @@ def test_no_benchmark_files_or_an_unreadable_one_is_one_line(tmp_path):
 def test_the_command_prints_the_table(folder):
     result = subprocess.run([sys.executable, "-m", "twoscale", "cost", "--benchmarks", str(folder)],
                             capture_output=True, text=True, check=True)
-    assert "| train | 2 | 180 | 260 | 81.8 | 1.44 |" in result.stdout
+    assert "| train | 2 | 180 | 260 | 81.8 | 1.44 | 20 |" in result.stdout
     assert "first start to last end 230 s, of which some job ran 140 s" in result.stdout

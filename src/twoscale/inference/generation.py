@@ -47,6 +47,17 @@ class LayerCache:
     def copy(self) -> LayerCache:
         return LayerCache(self.keys.clone(), self.values.clone(), self.depth.clone())
 
+    def grown(self, positions: int) -> LayerCache:
+        """A copy with room for `positions` positions, this cache's entries first."""
+        def grow(held: Tensor) -> Tensor:
+            out = held.new_zeros((*held.shape[:2], positions, *held.shape[3:]))
+            out[:, :, : held.shape[2]] = held
+            return out
+
+        depth = self.depth.new_zeros((self.depth.shape[0], positions))
+        depth[:, : self.depth.shape[1]] = self.depth
+        return LayerCache(grow(self.keys), grow(self.values), depth)
+
     def row(self, r: int) -> LayerCache:
         """Row r as a one-sequence cache, (steps, positions, heads, head_dim), sharing this cache's memory."""
         return LayerCache(self.keys[:, r], self.values[:, r], self.depth[r])
@@ -249,6 +260,34 @@ def check_rules(rules: Sequence[ExitRule], max_loops: int) -> None:
         raise ValueError(f"every exit rule needs max_loops <= {max_loops}")
 
 
+@dataclass
+class PromptState:
+    """A prompt decoded under some rules up to its last position (the first that generation times): the caches of
+    the decoded positions, and their logits and loop counts. Generation continues from a copy, so one decoded
+    prompt serves every timed repeat of the same rules."""
+
+    prompt: list[int]
+    caches: list[LayerCache]
+    logits: list[Tensor]
+    loops: list[list[int]]
+
+
+@torch.no_grad()
+def decode_prompt(model: LoopedGPT, prompt: Sequence[int], rules: Sequence[ExitRule], max_loops: int) -> PromptState:
+    """Every position of the prompt but the last, under the rules, one at a time and untimed."""
+    model.eval()
+    check_rules(rules, max_loops)
+    if not prompt:
+        raise ValueError("generation needs a prompt of at least one token")
+    state = PromptState(list(prompt), new_cache(model, max(rule.max_loops for rule in rules), len(prompt) - 1), [],
+                        [])
+    for position in range(len(prompt) - 1):
+        logits, loops = step_token(model, prompt[position], position, state.caches, rules)
+        state.logits.append(logits)
+        state.loops.append(loops)
+    return state
+
+
 @torch.no_grad()
 def generate(
     model: LoopedGPT,
@@ -258,26 +297,30 @@ def generate(
     max_loops: int,
     pick: Callable[[Tensor], int] = lambda logits: int(logits.argmax()),
     timer: CriterionClock | None = None,
+    decoded: PromptState | None = None,
 ) -> Generation:
     """Greedy (or `pick`) generation at batch size 1 with per-token exits, timing every generated token (and with
-    `timer`, the exit decisions of the generated tokens)."""
+    `timer`, the exit decisions of the generated tokens). The prompt is decoded first under the same rules, untimed,
+    unless `decoded` holds it decoded under these very rules (`decode_prompt`)."""
     model.eval()
-    check_rules(rules, max_loops)
     total = len(prompt) + new_tokens
     if total > model.config.block_size:
         raise ValueError(f"prompt + new tokens = {total} exceeds block_size {model.config.block_size}")
-    caches = new_cache(model, max(rule.max_loops for rule in rules), total)
-    out = Generation(list(prompt), [], [], [])
+    if decoded is None:
+        decoded = decode_prompt(model, prompt, rules, max_loops)
+    elif decoded.prompt != list(prompt):
+        raise ValueError("the decoded prompt is not this prompt")
+    check_rules(rules, max_loops)
+    caches = [cache.grown(total) for cache in decoded.caches]
+    out = Generation(list(prompt), list(decoded.logits), list(decoded.loops), [])
     device = model.lm_head.weight.device
-    for position in range(total - 1):
-        generating = position >= len(prompt) - 1
+    for position in range(len(prompt) - 1, total - 1):
         started = clock(device)
-        logits, loops = step_token(model, out.tokens[position], position, caches, rules, timer if generating else None)
+        logits, loops = step_token(model, out.tokens[position], position, caches, rules, timer)
         out.logits.append(logits)
         out.loops.append(loops)
-        if generating:
-            out.tokens.append(pick(logits))
-            out.ms_per_token.append(1000 * (clock(device) - started))
-            if timer:
-                timer.token_seconds += out.ms_per_token[-1] / 1000
+        out.tokens.append(pick(logits))
+        out.ms_per_token.append(1000 * (clock(device) - started))
+        if timer:
+            timer.token_seconds += out.ms_per_token[-1] / 1000
     return out

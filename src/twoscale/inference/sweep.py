@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from twoscale.inference.early_exit import evaluate_settings
 from twoscale.inference.exits import ExitRule, make_rule
-from twoscale.inference.generation import CriterionClock, cache_bytes, generate
+from twoscale.inference.generation import CriterionClock, PromptState, cache_bytes, decode_prompt, generate
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline.params import ParamsError, SweepParams
 from twoscale.training.batches import evaluation_starts
@@ -68,15 +68,16 @@ def held_out_prompts(val_ids: np.ndarray, n_prompts: int, prompt_tokens: int) ->
 
 def latency_ms_per_token(
     model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, strategy: dict[str, Any], setting: float,
-    max_loops: int, timer: CriterionClock | None = None,
+    max_loops: int, timer: CriterionClock | None = None, decoded: Sequence[PromptState] | None = None,
 ) -> tuple[float, float]:
     """Median ms per generated token over every token of every prompt (batch size 1, KV cache, the criterion's
     own cost included), and the mean loop count per group and token while generating. `timer` adds up the time
-    the generated tokens spent on exit decisions."""
+    the generated tokens spent on exit decisions; `decoded` holds the prompts already decoded under this setting."""
+    rules = rules_at(strategy, setting, model.n_groups, max_loops)
     times, loops = [], []
-    for prompt in prompts:
-        out = generate(model, prompt, new_tokens, rules_at(strategy, setting, model.n_groups, max_loops), max_loops,
-                       timer=timer)
+    for index, prompt in enumerate(prompts):
+        out = generate(model, prompt, new_tokens, rules, max_loops, timer=timer,
+                       decoded=None if decoded is None else decoded[index])
         times += out.ms_per_token
         loops += [sum(position) / len(position) for position in out.loops[len(prompt) - 1 :]]
     return statistics.median(times), float(np.mean(loops))
@@ -89,19 +90,28 @@ def timed_rounds(
     """Latency of every (name, strategy, setting) point, point i timed in rounds 0 .. rounds[i] − 1. A round runs
     each of its points once, in an order rotated by one place per round: any two points' timings of one round are
     a pair that saw the same state of the machine. One row per point and round: ms per token (median over the
-    round's tokens) and the mean loops per group while generating."""
+    round's tokens) and the mean loops per group while generating. A point's prompts are decoded (untimed) once,
+    in its first round, and every round generates from them: the same computation as decoding them each time."""
     if len(rounds) != len(points):
         raise ValueError(f"{len(rounds)} round counts for {len(points)} points")
     rows = []
+    decoded: dict[int, list[PromptState]] = {}
     bar = tqdm(total=sum(rounds), desc=progress, unit="setting", disable=progress is None)
     for round_index in range(max(rounds, default=0)):
-        these = [point for point, count in zip(points, rounds, strict=True) if count > round_index]
+        these = [index for index, count in enumerate(rounds) if count > round_index]
         shift = round_index % len(these)
-        for name, strategy, setting in [*these[shift:], *these[:shift]]:
+        for index in [*these[shift:], *these[:shift]]:
+            name, strategy, setting = points[index]
             bar.update()
-            ms, loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops)
+            if index not in decoded:
+                rules = rules_at(strategy, setting, model.n_groups, max_loops)
+                decoded[index] = [decode_prompt(model, prompt, rules, max_loops) for prompt in prompts]
+            ms, loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops,
+                                             decoded=decoded[index])
             rows.append({"strategy": name, "setting": float(setting), "round": round_index, "ms_per_token": ms,
                          "generated_mean_loops": loops})
+            if round_index == rounds[index] - 1:
+                del decoded[index]  # its last round: free the caches
     bar.close()
     return rows
 

@@ -51,10 +51,24 @@ def busy_seconds(jobs: Iterable[JobTime]) -> float:
     return total
 
 
+def alone_seconds(jobs: Sequence[JobTime]) -> dict[str, float]:
+    """Per stage, how long one of its jobs ran with no other job beside it (on a machine of several cores, the
+    time the others had nothing to do, unless that one job used them)."""
+    bounds = sorted({time for job in jobs for time in (job.start, job.end)})
+    alone: dict[str, float] = {}
+    for begin, end in zip(bounds, bounds[1:]):
+        running = [job for job in jobs if job.start <= begin and job.end >= end]
+        if len(running) == 1:
+            alone[running[0].stage] = alone.get(running[0].stage, 0.0) + end - begin
+    return alone
+
+
 def stage_rows(jobs: Sequence[JobTime], order: Sequence[str] = ()) -> list[dict]:
     """Per stage (in `order`, then the others by name): jobs, job-seconds, CPU-seconds, share of all job-seconds
-    (percent), and the cores its jobs kept busy on average (CPU-seconds per job-second)."""
+    (percent), the cores its jobs kept busy on average (CPU-seconds per job-second), and the seconds one of its
+    jobs ran alone (`alone_seconds`)."""
     total = sum(job.wall_s for job in jobs)
+    alone = alone_seconds(jobs)
     stages = sorted({job.stage for job in jobs}, key=lambda stage: (
         order.index(stage) if stage in order else len(order), stage))
     rows = []
@@ -62,7 +76,8 @@ def stage_rows(jobs: Sequence[JobTime], order: Sequence[str] = ()) -> list[dict]
         own = [job for job in jobs if job.stage == stage]
         wall, cpu = sum(job.wall_s for job in own), sum(job.cpu_s for job in own)
         rows.append({"stage": stage, "jobs": len(own), "job_s": wall, "cpu_s": cpu,
-                     "share_pct": 100 * wall / total if total else 0.0, "cores": cpu / wall if wall else 0.0})
+                     "share_pct": 100 * wall / total if total else 0.0, "cores": cpu / wall if wall else 0.0,
+                     "alone_s": alone.get(stage, 0.0)})
     return rows
 
 
