@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.report.claims import claims_table
+from twoscale.claims.table import claims_table
 from twoscale.report.tables import MEASUREMENT_TABLES, of_run, runs_in
 
 

@@ -220,7 +220,7 @@ def test_the_distill_stages_write_phases_surrogates_and_their_recovery(first_run
     import torch.nn.functional as F
 
     from twoscale.training.batches import held_out_batches
-    from twoscale.training.distillation import load_surrogate
+    from twoscale.surrogates.distillation import load_surrogate
     from twoscale.training.trainer import load_model
 
     smoke = yaml.safe_load((first_run / "params.yaml").read_text())
@@ -343,10 +343,10 @@ def test_dvc_sees_the_snakemake_results_as_current(first_run):
 
 
 def test_editing_a_module_of_one_stage_reruns_that_stage_and_what_follows_only(first_run):
-    """analysis/recovery.py is imported by the distill stage alone: Snakemake plans the distill jobs and the
+    """surrogates/recovery.py is imported by the distill stage alone: Snakemake plans the distill jobs and the
     stages after them (surrogates, claims); DVC the distill jobs, whose changed outputs, if any, then rerun the
     stages after them in repro. Nothing else in either."""
-    module = first_run / "src/twoscale/analysis/recovery.py"
+    module = first_run / "src/twoscale/surrogates/recovery.py"
     original, stat = module.read_text(), module.stat()
     module.write_text(original + "\n# edited\n")
     try:

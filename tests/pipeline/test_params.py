@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from twoscale.inference.sweep import check_strategies
+from twoscale.exits.sweep import check_strategies
 from twoscale.pipeline.params import (ParamsError, changed_keys, load_params, params_schema, parse_params,
                                       results_root)
 

@@ -56,9 +56,9 @@ def test_sources_are_what_the_stage_module_imports(stage):
 
 def test_a_stage_depends_on_its_own_cores_only():
     assert "src/twoscale/data/corpus.py" in dependencies.sources("corpus")
-    assert not any("/inference/" in path or "/models/" in path for path in dependencies.sources("corpus"))
+    assert not any("/decoding/" in path or "/models/" in path for path in dependencies.sources("corpus"))
     assert "src/twoscale/training/flops.py" in dependencies.sources("train")
-    assert "src/twoscale/analysis/recovery.py" not in dependencies.sources("sweep")
+    assert "src/twoscale/surrogates/recovery.py" not in dependencies.sources("sweep")
 
 
 def test_the_committed_dvc_yaml_is_the_generated_one():

@@ -10,8 +10,9 @@ import polars as pl
 import pytest
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report import claims, thresholds
-from twoscale.report.claims import (
+from twoscale.claims import table as claims
+from twoscale.report import thresholds
+from twoscale.claims.table import (
     c1_step_sizes_shrink,
     c2_steps_shrink_over_training,
     c3_step_cosine,
@@ -19,7 +20,7 @@ from twoscale.report.claims import (
     c5_spirals_and_jumps,
     claims_table,
 )
-from twoscale.report.verdicts import exits
+from twoscale.exits import verdicts as exits
 from sweeps import latency_rounds
 
 K = 30

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from workspace import ROOT
 
-from twoscale.report.claims_by_recipe import (claim_anchor, number, recipe_verdict, spread, spread_text, summarise,
+from twoscale.claims.by_recipe import (claim_anchor, number, recipe_verdict, spread, spread_text, summarise,
                                              to_json, to_markdown)
 from twoscale.report.tables import origins
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report.claims import c7_against_matched_decoding, c7_parallel_sampler
+from twoscale.claims.table import c7_against_matched_decoding, c7_parallel_sampler
 from twoscale.report.plots import fig_sampler_tradeoff
 from twoscale.report.tables import matched_decoding, sampling_summary
 

@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report import surrogate_plots
-from twoscale.report.claims import c8_against_scratch, c8_two_blocks_recover, computations, surrogate_claims
+from twoscale.surrogates import figures as surrogate_figures
+from twoscale.claims.table import c8_against_scratch, c8_two_blocks_recover, computations, surrogate_claims
 from twoscale.report.tables import recovery_table
 
 
@@ -82,28 +82,28 @@ def test_c8b_compares_the_surrogate_with_the_two_layer_gpt_from_scratch(surrogat
 def test_the_three_figures_are_drawn(tmp_path):
     evaluations = [evaluation(k, 4.0 + 0.5 / k, 4.0 + 1.0 / k, seed=seed) for seed in (1, 2) for k in (1, 2, 3)]
     table, r2 = recovery_table(evaluations)
-    surrogate_plots.fig_surrogate_recovery(table, r2, tmp_path / "recovery.png")
+    surrogate_figures.fig_surrogate_recovery(table, r2, tmp_path / "recovery.png")
     distance = np.abs(np.subtract.outer(np.arange(8.0), np.arange(8.0))) / 10
-    surrogate_plots.fig_teacher_phases(distance, {1: [(0, 7)], 2: [(0, 3), (4, 7)]}, "plain (seed 1)",
+    surrogate_figures.fig_teacher_phases(distance, {1: [(0, 7)], 2: [(0, 3), (4, 7)]}, "plain (seed 1)",
                                        tmp_path / "phases.png")
     rows = [{"model": model, "name": name, "seed": 1, "blocks": k, "position": l, "relative_depth": l / 8,
              "convergence": l / 8, "angular_speed": 0.1, "stable_rank": 2.0}
             for model, name, k in (("teacher", "plain", None), ("surrogate", "plain", 2), ("looped", "paper", None))
             for l in range(9)]
-    surrogate_plots.fig_depth_dynamics(pl.DataFrame(rows), tmp_path / "dynamics.png")
+    surrogate_figures.fig_depth_dynamics(pl.DataFrame(rows), tmp_path / "dynamics.png")
     for name in ("recovery.png", "phases.png", "dynamics.png"):
         assert (tmp_path / name).stat().st_size > 10_000
 
 
 def test_a_parameter_set_without_teachers_gets_a_recovery_figure_saying_so(tmp_path):
     table, r2 = recovery_table([])
-    surrogate_plots.fig_surrogate_recovery(table, r2, tmp_path / "recovery.png")
+    surrogate_figures.fig_surrogate_recovery(table, r2, tmp_path / "recovery.png")
     assert (tmp_path / "recovery.png").stat().st_size > 1_000
 
 
 def test_figures_refuse_empty_tables(tmp_path):
     with pytest.raises(TwoscaleError, match="recovery table is empty"):
-        surrogate_plots.fig_surrogate_recovery(pl.DataFrame(), pl.DataFrame(), tmp_path / "x.png")
+        surrogate_figures.fig_surrogate_recovery(pl.DataFrame(), pl.DataFrame(), tmp_path / "x.png")
     with pytest.raises(TwoscaleError, match="dynamics table is empty"):
-        surrogate_plots.fig_depth_dynamics(pl.DataFrame(), tmp_path / "x.png")
+        surrogate_figures.fig_depth_dynamics(pl.DataFrame(), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()

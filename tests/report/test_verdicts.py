@@ -1,4 +1,4 @@
-"""The pure verdicts (`report.verdicts`) on small hand-built tables, each number computed by hand; the thresholds
+"""The pure verdicts (each system's `verdicts` module) on small hand-built tables, each number computed by hand; the thresholds
 are read at their edges, where a claim passes or fails by the width of the comparison."""
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ import polars as pl
 import pytest
 
 from twoscale.report.thresholds import C1_K_SETTLED, C4_MIN_DLR, C7_MIN_SPEEDUP, C8_RECOVERY, S_TOLERANCE
-from twoscale.report.verdicts import exits, geometry, sampler, surrogates
-from twoscale.report.verdicts.common import (
+from twoscale.exits import verdicts as exits
+from twoscale.geometry import verdicts as geometry
+from twoscale.sampler import verdicts as sampler
+from twoscale.surrogates import verdicts as surrogates
+from twoscale.report.verdicts import (
     S_WORDS,
     Ratio,
     Verdict,

@@ -140,12 +140,11 @@ def test_measure_with_corrupt_checkpoint(tmp_path, tiny_data):
 
 
 def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
-    from twoscale.models.looped_gpt import ModelConfig
     from twoscale.pipeline.params import load_params
-    from twoscale.training.trainer import build_state, save_checkpoint
+    from twoscale.training.trainer import build_state, model_config, save_checkpoint
 
     trained = load_params(smoke_params(tmp_path, model={"n_embd": 16}))
-    config = ModelConfig.from_params(trained.model, vocab_size=300)
+    config = model_config(trained.model, vocab_size=300)
     save_checkpoint(tmp_path / "step_5.pt", build_state(config, trained.train, 0, torch.device("cpu")), "fp")
     result = measure(tmp_path, tmp_path / "step_5.pt", smoke_params(tmp_path))  # n_embd back to the smoke value
     assert_one_line_error(result, "measure", "trained with other model parameters (n_embd)")
@@ -155,14 +154,13 @@ def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
 def save_trained(path: Path, params: Path, data: Path, step: int, seed: int = 1337, **train) -> None:
     """A checkpoint at `step` of run paper/`seed` as the train stage would save it from `params` (with `train`
     changed) and the data in `data`, under `path`."""
-    from twoscale.models.looped_gpt import ModelConfig
     from twoscale.pipeline.params import load_params
-    from twoscale.training.trainer import build_state, run_fingerprint, save_checkpoint
+    from twoscale.training.trainer import build_state, model_config, run_fingerprint, save_checkpoint
 
     trained = load_params(params)
     run = trained.run("paper", 1337)
     run = dataclasses.replace(run, seed=seed, train=run.train.model_copy(update=train))
-    state = build_state(ModelConfig.from_params(run.model, vocab_size=300), run.train, seed, torch.device("cpu"))
+    state = build_state(model_config(run.model, vocab_size=300), run.train, seed, torch.device("cpu"))
     state.step = step
     save_checkpoint(path, state, run_fingerprint(trained.runtime, run, data))
 

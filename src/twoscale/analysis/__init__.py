@@ -1,1 +1,1 @@
-"""What the loops do: the geometry of the loop iterates, phases of depth, and one checkpoint's measurement."""
+"""Phases of depth (max-cut segmentation of a similarity matrix), shared by the loop geometry and the surrogates."""

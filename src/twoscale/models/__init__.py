@@ -1,1 +1,1 @@
-"""The networks: the looped (recurrent-depth) GPT."""
+"""The looped (recurrent-depth) GPT: one file that imports torch and nothing of the pipeline."""

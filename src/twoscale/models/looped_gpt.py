@@ -22,8 +22,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from twoscale.pipeline.params import ModelParams
-
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -39,11 +37,6 @@ class ModelConfig:
     # group step) | "rescale" (each group step's output rescaled per token to the norm of the group input)
     injection: str = "none"  # "none" | "add" (state + W x^(0)) | "adapter" (Huginn: W concat(state, x^(0)))
     scale_embedding: bool = False  # token embeddings times sqrt(n_embd), as in Huginn
-
-    @classmethod
-    def from_params(cls, model: ModelParams, vocab_size: int) -> ModelConfig:
-        fields = model.model_dump(exclude={"groups"})
-        return cls(vocab_size=vocab_size, groups=tuple((g.first, g.last) for g in model.groups), **fields)
 
     @classmethod
     def from_dict(cls, raw: dict) -> ModelConfig:

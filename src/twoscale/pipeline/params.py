@@ -273,7 +273,7 @@ class SweepParams(Section):
 
     @model_validator(mode="after")
     def _fixed_is_the_reference(self) -> SweepParams:
-        """The exit specs themselves are checked where exits are known (`twoscale.inference.sweep`)."""
+        """The exit specs themselves are checked where exits are known (`twoscale.exits.sweep`)."""
         if "fixed" not in self.strategies or self.strategies["fixed"].spec.get("criterion") != "fixed":
             raise ValueError("strategies need 'fixed' with spec {criterion: fixed}: the full-depth reference")
         if self.max_loops not in self.strategies["fixed"].settings:

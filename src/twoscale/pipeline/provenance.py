@@ -34,7 +34,7 @@ from twoscale.pipeline.io import atomic_path, finite_or_null, once_landed, sha25
 from twoscale.pipeline.params import changed_keys, shown_keys
 from twoscale.pipeline.snakemake_rules import ITEM, WILDCARD, rules
 
-log = logging.getLogger("twoscale.provenance")
+log = logging.getLogger(__name__)
 
 RECORDS = ".built"  # the folder, beside the outputs, of their build records
 JOB_KEYS = ("recipe", "seed", "strategy", "blocks")  # a stage's options that name its job

@@ -1,1 +1,2 @@
-"""What a reader sees: the gathered tables, the figures and the claims table."""
+"""What every system's report is built from: reading the measured tables, the verdict and speed-ratio types, the
+pre-registered thresholds and the figures."""

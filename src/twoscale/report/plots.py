@@ -753,7 +753,7 @@ _SAMPLER_AXES = {
     "agreement": "greedy agreement with full recurrence",
 }
 # (x, y) of each panel: quality and repetition against wall-clock speed, then quality against the cost per token by
-# the FLOP convention of inference/cost.py, and speed against that cost
+# the FLOP convention of decoding/cost.py, and speed against that cost
 _SAMPLER_PANELS = (("tokens_per_s", "cross_entropy_gap"), ("tokens_per_s", "distinct_fraction"),
                    ("tokens_per_s", "agreement"), ("layers_per_token", "cross_entropy_gap"),
                    ("gflops_per_token", "cross_entropy_gap"), ("gflops_per_token", "tokens_per_s"))

@@ -18,9 +18,8 @@ import torch
 from tqdm import tqdm
 
 from twoscale.benchmark import sampler_medians, step_costs, strategy_latency, training_throughput
-from twoscale.inference.sampling import FULL_RECURRENCE, MATCHED, SAMPLER, settings_of
-from twoscale.inference.sweep import held_out_prompts, never_exit_setting
-from twoscale.models.looped_gpt import ModelConfig
+from twoscale.sampler.comparison import FULL_RECURRENCE, MATCHED, SAMPLER, settings_of
+from twoscale.exits.sweep import held_out_prompts, never_exit_setting
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.pipeline.params import Params, RunParams, results_root
@@ -30,8 +29,9 @@ from twoscale.stages.common import add_params_argument
 from twoscale.stages.validation import read_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_size, matmul_tflops,
                                       resolve_device)
+from twoscale.training.trainer import model_config
 
-log = logging.getLogger("twoscale.benchmark")
+log = logging.getLogger(__name__)
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 REFERENCES = {"best_fixed": "kstar", "full_depth": "best"}  # --reference: its column prefix in summary.csv
@@ -98,7 +98,7 @@ def training_rows(runs: list[RunParams], data_dir: Path, device: torch.device, s
     warmup = 3 if device.type == "cuda" else 1  # compilation, cuBLAS and allocator warm-up on the GPU
     rows = []
     for run in tqdm(runs, desc="benchmark training", unit="recipe"):
-        config = ModelConfig.from_params(run.model, stats["vocab_size"])
+        config = model_config(run.model, stats["vocab_size"])
         fp32 = {}  # per variant: bf16 is compared with fp32 run the same way (eager or compiled)
         for precision, dtype in PRECISIONS.items():
             for compiled in variants:

@@ -12,7 +12,7 @@ from twoscale.pipeline.io import atomic_path, write_json
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
 
-log = logging.getLogger("twoscale.data.corpus")
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

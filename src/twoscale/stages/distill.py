@@ -17,9 +17,8 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.analysis.recovery import evaluate_recovery
-from twoscale.models.looped_gpt import ModelConfig
-from twoscale.models.surrogate import RaptorSurrogate, SurrogateConfig
+from twoscale.surrogates.recovery import evaluate_recovery
+from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, write_json, write_parquet
@@ -28,9 +27,10 @@ from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance, recorded_provenance, training_dtype
-from twoscale.training.distillation import distill, save_surrogate, train_plain_gpt
+from twoscale.surrogates.distillation import distill, save_surrogate, train_plain_gpt
+from twoscale.training.trainer import model_config
 
-log = logging.getLogger("twoscale.training.distillation")
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> None:
     source = {**teacher_trained, **provenance(device, dtype)}
     surrogate = RaptorSurrogate(SurrogateConfig(teacher.config, tuple(tuple(p) for p in phases),
                                                 settings.depth_hidden, settings.layerscale_init)).to(device)
-    control_config = ModelConfig.from_params(run.model.model_copy(update={"n_layer": k}),
+    control_config = model_config(run.model.model_copy(update={"n_layer": k}),
                                              teacher.config.vocab_size)
     tags = {**run.tags, "blocks": str(k)}
     log.info("%s seed %d: %d-block surrogate (%d parameters) of %d layers, phases %s; control: %d layers",

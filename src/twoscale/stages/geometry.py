@@ -17,7 +17,7 @@ from twoscale.report import plots
 from twoscale.report.tables import MEASUREMENT_TABLES
 from twoscale.stages.common import add_params_argument, load
 
-log = logging.getLogger("twoscale.analysis.geometry")
+log = logging.getLogger(__name__)
 
 FIGURES = {
     "fig1_trajectory_pca.png": (plots.fig1_trajectory, ("trajectory",)),

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.inference.sweep import held_out_prompts, latency_ms_per_token, timed_rounds
+from twoscale.exits.sweep import held_out_prompts, latency_ms_per_token, timed_rounds
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet, write_parquet
 from twoscale.pipeline.params import params_hash
-from twoscale.report.verdicts.exits import compared_points
+from twoscale.exits.verdicts import compared_points
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
 
-log = logging.getLogger("twoscale.inference.latency")
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

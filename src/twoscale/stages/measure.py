@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from twoscale.analysis.geometry import FLOOR_EPS, precision_floor
-from twoscale.analysis.measurement import MEASURE_DTYPE, CheckpointMeasurement, boundary_offsets, measure_checkpoint
+from twoscale.geometry.metrics import FLOOR_EPS, precision_floor
+from twoscale.geometry.measurement import MEASURE_DTYPE, CheckpointMeasurement, boundary_offsets, measure_checkpoint
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_json, write_json, write_parquet
 from twoscale.pipeline.params import RunParams, params_hash
@@ -19,7 +19,7 @@ from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
 from twoscale.training.device import provenance, recorded_provenance
 
-log = logging.getLogger("twoscale.measure")
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

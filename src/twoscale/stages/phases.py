@@ -14,19 +14,19 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from twoscale.analysis.dynamics import sequence_summaries
+from twoscale.surrogates.dynamics import sequence_summaries
 from twoscale.analysis.phases import SimilarityAccumulator, cut_value, segment_phases
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_json, write_parquet
 from twoscale.pipeline.params import DistillParams, params_hash
-from twoscale.report import surrogate_plots
+from twoscale.surrogates import figures as surrogate_figures
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
 from twoscale.training.batches import held_out_batches
-from twoscale.training.distillation import teacher_states
+from twoscale.surrogates.distillation import teacher_states
 
-log = logging.getLogger("twoscale.analysis.phases")
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> None:
             "teacher": run.recipe, "seed": run.seed, "train_step": meta["step"], "layers": L,
             "phases": {str(k): [list(p) for p in v] for k, v in phases.items()},
             "cut": {str(k): v for k, v in cuts.items()}})
-        surrogate_plots.fig_teacher_phases(distance.numpy(), phases, f"{run.recipe} (seed {run.seed})",
+        surrogate_figures.fig_teacher_phases(distance.numpy(), phases, f"{run.recipe} (seed {run.seed})",
                                            args.out_dir / "phases.png")
         for name in ("phases.json", "phases.png"):
             tracking.log_artifact(args.out_dir / name)

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 from tqdm import tqdm
 
-from twoscale.inference.sampling import (
+from twoscale.sampler.comparison import (
     SAMPLER,
     measure_prompt,
     sampler_throughput,
@@ -23,7 +23,7 @@ from twoscale.inference.sampling import (
     shared_settings,
     speed_rows,
 )
-from twoscale.inference.sweep import held_out_prompts
+from twoscale.exits.sweep import held_out_prompts
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
@@ -35,7 +35,7 @@ from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
 
-log = logging.getLogger("twoscale.inference.sampling")
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,19 +13,19 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.analysis.dynamics import DepthDynamics
+from twoscale.surrogates.dynamics import DepthDynamics
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_parquet
 from twoscale.pipeline.params import Params, params_hash
-from twoscale.report import surrogate_plots
+from twoscale.surrogates import figures as surrogate_figures
 from twoscale.report.tables import recovery_table
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument, load
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import configure_torch, resolve_device
-from twoscale.training.distillation import load_surrogate
+from twoscale.surrogates.distillation import load_surrogate
 
-log = logging.getLogger("twoscale.analysis.dynamics")
+log = logging.getLogger(__name__)
 
 StatesOf = Callable[[torch.Tensor], list[torch.Tensor]]
 
@@ -114,9 +114,9 @@ def run(args: argparse.Namespace) -> None:
             with atomic_path(args.out_dir / name) as tmp:
                 frame.write_csv(tmp, float_precision=6)
         write_parquet(args.out_dir / "dynamics.parquet", dynamics)
-        figures = {"surrogate_recovery.png": lambda path: surrogate_plots.fig_surrogate_recovery(recovery,
+        figures = {"surrogate_recovery.png": lambda path: surrogate_figures.fig_surrogate_recovery(recovery,
                                                                                                  layer_r2, path),
-                   "depth_dynamics.png": lambda path: surrogate_plots.fig_depth_dynamics(dynamics, path)}
+                   "depth_dynamics.png": lambda path: surrogate_figures.fig_depth_dynamics(dynamics, path)}
         for filename, draw in figures.items():
             draw(args.figures_dir / filename)
             tracking.log_artifact(args.figures_dir / filename, artifact_path="figures")

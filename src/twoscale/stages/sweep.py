@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.inference.sweep import sweep_settings, swept_key
+from twoscale.exits.sweep import sweep_settings, swept_key
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
@@ -19,7 +19,7 @@ from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
 
-log = logging.getLogger("twoscale.inference.sweep")
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

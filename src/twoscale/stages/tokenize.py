@@ -32,7 +32,7 @@ from twoscale.pipeline.io import (
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
 
-log = logging.getLogger("twoscale.tokenize")
+log = logging.getLogger(__name__)
 
 ENCODE_BATCH_CHARS = 1 << 20  # characters of documents encoded at a time: bounds the tokenizer's working memory
 

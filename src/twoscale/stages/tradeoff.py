@@ -15,10 +15,10 @@ from twoscale.pipeline.params import params_hash
 from twoscale.report import plots
 from twoscale.report.tables import of_run, runs_in, with_latency
 from twoscale.report.thresholds import C6_TOLERANCE
-from twoscale.report.verdicts.exits import best_fixed_depth, best_within, full_depth
+from twoscale.exits.verdicts import best_fixed_depth, best_within, full_depth
 from twoscale.stages.common import add_params_argument, load
 
-log = logging.getLogger("twoscale.tradeoff")
+log = logging.getLogger(__name__)
 
 FIGURES = {
     "fig4_exit_sweep.png": plots.fig4_exit_sweep,

@@ -18,7 +18,6 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import (atomic_path, load_token_array, once_landed, read_json, run_subdir, write_json,
@@ -29,10 +28,10 @@ from twoscale.stages.common import add_run_arguments, load_run, log_params
 from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, provenance,
                                       resolve_device, training_dtype)
 from twoscale.training.memory import check_fits
-from twoscale.training.trainer import (build_state, checkpoint_name, compile_blocks, latest_resumable, publish,
-                                       restore_state, run_fingerprint, train)
+from twoscale.training.trainer import (build_state, checkpoint_name, compile_blocks, latest_resumable, model_config,
+                                       publish, restore_state, run_fingerprint, train)
 
-log = logging.getLogger("twoscale.train")
+log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 10  # left out of the throughput: the first steps compile and fill the allocator
 OUTPUTS = ("history.parquet", "history.csv", "metrics.json")  # beside checkpoints/
@@ -123,7 +122,7 @@ def run(args: argparse.Namespace) -> None:
     configure_torch(params.runtime.threads, run.seed, tf32=True)
     device = resolve_device(params.runtime.device)
     dtype = training_dtype(params.runtime.precision, device)
-    config = ModelConfig.from_params(run.model, vocab_size=stats["vocab_size"])
+    config = model_config(run.model, vocab_size=stats["vocab_size"])
     fingerprint = run_fingerprint(params.runtime, run, args.data_dir)
     run_hash = fingerprint[:HASH_CHARS]  # the parameters' part
     # Keyed by everything the run depends on: an interrupted run of other parameters or data is never touched.

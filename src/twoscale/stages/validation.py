@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from twoscale.inference.sweep import check_strategies
+from twoscale.exits.sweep import check_strategies
 from twoscale.pipeline.params import Params, ParamsError, load_params
 
 

@@ -17,7 +17,7 @@ import torch
 
 from twoscale.pipeline.errors import TwoscaleError
 
-log = logging.getLogger("twoscale.device")
+log = logging.getLogger(__name__)
 
 # Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, by the model in the device's name (the
 # longest key that is a whole word of the name: "H200 NVL" before "H200"; "L4" is not "L40S")

@@ -22,12 +22,19 @@ import torch
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
-from twoscale.pipeline.params import HASH_CHARS, LoopSchedule, RunParams, RuntimeParams, TrainParams, params_hash
+from twoscale.pipeline.params import (HASH_CHARS, LoopSchedule, ModelParams, RunParams, RuntimeParams, TrainParams,
+                                      params_hash)
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch
 from twoscale.training.device import autocast, clock
 from twoscale.training.flops import training_step_flops
 
 CHECKPOINT_FORMAT = 1
+
+
+def model_config(model: ModelParams, vocab_size: int) -> ModelConfig:
+    """The model's configuration from its parameter section (the model file itself knows nothing of parameters)."""
+    fields = model.model_dump(exclude={"groups"})
+    return ModelConfig(vocab_size=vocab_size, groups=tuple((g.first, g.last) for g in model.groups), **fields)
 
 
 def checkpoint_name(step: int) -> str:
@@ -191,7 +198,7 @@ def load_model_matching(path: Path, run: RunParams, fingerprint: str, vocab_size
     checkpoint steps, named after its step, trained with `run`'s model parameters and with the `run_fingerprint`
     given (its training parameters, runtime, seed and data)."""
     loaded, meta = load_model(path, device)
-    expected = ModelConfig.from_params(run.model, vocab_size).to_dict()
+    expected = model_config(run.model, vocab_size).to_dict()
     found = loaded.config.to_dict()
     if found != expected:
         different = sorted(k for k in expected if found.get(k) != expected[k])

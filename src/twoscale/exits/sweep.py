@@ -1,0 +1,142 @@
+"""One point of an early-exit sweep: a strategy at one threshold (or the fixed-depth baseline at one loop count),
+measured for quality, loops and cost by teacher-forced cached decoding, and for latency by cached generation at
+batch size 1: the same computation, the next token given or picked (docs/methods.md#early-exit).
+
+A strategy is a plain exit spec without its swept setting, e.g. {"criterion": "acceleration", "variant": "vector",
+"hits": 2}; `rules_at` sets the setting (`swept_key`: the threshold; the loop count of "fixed"; the hit count of
+"argmax", which has no threshold) and builds one rule per group.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from twoscale.exits.teacher_forced import evaluate_settings
+from twoscale.decoding.rules import ExitRule, make_rule
+from twoscale.decoding.engine import CriterionClock, PromptState, cache_bytes, decode_prompt, generate
+from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.pipeline.params import ParamsError, SweepParams
+from twoscale.training.batches import evaluation_starts
+
+
+SWEPT_KEYS = {"fixed": "loops", "argmax": "hits"}
+
+
+def swept_key(criterion: str) -> str:
+    """The spec key a sweep varies for a criterion."""
+    return SWEPT_KEYS.get(criterion, "threshold")
+
+
+def never_exit_setting(criterion: str, max_loops: int) -> float:
+    """The setting at which a strategy never exits early: threshold 0 (no value is below it), or max_loops loops
+    or hits."""
+    return 0.0 if swept_key(criterion) == "threshold" else float(max_loops)
+
+
+def rules_at(strategy: dict[str, Any], setting: float, n_groups: int, max_loops: int) -> list[ExitRule]:
+    """Fresh rules (one per group) for a strategy at one setting."""
+    key = swept_key(strategy["criterion"])
+    value = float(setting) if key == "threshold" else int(setting)
+    return [make_rule({**strategy, key: value}, max_loops=max_loops) for _ in range(n_groups)]
+
+
+def check_strategies(sweep: SweepParams) -> None:
+    """Every strategy builds its exit rules at every setting; ParamsError naming the strategy otherwise."""
+    for name, strategy in sweep.strategies.items():
+        key = swept_key(str(strategy.spec.get("criterion")))
+        for setting in strategy.settings:
+            if key != "threshold" and not (math.isfinite(setting) and setting == int(setting)):
+                raise ParamsError(f"sweep.strategies.{name}: {key} must be whole numbers, got {setting}")
+            try:
+                rules_at(strategy.spec, setting, 1, sweep.max_loops)
+            except (ValueError, TypeError) as exc:
+                raise ParamsError(f"sweep.strategies.{name}: {exc}") from None
+
+
+def held_out_prompts(val_ids: np.ndarray, n_prompts: int, prompt_tokens: int) -> list[list[int]]:
+    """Prompts of `prompt_tokens` held-out tokens, spread evenly over the validation array."""
+    starts = evaluation_starts(len(val_ids), prompt_tokens, n_prompts)
+    return [val_ids[start : start + prompt_tokens].astype(np.int64).tolist() for start in starts]
+
+
+def latency_ms_per_token(
+    model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, strategy: dict[str, Any], setting: float,
+    max_loops: int, timer: CriterionClock | None = None, decoded: Sequence[PromptState] | None = None,
+) -> tuple[float, float]:
+    """Median ms per generated token over every token of every prompt (batch size 1, KV cache, the criterion's
+    own cost included), and the mean loop count per group and token while generating. `timer` adds up the time
+    the generated tokens spent on exit decisions; `decoded` holds the prompts already decoded under this setting."""
+    rules = rules_at(strategy, setting, model.n_groups, max_loops)
+    times, loops = [], []
+    for index, prompt in enumerate(prompts):
+        out = generate(model, prompt, new_tokens, rules, max_loops, timer=timer,
+                       decoded=None if decoded is None else decoded[index])
+        times += out.ms_per_token
+        loops += [sum(position) / len(position) for position in out.loops[len(prompt) - 1 :]]
+    return statistics.median(times), float(np.mean(loops))
+
+
+def timed_rounds(
+    model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, points: Sequence[tuple[str, dict[str, Any],
+    float]], max_loops: int, rounds: Sequence[int], progress: str | None = None,
+) -> list[dict[str, Any]]:
+    """Latency of every (name, strategy, setting) point, point i timed in rounds 0 .. rounds[i] − 1. A round runs
+    each of its points once, in an order rotated by one place per round: any two points' timings of one round are
+    a pair that saw the same state of the machine. One row per point and round: ms per token (median over the
+    round's tokens) and the mean loops per group while generating. A point's prompts are decoded (untimed) once,
+    in its first round, and every round generates from them: the same computation as decoding them each time."""
+    if len(rounds) != len(points):
+        raise ValueError(f"{len(rounds)} round counts for {len(points)} points")
+    rows = []
+    decoded: dict[int, list[PromptState]] = {}
+    bar = tqdm(total=sum(rounds), desc=progress, unit="setting", disable=progress is None)
+    for round_index in range(max(rounds, default=0)):
+        these = [index for index, count in enumerate(rounds) if count > round_index]
+        shift = round_index % len(these)
+        for index in [*these[shift:], *these[:shift]]:
+            name, strategy, setting = points[index]
+            bar.update()
+            if index not in decoded:
+                rules = rules_at(strategy, setting, model.n_groups, max_loops)
+                decoded[index] = [decode_prompt(model, prompt, rules, max_loops) for prompt in prompts]
+            ms, loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops,
+                                             decoded=decoded[index])
+            rows.append({"strategy": name, "setting": float(setting), "round": round_index, "ms_per_token": ms,
+                         "generated_mean_loops": loops})
+            if round_index == rounds[index] - 1:
+                del decoded[index]  # its last round: free the caches
+    bar.close()
+    return rows
+
+
+def sweep_settings(
+    model: LoopedGPT,
+    val_ids: np.ndarray,
+    strategy: dict[str, Any],
+    settings: Sequence[float],
+    max_loops: int,
+    n_windows: int,
+    batch_size: int,
+    device: torch.device,
+    cache_mb: float = math.inf,
+    progress: str | None = None,
+) -> list[dict[str, float]]:
+    """Quality, loops and cost of one strategy at each setting, from the cached decoding whose latency the latency
+    stage times (teacher-forced: the next token given). The settings decode together, as rows of one batch, as many
+    at a time as keep its KV cache within `cache_mb` (at least one)."""
+    rule_sets = [rules_at(strategy, setting, model.n_groups, max_loops) for setting in settings]
+    per_setting = cache_bytes(model, max_loops, model.config.block_size, rows=min(batch_size, n_windows))
+    together = max(1, int(min(len(settings), cache_mb * 2**20 / per_setting)))
+    results = [result for first in range(0, len(settings), together)
+               for result in evaluate_settings(model, val_ids, rule_sets[first : first + together], max_loops,
+                                               n_windows, batch_size, device, progress)]
+    return [{"setting": float(setting), **quality,
+             "mean_loops": float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))}
+            for setting, quality in zip(settings, results, strict=True)]

@@ -1,0 +1,347 @@
+"""The verdicts on the loop geometry: the precondition S (more loops do not break the model) on the validation
+loss over loop counts, and the paper's findings C1-C5 on the geometry stage's frames, concatenated over
+checkpoints.
+
+Statistics used: step sizes, relative step sizes, cosines and turning angles are the per-k *mean over tokens*
+(column `mean`); the drift-to-loop ratio is the *median over tokens* (column `median`), with q10/q90 reported,
+read at K = `dlr_loops` loop steps (its row k = K). "First" and "last" checkpoint mean the smallest and largest
+training `step` in the frame. Cosines and turning angles exist only for steps above the precision floor (the
+measurement leaves the others out); C2, C3 and C5 report how many there were (`_above_floor`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from twoscale.report.tables import dlr_loops, metric_rows, require, training_steps
+from twoscale.report.thresholds import (
+    C1_K_SETTLED,
+    C1_MAX_RATIO,
+    C2_K_SETTLED,
+    C3_BAND,
+    C3_ORTHOGONAL_MAX,
+    C3_TREND_TOLERANCE,
+    C4_MIN_DLR,
+    DLR_SHOWN_LOOPS,
+    C5_MAX_PATH_TO_JUMP,
+    C5_MIN_DLR,
+    C5_MIN_TURNING_DEG,
+    S_TOLERANCE,
+)
+from twoscale.report.verdicts import S_WORDS, Check, Verdict
+
+
+def _curves(geometry: pl.DataFrame, metric: str, step: int,
+            column: str = "mean") -> dict[int, dict[int, float]]:
+    """{group: {k: value}} for one checkpoint; NaN/null values are left out."""
+    rows = (
+        metric_rows(geometry, metric, "claims")
+        .filter((pl.col("step") == step) & pl.col("k").is_not_null())
+        .with_columns(pl.col(column).cast(pl.Float64).fill_nan(None))
+        .drop_nulls(column)
+        .sort("group", "k")
+    )
+    out: dict[int, dict[int, float]] = {}
+    for g, k, v in rows.select("group", "k", column).iter_rows():
+        out.setdefault(int(g), {})[int(k)] = float(v)
+    return out
+
+
+def _handoffs(geometry: pl.DataFrame, step: int, loops: int) -> list[dict[str, Any]]:
+    """Every hand-off's DLR_K at K = loops (median, q10, q90 over tokens) and, under "by_loops", its median at
+    every K of DLR_SHOWN_LOOPS measured and at the most loops measured."""
+    rows = metric_rows(geometry, "drift_to_loop_ratio", "claims").filter(pl.col("step") == step)
+    most = int(rows["k"].max())
+    shown = sorted({k for k in DLR_SHOWN_LOOPS if k <= most} | {loops, most})
+    out = []
+    for g in sorted(int(g) for g in rows["group"].unique()):
+        own = {int(k): (med, q10, q90) for k, med, q10, q90 in
+               rows.filter(pl.col("group") == g).select("k", "median", "q10", "q90").iter_rows()}
+        med, q10, q90 = own.get(loops, (None, None, None))
+        out.append({"step": step, "handoff": f"{g}->{g + 1}", "group": g, "loops": loops, "median": med,
+                    "q10": q10, "q90": q90, "by_loops": {k: own[k][0] for k in shown if k in own}})
+    return out
+
+
+def _above_floor(geometry: pl.DataFrame, metric: str, step: int, first_k: Mapping[int, int]
+                 ) -> dict[int, dict[str, int]]:
+    """Per group g of `first_k`, how many (token, k) values of `metric` at k >= first_k[g] exist (`kept`: the steps
+    they read are above the precision floor) out of all there are (`of`: tokens × loop steps)."""
+    rows = metric_rows(geometry, ("step_size", metric), "claims").filter((pl.col("step") == step)
+                                                                         & pl.col("k").is_not_null())
+    out = {}
+    for g, first in first_k.items():
+        own = rows.filter(pl.col("group") == g)
+        tokens = int(own.filter((pl.col("metric") == "step_size") & (pl.col("k") == 1))["n"].sum())
+        values = own.filter((pl.col("metric") == metric) & (pl.col("k") >= first))
+        out[g] = {"kept": int(values["n"].sum()), "of": tokens * values.height}
+    return out
+
+
+def _floored_steps(geometry: pl.DataFrame, step: int) -> dict[int, dict[str, int]]:
+    """Per group, how many (token, k) steps are at the precision floor (`at_floor`) out of all (`of`); no group
+    where the table has no at_floor rows (a measurement that marked no floor)."""
+    rows = geometry.filter((pl.col("metric") == "at_floor") & (pl.col("step") == step))
+    return {int(g): {"at_floor": int(round(float((part["mean"] * part["n"]).sum()))), "of": int(part["n"].sum())}
+            for (g,), part in rows.group_by("group", maintain_order=True)}
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den != 0 else math.nan
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def loop_stability(loss_vs_loops: pl.DataFrame) -> Verdict:
+    """S on the last checkpoint: validation loss at the most loops measured is within S_TOLERANCE nats of the
+    lowest loss over all measured loop counts (flat or improving, not drifting away)."""
+    require(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), "claims")
+    last = training_steps(loss_vs_loops)[-1]
+    curve = dict(loss_vs_loops.filter(pl.col("step") == last).sort("loops").select("loops", "val_loss").iter_rows())
+    most = max(curve)
+    best = min(curve, key=curve.get)
+    rise = curve[most] - curve[best]
+    at_most = {int(step): loss for step, loss in
+               loss_vs_loops.filter(pl.col("loops") == most).sort("step").select("step", "val_loss").iter_rows()}
+    return Verdict(
+        [rise <= S_TOLERANCE],
+        {"step": last, "loss_vs_loops": curve, "best_loops": best, "most_loops": most, "rise": rise,
+         "loss_at_most_loops_by_step": at_most},
+        S_WORDS,
+    )
+
+
+def _settles_by_k10(group: int, sizes: dict[int, float]) -> dict[str, Any]:
+    """C1's check of one group: s(10) <= 0.5 s(1) and s(10) - s(K) < s(1) - s(10)."""
+    K = max(sizes)
+    info: dict[str, Any] = {"group": group, "K": K}
+    if 1 not in sizes or C1_K_SETTLED not in sizes:
+        return {**info, "passes": None, "reason": f"needs k = 1 and k = {C1_K_SETTLED}; has k = {min(sizes)}..{K}"}
+    s1, s10, sK = sizes[1], sizes[C1_K_SETTLED], sizes[K]
+    info.update(
+        s1=s1, s10=s10, sK=sK, ratio_10_to_1=_ratio(s10, s1),
+        drop_before_10=s1 - s10, drop_after_10=s10 - sK,
+        halved_by_10=s10 <= C1_MAX_RATIO * s1, flat_after_10=(s10 - sK) < (s1 - s10),
+    )
+    return {**info, "passes": bool(info["halved_by_10"] and info["flat_after_10"])}
+
+
+def step_sizes_shrink(geometry: pl.DataFrame) -> Verdict:
+    """C1 on the last checkpoint: every group's step sizes settle by k = 10 (`_settles_by_k10`)."""
+    last = training_steps(metric_rows(geometry, "step_size", "claims"))[-1]
+    groups = [_settles_by_k10(g, sizes) for g, sizes in _curves(geometry, "step_size", last).items()]
+    return Verdict([g["passes"] for g in groups], {"step": last, "groups": groups})
+
+
+def steps_shrink_over_training(geometry: pl.DataFrame) -> Verdict:
+    """C2: first vs last checkpoint, per group: s(k*)/s(1) lower and mean relative step size lower."""
+    steps = training_steps(metric_rows(geometry, "step_size", "claims"))
+    per_checkpoint: list[dict[str, Any]] = []
+    for step in steps:
+        sizes = _curves(geometry, "step_size", step)
+        relative = _curves(geometry, "relative_step_size", step)
+        for g, s in sizes.items():
+            k_ref = min(C2_K_SETTLED, max(s))
+            per_checkpoint.append({
+                "step": step, "group": g, "k_ref": k_ref,
+                "decay_ratio": _ratio(s[k_ref], s[1]) if 1 in s and k_ref in s else math.nan,
+                "mean_relative_step": _mean(list(relative.get(g, {}).values())),
+            })
+    first, last = steps[0], steps[-1]
+    floored = {step: _floored_steps(geometry, step) for step in (first, last)}
+    by = {(d["step"], d["group"]): d for d in per_checkpoint}
+    groups = []
+    for g in sorted({d["group"] for d in per_checkpoint if d["step"] == last}):
+        a, b = by.get((first, g)), by.get((last, g))
+        info: dict[str, Any] = {"group": g, "first_step": first, "last_step": last}
+        if len(steps) < 2 or a is None or b is None:
+            info.update(passes=None, reason="needs the group in two checkpoints")
+        elif not all(math.isfinite(x) for x in (a["decay_ratio"], b["decay_ratio"],
+                                                 a["mean_relative_step"], b["mean_relative_step"])):
+            info.update(passes=None, reason="step size at k=1 or relative step size missing")
+        else:
+            info.update(
+                steps_at_floor_first=floored[first].get(g), steps_at_floor_last=floored[last].get(g),
+                k_ref=b["k_ref"],
+                decay_ratio_first=a["decay_ratio"], decay_ratio_last=b["decay_ratio"],
+                mean_relative_first=a["mean_relative_step"], mean_relative_last=b["mean_relative_step"],
+                decays_faster=b["decay_ratio"] < a["decay_ratio"],
+                smaller=b["mean_relative_step"] < a["mean_relative_step"],
+            )
+            info["passes"] = bool(info["decays_faster"] and info["smaller"])
+        groups.append(info)
+    return Verdict([g["passes"] for g in groups],
+                   {"first_step": first, "last_step": last, "groups": groups, "per_checkpoint": per_checkpoint})
+
+
+def _first_late_k(loops: int) -> int:
+    """The first of the late loop steps, k > loops/2, that C3 reads."""
+    return loops // 2 + 1
+
+
+def _late_cosine(curve: dict[int, float], loops: int) -> float:
+    """The mean over the late k of a group's per-k mean cosine (a k whose steps are all at the floor has none)."""
+    return _mean([v for k, v in curve.items() if k >= _first_late_k(loops)])
+
+
+def _cosine_trend(first: float, last: float, checkpoints: int) -> str:
+    """Where the late-k cosine moves from the first checkpoint to the last."""
+    if checkpoints < 2 or not (math.isfinite(first) and math.isfinite(last)):
+        return "unknown (one checkpoint)"
+    if last - first > C3_TREND_TOLERANCE and abs(last) > abs(first):
+        return "toward 1 (steps align)"
+    if abs(last) < abs(first) - C3_TREND_TOLERANCE:
+        return "toward 0 (steps turn orthogonal)"
+    if abs(last - first) <= C3_TREND_TOLERANCE:
+        return "flat"
+    return "toward −1 (steps reverse)"
+
+
+def _supported_statement(cosines: Sequence[float]) -> str:
+    """Which of the paper's two statements the groups' late-k cosines support."""
+    lo, hi = C3_BAND
+    if cosines and all(lo <= c <= hi for c in cosines):
+        return f"'settles around {lo}-{hi}'"
+    if cosines and all(abs(c) <= C3_ORTHOGONAL_MAX for c in cosines):
+        return "'increasingly orthogonal'"
+    if cosines and all(c > hi for c in cosines):
+        return f"neither: late steps stay aligned (cos > {hi})"
+    return "neither cleanly (groups differ)"
+
+
+def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
+    """C3: late-k mean cosine in [0.5, 0.65] for every group at the last checkpoint; trend across training."""
+    steps = training_steps(metric_rows(geometry, "step_cosine", "claims"))
+    loops = {step: {g: max(s) for g, s in _curves(geometry, "step_size", step).items()} for step in steps}
+    per_checkpoint = [
+        {"step": step, "group": g, "late_cosine": _late_cosine(curve, loops[step][g])}
+        for step in steps
+        for g, curve in _curves(geometry, "step_cosine", step).items()
+    ]
+    first, last = steps[0], steps[-1]
+    lo, hi = C3_BAND
+    counted = _above_floor(geometry, "step_cosine", last, {g: _first_late_k(K) for g, K in loops[last].items()})
+    groups = []
+    for d in (d for d in per_checkpoint if d["step"] == last):
+        c = d["late_cosine"]
+        ok = None if not math.isfinite(c) else lo <= c <= hi
+        groups.append({"group": d["group"], "late_cosine": c, "in_band": ok, "passes": ok,
+                       "cosines_above_floor": counted.get(d["group"])})
+
+    def overall(step: int) -> float:
+        return _mean([d["late_cosine"] for d in per_checkpoint if d["step"] == step])
+
+    c_first, c_last = overall(first), overall(last)
+    return Verdict(
+        [g["passes"] for g in groups],
+        {"first_step": first, "last_step": last, "groups": groups,
+         "trend": _cosine_trend(c_first, c_last, len(steps)),
+         "supports": _supported_statement([g["late_cosine"] for g in groups]),
+         "late_cosine_first": c_first, "late_cosine_last": c_last, "per_checkpoint": per_checkpoint},
+    )
+
+
+def drift_exceeds_loop(geometry: pl.DataFrame) -> Verdict:
+    """C4: median DLR_K >= 10 at every hand-off of the last checkpoint, K = `dlr_loops`; all checkpoints and the
+    medians at other K reported."""
+    steps = training_steps(metric_rows(geometry, "drift_to_loop_ratio", "claims"))
+    loops = dlr_loops(geometry)
+    per_checkpoint = [h for step in steps for h in _handoffs(geometry, step, loops)]
+    last = steps[-1]
+    handoffs = [dict(h) for h in per_checkpoint if h["step"] == last]
+    for h in handoffs:
+        h["passes"] = None if h["median"] is None or not math.isfinite(h["median"]) else h["median"] >= C4_MIN_DLR
+    return Verdict(
+        [h["passes"] for h in handoffs],
+        {"step": last, "threshold": C4_MIN_DLR, "loops": loops, "handoffs": handoffs,
+         "all_above_one": all(h["median"] is not None and h["median"] > 1 for h in handoffs),
+         "per_checkpoint": per_checkpoint},
+    )
+
+
+def _token_pca_summary(trajectory: pl.DataFrame, step: int) -> list[dict[str, Any]]:
+    """Illustration only (one token, 2-D projection): per hand-off, the PCA jump vs the groups' spreads."""
+    rows = trajectory.filter(pl.col("step") == step).sort("point")
+    spread: dict[int, float] = {}
+    ends: dict[int, tuple[float, float]] = {}
+    firsts: dict[int, tuple[float, float]] = {}
+    for g in sorted(int(x) for x in rows["group"].unique()):
+        pts = rows.filter(pl.col("group") == g).sort("k")
+        after = pts.filter(pl.col("k") >= 1)
+        cx, cy = after["pc1"].mean(), after["pc2"].mean()
+        spread[g] = float(max(math.hypot(x - cx, y - cy) for x, y in after.select("pc1", "pc2").iter_rows()))
+        ends[g] = tuple(pts.select("pc1", "pc2").row(-1))
+        firsts[g] = tuple(after.select("pc1", "pc2").row(0))
+    out = []
+    for g in sorted(spread):
+        if g + 1 in spread:
+            jump = math.hypot(firsts[g + 1][0] - ends[g][0], firsts[g + 1][1] - ends[g][1])
+            widest = max(spread[g], spread[g + 1])
+            out.append({"handoff": f"{g}->{g + 1}", "pca_jump": jump, "spread_from": spread[g],
+                        "spread_to": spread[g + 1], "jump_to_spread": _ratio(jump, widest)})
+    return out
+
+
+def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
+                      trajectory: pl.DataFrame | None = None) -> Verdict:
+    """C5 on the last checkpoint: large jumps (median DLR >= 10), bending paths (mean turning >= 30 degrees),
+    and tight paths (the length walked after the first application is shorter than the adjacent jump).
+    Reported, not scored: whether the max-cut depth phases equal the layout (given `depth`), and the one-token
+    PCA picture's jumps and spreads (given `trajectory`)."""
+    last = training_steps(metric_rows(geometry, "step_size", "claims"))[-1]
+    sizes = _curves(geometry, "step_size", last)
+    turning = _curves(geometry, "turning_angle", last)
+    turns_counted = _above_floor(geometry, "turning_angle", last, {g: 2 for g in sizes})
+    loops = dlr_loops(geometry)
+    handoffs = _handoffs(geometry, last, loops)
+    checks: list[Check] = []
+
+    # estimated mean jump out of g: median DLR_K x the mean of g's first K step sizes (DLR_K's own denominator)
+    mean_step = {g: _mean([v for k, v in s.items() if k <= loops]) for g, s in sizes.items()}
+    path_after_first = {g: sum(v for k, v in s.items() if k >= 2) for g, s in sizes.items()}
+    jumps = []
+    for h in handoffs:
+        g = h["group"]
+        dlr = h["median"] if h["median"] is not None else math.nan
+        jump = dlr * mean_step.get(g, math.nan)
+        ok = None if not math.isfinite(dlr) else dlr >= C5_MIN_DLR
+        jumps.append({"handoff": h["handoff"], "median_dlr": dlr, "jump_estimate": jump, "large": ok})
+        checks.append(ok)
+    jump_out = {int(j["handoff"].split("->")[0]): j["jump_estimate"] for j in jumps}
+    jump_in = {int(j["handoff"].split("->")[1]): j["jump_estimate"] for j in jumps}
+
+    groups = []
+    for g in sorted(sizes):
+        angles = list(turning.get(g, {}).values())
+        mean_turn = _mean(angles)
+        bends = None if not math.isfinite(mean_turn) else mean_turn >= C5_MIN_TURNING_DEG
+        adjacent = [j for j in (jump_out.get(g), jump_in.get(g)) if j is not None and math.isfinite(j)]
+        jump = min(adjacent) if adjacent else math.nan
+        path_to_jump = _ratio(path_after_first[g], jump) if math.isfinite(jump) else math.nan
+        tight = None if not math.isfinite(path_to_jump) else path_to_jump < C5_MAX_PATH_TO_JUMP
+        groups.append({"group": g, "mean_turning_deg": mean_turn, "bends": bends,
+                       "turns_above_floor": turns_counted.get(g),
+                       "path_after_first": path_after_first[g], "adjacent_jump": jump,
+                       "path_to_jump": path_to_jump, "tight": tight})
+        checks += [bends, tight]
+
+    detail: dict[str, Any] = {"step": last, "loops": loops, "jumps": jumps, "groups": groups,
+                              "thresholds": {"min_dlr": C5_MIN_DLR, "min_turning_deg": C5_MIN_TURNING_DEG,
+                                             "max_path_to_jump": C5_MAX_PATH_TO_JUMP}}
+    if depth is not None and depth.height:
+        require(depth, "depth", ("step", "position", "phase", "layout_phase"), "claims")
+        d = depth.filter(pl.col("step") == depth["step"].max())
+        mismatched = int((d["phase"] != d["layout_phase"]).sum())
+        detail["phases_match_layout"] = mismatched == 0
+        detail["positions_off_layout"] = mismatched
+        detail["positions"] = d.height
+    if trajectory is not None and trajectory.height:
+        require(trajectory, "trajectory", ("step", "group", "k", "pc1", "pc2"), "claims")
+        detail["token_pca"] = _token_pca_summary(trajectory, int(trajectory["step"].max()))
+    return Verdict(checks, detail)

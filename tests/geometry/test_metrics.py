@@ -1,0 +1,386 @@
+"""Trajectory geometry (docs/methods.md#loop-geometry) on hand-built paths with known answers, the accumulator
+against numpy, PCA against numpy's SVD, and the whole measurement on a real tiny looped model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from twoscale.geometry.metrics import (
+    FIRST_K,
+    FLOOR_EPS,
+    MetricAccumulator,
+    acceleration,
+    acceleration_by_state,
+    acceleration_by_step,
+    at_fixed_point,
+    at_floor,
+    cross_token_cosine,
+    drift_to_loop_ratio,
+    flatten_tokens,
+    measure_trajectories,
+    pca_2d,
+    precision_floor,
+    radial_fraction,
+    radial_step,
+    relative_step_size,
+    state_norm,
+    step_cosine,
+    step_size,
+    step_size_difference,
+    steps,
+    tangential_step,
+    token_path,
+    turning_angle,
+)
+from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
+
+torch.set_num_threads(1)
+
+SQRT2 = math.sqrt(2.0)
+
+
+def path(*points) -> torch.Tensor:
+    """One token's 2-D path -> states (K+1, 1, 2)."""
+    return torch.tensor(points, dtype=torch.float64)[:, None, :]
+
+
+def tokens(*paths: torch.Tensor) -> torch.Tensor:
+    return torch.cat(paths, dim=1)
+
+
+def close(actual: torch.Tensor, expected) -> None:
+    expected = torch.as_tensor(expected, dtype=actual.dtype)
+    torch.testing.assert_close(actual, expected.reshape(actual.shape), equal_nan=True)
+
+
+# --- hand-built paths ---------------------------------------------------------------------------------------
+
+# x^(k) = (k+1) (3, 4): constant steps of length 5 along one line
+LINE = path(*[((k + 1) * 3.0, (k + 1) * 4.0) for k in range(5)])
+# the unit square, back to the start: four right-angle turns
+SQUARE = path((0, 0), (1, 0), (1, 1), (0, 1), (0, 0))
+# out and straight back
+REVERSAL = path((0, 0), (2, 0), (0, 0))
+
+
+def test_flatten_tokens_puts_batch_major():
+    traj = torch.arange(3 * 2 * 4 * 5).reshape(3, 2, 4, 5)
+    flat = flatten_tokens(traj)
+    assert flat.shape == (3, 8, 5)
+    assert torch.equal(flat[:, 1 * 4 + 2], traj[:, 1, 2])
+
+
+def test_straight_line_constant_steps():
+    assert steps(LINE).shape == (4, 1, 2)
+    close(step_size(LINE), [5.0] * 4)
+    close(relative_step_size(LINE), [1.0, 1 / 2, 1 / 3, 1 / 4])  # 5 / ‖x^(k-1)‖ = 5 / (5k)
+    close(step_cosine(LINE), [1.0] * 3)
+    close(turning_angle(LINE), [0.0] * 3)
+    close(acceleration(LINE), [0.0] * 3)
+    close(acceleration_by_step(LINE), [0.0] * 3)
+    close(acceleration_by_state(LINE), [0.0] * 3)
+    close(step_size_difference(LINE), [0.0] * 3)
+
+
+def test_square_right_angle_turns():
+    close(step_size(SQUARE), [1.0] * 4)
+    close(relative_step_size(SQUARE), [math.nan, 1.0, 1 / SQRT2, 1.0])  # x^(0) = 0: undefined
+    close(step_cosine(SQUARE), [0.0] * 3)
+    close(turning_angle(SQUARE), [90.0] * 3)
+    close(acceleration(SQUARE), [SQRT2] * 3)  # ‖(0,1) − (1,0)‖ etc.
+    close(acceleration_by_step(SQUARE), [SQRT2] * 3)
+    close(acceleration_by_state(SQUARE), [SQRT2 / SQRT2, SQRT2 / 1.0, math.nan])  # ‖x^(k)‖ = √2, 1, 0
+    close(step_size_difference(SQUARE), [0.0] * 3)
+
+
+def test_reversal():
+    close(step_cosine(REVERSAL), [-1.0])
+    close(turning_angle(REVERSAL), [180.0])
+    close(acceleration(REVERSAL), [4.0])
+    close(acceleration_by_step(REVERSAL), [2.0])
+    close(acceleration_by_state(REVERSAL), [math.nan])
+
+
+def test_zero_step_gives_nan_cosine_and_nan_step_normalised_acceleration():
+    x = path((1, 0), (1, 0), (2, 0))  # Δ1 = 0, Δ2 = (1, 0)
+    close(step_size(x), [0.0, 1.0])
+    close(step_cosine(x), [math.nan])
+    close(turning_angle(x), [math.nan])
+    close(acceleration(x), [1.0])
+    close(acceleration_by_step(x), [math.nan])
+    close(step_size_difference(x), [1.0])
+
+
+def spiral(r: float, theta: float, K: int, start: tuple[float, float]) -> torch.Tensor:
+    """x^(k) = r^k R(kθ) x^(0): each step is the previous one scaled by r and turned by θ."""
+    z = complex(*start) * (r * complex(math.cos(theta), math.sin(theta))) ** torch.arange(K + 1).numpy()
+    return path(*[(p.real, p.imag) for p in z])
+
+
+def test_spiral_closed_forms_for_several_tokens():
+    r, theta, K = 0.8, math.pi / 3, 6
+    starts = [(1.0, 0.0), (0.0, -2.5), (3.0, 4.0)]
+    x = tokens(*(spiral(r, theta, K, s) for s in starts))
+    w = abs(r * complex(math.cos(theta), math.sin(theta)) - 1)  # |r e^{iθ} − 1|
+    rho = torch.tensor([math.hypot(*s) for s in starts], dtype=torch.float64)
+    k1 = torch.arange(1, K + 1, dtype=torch.float64)[:, None]  # k = 1..K
+    k2 = k1[1:]  # k = 2..K
+    close(step_size(x), r ** (k1 - 1) * w * rho)
+    close(relative_step_size(x), torch.full((K, 3), w, dtype=torch.float64))
+    close(step_cosine(x), torch.full((K - 1, 3), math.cos(theta), dtype=torch.float64))
+    close(turning_angle(x), torch.full((K - 1, 3), 60.0, dtype=torch.float64))
+    close(acceleration(x), r ** (k2 - 2) * w**2 * rho)
+    close(acceleration_by_step(x), torch.full((K - 1, 3), w, dtype=torch.float64))
+    close(acceleration_by_state(x), (r ** (k2 - 2) * w**2 / r**k2).expand(K - 1, 3))
+    close(step_size_difference(x), r ** (k2 - 2) * (1 - r) * w * rho)
+
+
+def test_rotation_with_constant_step_length_separates_scalar_and_vector_readings():
+    theta = 0.3
+    x = spiral(1.0, theta, 8, (1.0, 0.0))  # the unit circle
+    close(step_size(x), [2 * math.sin(theta / 2)] * 8)
+    close(step_size_difference(x), [0.0] * 7)
+    close(acceleration(x), [4 * math.sin(theta / 2) ** 2] * 7)
+    assert (acceleration(x) > 0.05).all()
+
+
+def test_drift_to_loop_ratio_two_groups_for_every_k():
+    # token 0: steps 1, 1, jump (1,1) -> (4,5) of length 5: DLR_1 = 5/1, DLR_2 = 5/1
+    # token 1: steps 2, 4, jump (2,4) -> (2,-2) of length 6: DLR_1 = 6/2, DLR_2 = 6/((2+4)/2)
+    g = tokens(path((0, 0), (1, 0), (1, 1)), path((0, 0), (2, 0), (2, 4)))
+    h = tokens(path((9, 9), (4, 5)), path((0, 0), (2, -2)))
+    close(drift_to_loop_ratio(g[-1], h[1], step_size(g)), [[5.0, 3.0], [5.0, 2.0]])
+    still = path((1, 1), (1, 1))
+    close(drift_to_loop_ratio(still[-1], h[1][:1], step_size(still)), [[math.nan]])
+
+
+def test_a_converging_loop_has_a_dlr_growing_with_k():
+    # steps halve: 1, 1/2, 1/4, ...: the mean of the first K steps is (2 - 2^(1-K))/K, so DLR_K = jump K/(2 - 2^(1-K))
+    x = torch.tensor([[[2.0 - 2.0 ** (1 - k), 0.0]] for k in range(7)], dtype=torch.float64)
+    jump_to = x[-1] + torch.tensor([[0.0, 3.0]], dtype=torch.float64)
+    expected = [3.0 * K / (2 - 2.0 ** (1 - K)) for K in range(1, 7)]
+    close(drift_to_loop_ratio(x[-1], jump_to, step_size(x)), [[e] for e in expected])
+
+
+def test_at_floor_marks_steps_within_the_floor_of_their_state():
+    # state (1e6, 0): steps of 1e-7 (relative 1e-13), 1e-5 (1e-11), 0 and 1: floor 1e-12 marks the first and third
+    x = torch.tensor([[[1e6, 0.0]], [[1e6, 1e-7]], [[1e6, 1e-7 + 1e-5]], [[1e6, 1e-7 + 1e-5]], [[1e6 + 1, 0.0]]],
+                     dtype=torch.float64)
+    close(at_floor(x, 1e-12), [[1.0], [0.0], [1.0], [0.0]])
+    assert precision_floor(torch.float64) == pytest.approx(FLOOR_EPS * 2.220446049250313e-16)
+    assert precision_floor(torch.float32) == pytest.approx(FLOOR_EPS * 1.1920928955078125e-07)
+
+
+def test_directional_metrics_leave_out_steps_at_the_floor_and_sizes_keep_them():
+    # token 0 walks (1,0), (0,1), (1e-13,0) at norm ~1: its third step is at a floor of 1e-12, its others are not;
+    # token 1 walks (1,0), (0,1), (-1,0): nothing at the floor, every turn 90 degrees
+    a = path((0, 0), (1, 0), (1, 1), (1 + 1e-13, 1))
+    b = path((0, 0), (1, 0), (1, 1), (0, 1))
+    traj = tokens(a, b)[:, :, None, :]
+    m = measure_trajectories([traj, traj], floor=1e-12)
+    close(m["at_floor"][0], [[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    close(m["step_size"][0], [[1.0, 1.0], [1.0, 1.0], [1e-13, 1.0]])  # sizes stay
+    close(m["step_cosine"][0], [[0.0, 0.0], [math.nan, 0.0]])  # k = 3 reads the floored step
+    close(m["turning_angle"][0], [[90.0, 90.0], [math.nan, 90.0]])
+    close(m["acceleration_by_step"][0][1], [math.nan, math.sqrt(2)])
+    assert math.isnan(m["radial_fraction"][0][2, 0]) and not math.isnan(m["radial_fraction"][0][2, 1])
+    unmarked = measure_trajectories([traj, traj], floor=0.0)  # a floor of 0 marks exact fixed points only
+    assert not unmarked["step_cosine"][0].isnan().any()
+
+
+def test_measure_trajectories_on_hand_built_groups():
+    # (K+1, B=2, T=1, C)
+    g = tokens(path((0, 0), (1, 0), (1, 1)), path((0, 0), (2, 0), (2, 4)))[:, :, None, :]
+    h = tokens(path((9, 9), (4, 5), (4, 6)), path((0, 0), (2, -2), (3, -2)))[:, :, None, :]
+    m = measure_trajectories([g, h])
+    assert set(m) == set(FIRST_K)
+    close(m["step_size"][0], [[1.0, 2.0], [1.0, 4.0]])
+    close(m["step_cosine"][1], [[-4 / math.sqrt(41), 1 / SQRT2]])  # (-5,-4) then (0,1); (2,-2) then (1,0)
+    close(m["drift_to_loop_ratio"][0], [[5.0, 3.0], [5.0, 2.0]])
+    assert len(m["drift_to_loop_ratio"]) == 1
+    close(m["at_floor"][0], [[0.0, 0.0], [0.0, 0.0]])
+
+
+# --- the diagnostics of docs/methods.md#the-looped-model-and-its-recipes ------------------------------------
+
+
+def test_identical_token_states_have_cross_token_cosine_one():
+    same = tokens(path((3, 4), (6, 8)), path((3, 4), (6, 8)), path((3, 4), (6, 8)))
+    close(cross_token_cosine(same), [[1.0] * 3] * 2)
+
+
+def test_cross_token_cosine_by_hand_and_against_every_pair():
+    # (1,0), (0,1), (1,1): the cosines between them are 0, 1/√2, 1/√2
+    x = tokens(path((1, 0)), path((0, 1)), path((1, 1)))
+    close(cross_token_cosine(x), [[1 / (2 * SQRT2), 1 / (2 * SQRT2), 1 / SQRT2]])
+    x = torch.randn(3, 7, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    pairs = torch.nn.functional.cosine_similarity(x[:, :, None, :], x[:, None, :, :], dim=-1)  # (K+1, N, N)
+    others = (pairs.sum(-1) - 1.0) / 6
+    close(cross_token_cosine(x), others)
+    assert cross_token_cosine(x).mean(1).tolist() == pytest.approx(
+        [(pairs[k].sum() - 7).item() / (7 * 6) for k in range(3)])  # the mean over tokens: every pair once
+
+
+def test_cross_token_cosine_leaves_out_zero_states():
+    close(cross_token_cosine(tokens(path((0, 0)), path((1, 0)), path((2, 0)))), [[math.nan, 1.0, 1.0]])
+    close(cross_token_cosine(tokens(path((0, 0)), path((1, 0)))), [[math.nan, math.nan]])
+
+
+def test_radial_walk_has_no_tangential_part_and_a_turn_no_radial_part():
+    close(state_norm(LINE), [5.0, 10.0, 15.0, 20.0, 25.0])
+    close(radial_step(LINE), [5.0] * 4)
+    close(tangential_step(LINE), [0.0] * 4)
+    close(radial_fraction(LINE), [1.0] * 4)
+    turn = path((1, 0), (1, 1), (0, 1))  # (0,1) across (1,0); then (-1,0) against (1,1): half back, half across
+    close(radial_step(turn), [0.0, -1 / SQRT2])
+    close(tangential_step(turn), [1.0, 1 / SQRT2])
+    close(radial_fraction(turn), [0.0, -1 / SQRT2])
+    close(radial_step(SQUARE)[:1], [math.nan])  # from the origin there is no radial direction
+    close(tangential_step(SQUARE)[:1], [math.nan])
+
+
+def test_fixed_points_are_exactly_zero_steps():
+    close(at_fixed_point(path((1, 1), (2, 2), (2, 2), (2, 2 + 1e-12))), [0.0, 1.0, 0.0])
+
+
+# --- accumulator --------------------------------------------------------------------------------------------
+
+
+def numpy_row(values: np.ndarray) -> dict:
+    v = values[~np.isnan(values)]
+    return dict(n=v.size, mean=v.mean(), median=np.median(v),
+                q10=np.quantile(v, 0.1), q90=np.quantile(v, 0.9))
+
+
+def test_accumulator_matches_numpy_over_batches_with_nans():
+    rng = np.random.default_rng(0)
+    acc = MetricAccumulator()
+    seen: dict[tuple, list[np.ndarray]] = {}
+    for n_tokens in (7, 1, 13):
+        for metric, group, first_k, n_k in (("a", 0, 1, 3), ("a", 1, 1, 2), ("b", 0, 2, 2)):
+            values = rng.standard_normal((n_k, n_tokens)).astype(np.float32)
+            values[rng.random(values.shape) < 0.2] = np.nan
+            acc.add(metric, group, torch.from_numpy(values), first_k)
+            for i in range(n_k):
+                seen.setdefault((metric, group, first_k + i), []).append(values[i])
+    rows = acc.summary()
+    assert [(r["metric"], r["group"], r["k"]) for r in rows] == [
+        ("a", 0, 1), ("a", 0, 2), ("a", 0, 3), ("a", 1, 1), ("a", 1, 2),
+        ("b", 0, 2), ("b", 0, 3),
+    ]
+    for row in rows:
+        expected = numpy_row(np.concatenate(seen[(row["metric"], row["group"], row["k"])]).astype(np.float64))
+        assert row["n"] == expected.pop("n")
+        for key, value in expected.items():
+            assert row[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
+
+
+def test_accumulator_keeps_float64_values_exactly():
+    acc = MetricAccumulator()
+    tiny = torch.tensor([[1e-300, 1.0 + 1e-15]], dtype=torch.float64)
+    acc.add("a", 0, tiny, 1)
+    (row,) = acc.summary()
+    assert row["mean"] == (1e-300 + 1.0 + 1e-15) / 2  # float32 storage would give 0.5
+
+
+def test_accumulator_all_nan_row_and_bad_shapes():
+    acc = MetricAccumulator()
+    acc.add("c", 0, torch.full((1, 4), math.nan), 2)
+    (row,) = acc.summary()
+    assert row["n"] == 0 and math.isnan(row["mean"]) and math.isnan(row["q90"])
+    with pytest.raises(ValueError):
+        acc.add("c", 0, torch.zeros(4), 1)
+
+
+def test_accumulator_takes_measurements_and_keeps_no_states():
+    traj = torch.randn(5, 2, 3, 64, generator=torch.Generator().manual_seed(0))
+    acc = MetricAccumulator()
+    for _ in range(2):
+        acc.add_measurements(measure_trajectories([traj, traj]))
+    stored = [c for chunks in acc._chunks.values() for c in chunks]
+    assert all(c.dim() == 1 and c.numel() == 6 for c in stored)  # per-token scalars only, no C = 64 axis
+    rows = {(r["metric"], r["group"], r["k"]): r for r in acc.summary()}
+    assert rows[("step_size", 1, 4)]["n"] == 12
+    assert rows[("acceleration", 0, 2)]["n"] == 12 and ("acceleration", 0, 1) not in rows
+    assert rows[("drift_to_loop_ratio", 0, 4)]["n"] == 12 and ("drift_to_loop_ratio", 1, 1) not in rows
+
+
+# --- PCA ----------------------------------------------------------------------------------------------------
+
+
+def test_pca_recovers_a_planar_trajectory_and_matches_numpy_svd_up_to_sign():
+    g = torch.Generator().manual_seed(3)
+    basis, _ = torch.linalg.qr(torch.randn(6, 2, generator=g, dtype=torch.float64))  # a plane in R^6
+    t = torch.linspace(0, 4 * math.pi, 40, dtype=torch.float64)
+    plane = torch.stack([3 * t.cos() * 0.9**t, t.sin() * 0.9**t], 1)
+    points = plane @ basis.T + torch.randn(6, generator=g, dtype=torch.float64)
+    coords, ratio = pca_2d(points)
+    assert coords.shape == (40, 2) and ratio.shape == (2,)
+    assert float(ratio.sum()) == pytest.approx(1.0, abs=1e-12)
+    # an isometry of the plane: all pairwise distances kept
+    torch.testing.assert_close(torch.cdist(coords, coords), torch.cdist(points, points))
+
+    centered = (points - points.mean(0)).numpy()
+    u, s, _ = np.linalg.svd(centered, full_matrices=False)
+    expected = u[:, :2] * s[:2]
+    for i in range(2):
+        sign = np.sign(expected[:, i] @ coords[:, i].numpy())
+        np.testing.assert_allclose(coords[:, i].numpy(), sign * expected[:, i], atol=1e-10)
+    np.testing.assert_allclose(ratio.numpy(), s[:2] ** 2 / (s**2).sum())
+
+
+def test_pca_3d_shares_and_bad_input():
+    points = torch.tensor([[2.0, 0, 0], [-2.0, 0, 0], [0, 1.0, 0], [0, -1.0, 0]])
+    coords, ratio = pca_2d(points)
+    close(ratio, [0.8, 0.2])
+    close(coords[:, 0].abs(), [2.0, 2.0, 0.0, 0.0])
+    with pytest.raises(ValueError):
+        pca_2d(torch.zeros(1, 3))
+
+
+def test_token_path_follows_groups_in_order():
+    a, b = torch.randn(3, 2, 4, 5), torch.randn(4, 2, 4, 5)
+    points, groups = token_path([a, b], token=6)  # (b, t) = (1, 2)
+    assert torch.equal(points, torch.cat([a[:, 1, 2], b[:, 1, 2]]))
+    assert groups.tolist() == [0, 0, 0, 1, 1, 1, 1]
+
+
+# --- on a real model ----------------------------------------------------------------------------------------
+
+
+def test_measure_trajectories_on_a_tiny_looped_model():
+    cfg = ModelConfig(vocab_size=37, n_layer=6, n_head=2, n_embd=16, block_size=12, dropout=0.0, bias=True,
+                      groups=((1, 1), (2, 3), (4, 4)))
+    torch.manual_seed(0)
+    model = LoopedGPT(cfg).eval()
+    idx = torch.randint(0, 37, (2, 9), generator=torch.Generator().manual_seed(1))
+    loops = (4, 3, 5)
+    with torch.no_grad():
+        trajectories = model(idx, loops, record_trajectories=True).trajectories
+    m = measure_trajectories(trajectories)
+    N = 2 * 9
+    for name, per_group in m.items():
+        measured = loops[:-1] if name == "drift_to_loop_ratio" else loops  # one per hand-off, K_g rows
+        rows = [K - FIRST_K[name] + 1 for K in measured]
+        assert [tuple(t.shape) for t in per_group] == [(r, N) for r in rows], name
+        assert all(t.isfinite().all() for t in per_group), name
+
+    for g, traj in enumerate(trajectories):  # step sizes and accelerations by explicit loops over (k, b, t)
+        for k in range(1, loops[g] + 1):
+            for b in range(2):
+                for t in range(9):
+                    n = b * 9 + t
+                    expected = (traj[k, b, t] - traj[k - 1, b, t]).norm()
+                    torch.testing.assert_close(m["step_size"][g][k - 1, n], expected)
+                    if k >= 2:
+                        second = (traj[k, b, t] - 2 * traj[k - 1, b, t] + traj[k - 2, b, t]).norm()
+                        torch.testing.assert_close(
+                            m["acceleration"][g][k - 2, n], second, rtol=1e-4, atol=1e-6)
+    jump = (trajectories[1][1] - trajectories[0][-1]).norm(dim=-1).flatten()
+    for K in range(1, loops[0] + 1):
+        mean_step = (trajectories[0][1 : K + 1] - trajectories[0][:K]).norm(dim=-1).mean(0).flatten()
+        torch.testing.assert_close(m["drift_to_loop_ratio"][0][K - 1], jump / mean_step)
