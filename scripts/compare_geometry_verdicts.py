@@ -10,7 +10,8 @@ from pathlib import Path
 import polars as pl
 
 from twoscale.claims.table import claims_table
-from twoscale.report.tables import MEASUREMENT_TABLES, of_run, runs_in
+from twoscale.geometry.tables import MEASUREMENT_TABLES
+from twoscale.report.tables import of_run, runs_in
 
 
 def verdicts(directory: Path) -> dict[tuple[str, int, str], tuple[str, str, dict]]:

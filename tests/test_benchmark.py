@@ -14,9 +14,9 @@ import torch
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-from twoscale.training.flops import training_step_flops
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline.params import load_params
+from twoscale.training.flops import training_step_flops
 from twoscale.training.trainer import build_state, train_step
 
 ROOT = Path(__file__).resolve().parents[1]

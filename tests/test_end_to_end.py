@@ -219,8 +219,8 @@ def test_the_distill_stages_write_phases_surrogates_and_their_recovery(first_run
     import torch
     import torch.nn.functional as F
 
-    from twoscale.training.batches import held_out_batches
     from twoscale.surrogates.distillation import load_surrogate
+    from twoscale.training.batches import held_out_batches
     from twoscale.training.trainer import load_model
 
     smoke = yaml.safe_load((first_run / "params.yaml").read_text())

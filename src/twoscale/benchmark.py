@@ -15,13 +15,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from twoscale.decoding.engine import (
+    CriterionClock,
+    LayerCache,
+    block_step,
+    decode_rest,
+    new_cache,
+    step_token,
+)
 from twoscale.decoding.rules import head_decode
-from twoscale.decoding.engine import CriterionClock, LayerCache, block_step, decode_rest, new_cache, step_token
-from twoscale.sampler.parallel import SamplerSettings
-from twoscale.sampler.comparison import sampler_throughput
 from twoscale.exits.sweep import latency_ms_per_token, never_exit_setting, rules_at
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.params import TrainParams
+from twoscale.sampler.comparison import sampler_throughput
+from twoscale.sampler.parallel import SamplerSettings
 from twoscale.training.batches import random_batch
 from twoscale.training.device import clock, median_ms
 from twoscale.training.flops import training_step_flops

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
-import time
 import uuid
 from pathlib import Path
 

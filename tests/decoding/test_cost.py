@@ -8,8 +8,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoscale.decoding.cost import token_costs
-from twoscale.decoding.rules import make_rule
 from twoscale.decoding.engine import new_cache, step_token
+from twoscale.decoding.rules import make_rule
 from twoscale.models.looped_gpt import LoopedGPT
 
 C, V = 16, 40  # the tiny models' width and vocabulary; layout 0 | (1) | (2, 3) | (4) | 5

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twoscale.decoding.rules import make_rule
 from twoscale.decoding.engine import (
     CriterionClock,
     LayerCache,
@@ -17,6 +16,7 @@ from twoscale.decoding.engine import (
     step_token,
     step_tokens,
 )
+from twoscale.decoding.rules import make_rule
 from twoscale.models.looped_gpt import LoopedGPT
 
 MAX_LOOPS = 5

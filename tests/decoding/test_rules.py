@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from replay import criterion_values, exit_states, exit_steps, exit_steps_from_values
 
 from twoscale.decoding.rules import (
     CRITERIA,
@@ -22,7 +23,6 @@ from twoscale.decoding.rules import (
     head_decode,
     make_rule,
 )
-from replay import criterion_values, exit_states, exit_steps, exit_steps_from_values
 
 torch.set_num_threads(1)
 

@@ -9,13 +9,18 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from twoscale.exits.teacher_forced import (all_positions, compute_fraction, evaluate_with_exits, position_by_position,
-                                           teacher_forced)
-from twoscale.decoding.rules import ExitRule, head_decode, make_rule
-from twoscale.decoding.engine import generate
-from twoscale.models.looped_gpt import LoopedGPT
 from replay import criterion_values, exit_steps
+
+from twoscale.decoding.engine import generate
+from twoscale.decoding.rules import ExitRule, head_decode, make_rule
+from twoscale.exits.teacher_forced import (
+    all_positions,
+    compute_fraction,
+    evaluate_with_exits,
+    position_by_position,
+    teacher_forced,
+)
+from twoscale.models.looped_gpt import LoopedGPT
 
 MAX_LOOPS = 6
 LAYOUT = [((0,), None), ((1,), 0), ((2, 3), 1), ((4,), 2), ((5,), None)]  # the tiny model's segments

@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from twoscale.geometry.measurement import boundary_offsets, contiguous_ranges, layout_phases, measure_checkpoint
+from twoscale.geometry.measurement import (
+    boundary_offsets,
+    contiguous_ranges,
+    layout_phases,
+    measure_checkpoint,
+)
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.params import MeasureParams
 from twoscale.training.batches import evaluate_loss, held_out_batches

@@ -7,7 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoscale.models.looped_gpt import DepthPosition, LoopedGPT, ModelConfig, Segment, matmul_attention, segments
+from twoscale.models.looped_gpt import (
+    DepthPosition,
+    LoopedGPT,
+    ModelConfig,
+    Segment,
+    matmul_attention,
+    segments,
+)
 
 torch.set_num_threads(1)
 

@@ -13,8 +13,16 @@ import numpy as np
 import pytest
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import (atomic_path, once_landed, outputs_land_together, read_token_blocks, waiting_file,
-                                  write_json, write_text, write_token_array)
+from twoscale.pipeline.io import (
+    atomic_path,
+    once_landed,
+    outputs_land_together,
+    read_token_blocks,
+    waiting_file,
+    write_json,
+    write_text,
+    write_token_array,
+)
 
 
 def test_json_is_written_sorted_and_readable_by_a_strict_parser(tmp_path):

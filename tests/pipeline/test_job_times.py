@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.job_times import JobTime, alone_seconds, busy_seconds, read_job_times, run_summary, stage_rows
+from twoscale.pipeline.job_times import (
+    JobTime,
+    alone_seconds,
+    busy_seconds,
+    read_job_times,
+    run_summary,
+    stage_rows,
+)
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 

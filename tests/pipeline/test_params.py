@@ -15,8 +15,14 @@ import pytest
 import yaml
 
 from twoscale.exits.sweep import check_strategies
-from twoscale.pipeline.params import (ParamsError, changed_keys, load_params, params_schema, parse_params,
-                                      results_root)
+from twoscale.pipeline.params import (
+    ParamsError,
+    changed_keys,
+    load_params,
+    params_schema,
+    parse_params,
+    results_root,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "workflow/schemas/params.schema.json"

@@ -8,20 +8,14 @@ import math
 
 import polars as pl
 import pytest
-
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.claims import table as claims
-from twoscale.report import thresholds
-from twoscale.claims.table import (
-    c1_step_sizes_shrink,
-    c2_steps_shrink_over_training,
-    c3_step_cosine,
-    c4_drift_to_loop,
-    c5_spirals_and_jumps,
-    claims_table,
-)
-from twoscale.exits import verdicts as exits
 from sweeps import latency_rounds
+
+from twoscale.claims.table import claims_table
+from twoscale.exits import claims as exit_claims
+from twoscale.exits import tables as exit_tables
+from twoscale.geometry import claims as geometry_claims
+from twoscale.geometry import thresholds
+from twoscale.pipeline.errors import TwoscaleError
 
 K = 30
 
@@ -78,7 +72,7 @@ def by_group(items: list[dict]) -> dict[int, dict]:
 
 
 def test_c1_inverse_step_sizes_reproduce_with_hand_numbers():
-    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(), 1: inverse()})))
+    row = geometry_claims.C1.row(frame(checkpoint(1000, {0: inverse(), 1: inverse()})))
     assert row["claim"] == "C1" and row["reproduced"] is True and row["verdict"] == "reproduced"
     g = by_group(row["detail"]["groups"])[0]
     assert g["K"] == K and g["s1"] == 1.0
@@ -89,7 +83,7 @@ def test_c1_inverse_step_sizes_reproduce_with_hand_numbers():
 
 
 def test_c1_constant_step_sizes_do_not_reproduce():
-    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: constant(), 1: constant()})))
+    row = geometry_claims.C1.row(frame(checkpoint(1000, {0: constant(), 1: constant()})))
     assert row["reproduced"] is False and row["verdict"] == "not reproduced"
     assert by_group(row["detail"]["groups"])[1]["ratio_10_to_1"] == 1.0
 
@@ -97,19 +91,19 @@ def test_c1_constant_step_sizes_do_not_reproduce():
 def test_c1_needs_the_fall_to_be_over_by_k10():
     # halved at k = 10 exactly, but then falls just as much again by k = 30: not "within 5-10 steps"
     late = [1 - 0.5 * (k - 1) / 9 if k <= 10 else 0.5 - 0.5 * (k - 10) / 20 for k in range(1, K + 1)]
-    row = c1_step_sizes_shrink(frame(checkpoint(1000, {0: late})))
+    row = geometry_claims.C1.row(frame(checkpoint(1000, {0: late})))
     g = by_group(row["detail"]["groups"])[0]
     assert g["halved_by_10"] is True and g["flat_after_10"] is False
     assert row["reproduced"] is False
 
 
 def test_c1_mixed_inconclusive_and_last_checkpoint_only():
-    mixed = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(), 1: constant()})))
+    mixed = geometry_claims.C1.row(frame(checkpoint(1000, {0: inverse(), 1: constant()})))
     assert mixed["reproduced"] is None and mixed["verdict"] == "mixed"
-    short = c1_step_sizes_shrink(frame(checkpoint(1000, {0: inverse(5)})))
+    short = geometry_claims.C1.row(frame(checkpoint(1000, {0: inverse(5)})))
     assert short["reproduced"] is None and short["verdict"] == "inconclusive"
     # an early checkpoint with constant steps does not count: C1 reads the last one
-    history = c1_step_sizes_shrink(frame(checkpoint(10, {0: constant()}), checkpoint(1000, {0: inverse()})))
+    history = geometry_claims.C1.row(frame(checkpoint(10, {0: constant()}), checkpoint(1000, {0: inverse()})))
     assert history["reproduced"] is True and history["detail"]["step"] == 1000
 
 
@@ -119,7 +113,7 @@ def test_c1_mixed_inconclusive_and_last_checkpoint_only():
 def test_c2_faster_decay_and_smaller_steps_later_reproduce():
     early = checkpoint(100, {0: [k ** -0.5 for k in range(1, K + 1)]}, relative=0.2)
     late = checkpoint(2000, {0: inverse()}, relative=0.1)
-    row = c2_steps_shrink_over_training(frame(late, early))  # row order must not matter
+    row = geometry_claims.C2.row(frame(late, early))  # row order must not matter
     assert row["reproduced"] is True
     g = by_group(row["detail"]["groups"])[0]
     assert (g["first_step"], g["last_step"], g["k_ref"]) == (100, 2000, 10)
@@ -133,13 +127,13 @@ def test_c2_reversed_mixed_and_single_checkpoint():
     # group 0 slows its decay and grows its steps; group 1 decays faster (1/k^2) with smaller steps
     faster = [k ** -2.0 for k in range(1, K + 1)]
     late = checkpoint(2000, {0: constant(), 1: faster}, relative={0: 0.2, 1: 0.05})
-    row = c2_steps_shrink_over_training(frame(early, late))
+    row = geometry_claims.C2.row(frame(early, late))
     assert row["reproduced"] is None and row["verdict"] == "mixed"
     assert [d["passes"] for d in row["detail"]["groups"]] == [False, True]
-    reversed_ = c2_steps_shrink_over_training(frame(checkpoint(100, {0: inverse()}, relative=0.1),
+    reversed_ = geometry_claims.C2.row(frame(checkpoint(100, {0: inverse()}, relative=0.1),
                                                     checkpoint(2000, {0: constant()}, relative=0.3)))
     assert reversed_["reproduced"] is False
-    single = c2_steps_shrink_over_training(frame(checkpoint(100, {0: inverse()})))
+    single = geometry_claims.C2.row(frame(checkpoint(100, {0: inverse()})))
     assert single["reproduced"] is None and single["verdict"] == "inconclusive"
 
 
@@ -154,7 +148,7 @@ def late_half(value: float, early: float = 0.2) -> list[float]:
 def test_c3_cosine_in_band_reproduces_and_trend_toward_orthogonal():
     first = checkpoint(100, {0: inverse(), 1: inverse()}, cosine={0: late_half(0.9), 1: late_half(0.9)})
     last = checkpoint(900, {0: inverse(), 1: inverse()}, cosine={0: late_half(0.6), 1: late_half(0.6)})
-    row = c3_step_cosine(frame(first, last))
+    row = geometry_claims.C3.row(frame(first, last))
     assert row["reproduced"] is True
     assert by_group(row["detail"]["groups"])[0]["late_cosine"] == pytest.approx(0.6)  # early values ignored
     assert row["detail"]["late_cosine_first"] == pytest.approx(0.9)
@@ -165,14 +159,14 @@ def test_c3_cosine_in_band_reproduces_and_trend_toward_orthogonal():
 def test_c3_aligned_steps_do_not_reproduce_and_say_neither():
     first = checkpoint(100, {0: inverse()}, cosine={0: late_half(0.6)})
     last = checkpoint(900, {0: inverse()}, cosine={0: late_half(0.99)})
-    row = c3_step_cosine(frame(first, last))
+    row = geometry_claims.C3.row(frame(first, last))
     assert row["reproduced"] is False
     assert row["detail"]["trend"].startswith("toward 1")
     assert row["detail"]["supports"].startswith("neither") and "aligned" in row["measured"]
 
 
 def test_c3_orthogonal_steps_support_the_other_statement():
-    row = c3_step_cosine(frame(checkpoint(900, {0: inverse()}, cosine={0: late_half(0.05)})))
+    row = geometry_claims.C3.row(frame(checkpoint(900, {0: inverse()}, cosine={0: late_half(0.05)})))
     assert row["reproduced"] is False
     assert row["detail"]["supports"] == "'increasingly orthogonal'"
     assert "one checkpoint" in row["measured"]
@@ -182,7 +176,7 @@ def test_c3_orthogonal_steps_support_the_other_statement():
 @pytest.mark.parametrize("late, reproduced", [(0.5, True), (0.5 - 1e-9, False), (0.65 - 1e-9, True),
                                               (0.65 + 1e-9, False)])
 def test_c3_band_edges(late, reproduced):
-    row = c3_step_cosine(frame(checkpoint(900, {0: inverse()}, cosine={0: late_half(late)})))
+    row = geometry_claims.C3.row(frame(checkpoint(900, {0: inverse()}, cosine={0: late_half(late)})))
     assert row["reproduced"] is reproduced
 
 
@@ -193,13 +187,13 @@ def test_c3_band_edges(late, reproduced):
     (0.30, 0.90, "toward 1"),
 ])
 def test_c3_trend_across_training(first, last, trend):
-    row = c3_step_cosine(frame(checkpoint(100, {0: inverse()}, cosine={0: late_half(first)}),
+    row = geometry_claims.C3.row(frame(checkpoint(100, {0: inverse()}, cosine={0: late_half(first)}),
                                checkpoint(900, {0: inverse()}, cosine={0: late_half(last)})))
     assert row["detail"]["trend"].startswith(trend)
 
 
 def test_c3_groups_on_both_sides_of_the_band_are_mixed_and_support_neither():
-    row = c3_step_cosine(frame(checkpoint(900, {0: inverse(), 1: inverse()},
+    row = geometry_claims.C3.row(frame(checkpoint(900, {0: inverse(), 1: inverse()},
                                           cosine={0: late_half(0.6), 1: late_half(0.05)})))
     assert row["verdict"] == "mixed" and row["detail"]["supports"] == "neither cleanly (groups differ)"
 
@@ -209,15 +203,15 @@ def test_c3_groups_on_both_sides_of_the_band_are_mixed_and_support_neither():
 
 def test_c4_dlr_50_reproduces_3_does_not_and_both_is_mixed():
     sizes = {0: inverse(), 1: inverse(), 2: inverse()}
-    high = c4_drift_to_loop(frame(checkpoint(100, sizes, dlr=3.0), checkpoint(900, sizes, dlr=50.0)))
+    high = geometry_claims.C4.row(frame(checkpoint(100, sizes, dlr=3.0), checkpoint(900, sizes, dlr=50.0)))
     assert high["reproduced"] is True
     assert [h["median"] for h in high["detail"]["handoffs"]] == [50.0, 50.0]
     assert [h["handoff"] for h in high["detail"]["handoffs"]] == ["0->1", "1->2"]
     assert len(high["detail"]["per_checkpoint"]) == 4  # every checkpoint reported
     assert high["detail"]["handoffs"][0]["q10"] == pytest.approx(40.0)
-    low = c4_drift_to_loop(frame(checkpoint(900, sizes, dlr=3.0)))
+    low = geometry_claims.C4.row(frame(checkpoint(900, sizes, dlr=3.0)))
     assert low["reproduced"] is False and low["detail"]["all_above_one"] is True
-    mixed = c4_drift_to_loop(frame(checkpoint(900, sizes, dlr={0: 50.0, 1: 3.0})))
+    mixed = geometry_claims.C4.row(frame(checkpoint(900, sizes, dlr={0: 50.0, 1: 3.0})))
     assert mixed["reproduced"] is None and mixed["verdict"] == "mixed"
     assert thresholds.C4_MIN_DLR == 10.0 and "≥ 10" in high["test"]
 
@@ -233,7 +227,7 @@ def depth_frame(step: int, phase: list[int], layout: list[int]) -> pl.DataFrame:
 
 def test_c5_shrinking_turning_steps_and_big_jumps_reproduce():
     geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.5, dlr=50.0))
-    row = c5_spirals_and_jumps(geometry, depth_frame(900, [0, 0, 1, 1], [0, 0, 1, 1]))
+    row = geometry_claims.C5.row(geometry, depth_frame(900, [0, 0, 1, 1], [0, 0, 1, 1]))
     assert row["reproduced"] is True
     harmonic = sum(inverse())
     jump = 50.0 * sum(inverse(10)) / 10  # median DLR_10 x the mean of the first 10 step sizes
@@ -248,7 +242,7 @@ def test_c5_shrinking_turning_steps_and_big_jumps_reproduce():
 
 def test_c5_straight_long_paths_and_small_jumps_do_not_reproduce():
     geometry = frame(checkpoint(900, {0: constant(), 1: constant()}, cosine=0.99, dlr=3.0))
-    row = c5_spirals_and_jumps(geometry, depth_frame(900, [0, 1, 1, 1], [0, 0, 1, 1]))
+    row = geometry_claims.C5.row(geometry, depth_frame(900, [0, 1, 1, 1], [0, 0, 1, 1]))
     assert row["reproduced"] is False
     g = by_group(row["detail"]["groups"])[0]
     assert g["path_to_jump"] == pytest.approx(29 / 3)
@@ -277,17 +271,17 @@ def test_claims_table_rows_are_strict_json_with_hand_checked_headlines():
 
 def test_nan_becomes_null_in_json():
     geometry = frame(checkpoint(900, {0: [0.0] + inverse()[1:]}))  # s(1) = 0: the ratio is undefined
-    row = c1_step_sizes_shrink(geometry)
+    row = geometry_claims.C1.row(geometry)
     assert row["detail"]["groups"][0]["ratio_10_to_1"] is None
     json.dumps(row, allow_nan=False)
 
 
 def test_bad_input_is_a_clear_error():
     with pytest.raises(TwoscaleError, match="geometry table is empty"):
-        c1_step_sizes_shrink(pl.DataFrame())
+        geometry_claims.C1.row(pl.DataFrame())
     no_dlr = frame(checkpoint(900, {0: inverse()}))
     with pytest.raises(TwoscaleError, match="no drift_to_loop_ratio rows"):
-        c4_drift_to_loop(no_dlr)
+        geometry_claims.C4.row(no_dlr)
     with pytest.raises(TwoscaleError, match="no geometry table"):
         claims_table({})
 
@@ -332,7 +326,7 @@ def sweep_frame(points: dict[str, list[tuple[float, float, float]]]) -> pl.DataF
         "generated_mean_loops": pl.Float64, "max_loops": pl.Int64})
 
 
-def c6_rows(points: dict[str, list[tuple[float, float, float]]], claim=claims.c6_acceleration_exit) -> dict:
+def c6_rows(points: dict[str, list[tuple[float, float, float]]], claim=exit_claims.C6.row) -> dict:
     """A C6 claim on hand-built sweep rows, each timed in rounds whose drift cancels (FLOPs proportional to ms)."""
     sweep = sweep_frame(points)
     return claim(sweep, latency_rounds(sweep))
@@ -354,23 +348,23 @@ def passes(row: dict) -> dict[str, bool | None]:
 
 def test_best_within_picks_the_cheapest_row_inside_the_band():
     sweep = sweep_frame(paper_like())
-    best = exits.best_within(sweep, "acceleration")
+    best = exit_tables.best_within(sweep, "acceleration")
     assert best["setting"] == 1e-2 and best["ms_per_token"] == 190.0 and best["perplexity"] == 10.08
     assert best["latency_cut"] == pytest.approx(1 - 190 / 300)
     assert best["perplexity_increase"] == pytest.approx(0.008)
     # a wider band lets in the faster 1.0 row (ppl 11.0 <= 1.2 x 10)
-    assert exits.best_within(sweep, "acceleration", tolerance=0.2)["setting"] == 1.0
-    assert exits.best_within(sweep, "argmax") is None        # 10.2 > 10.1
-    assert exits.best_within(sweep, "no_such_rule") is None
-    assert exits.best_within(sweep, "fixed")["setting"] == 30.0  # full depth is its own best point
+    assert exit_tables.best_within(sweep, "acceleration", tolerance=0.2)["setting"] == 1.0
+    assert exit_tables.best_within(sweep, "argmax") is None        # 10.2 > 10.1
+    assert exit_tables.best_within(sweep, "no_such_rule") is None
+    assert exit_tables.best_within(sweep, "fixed")["setting"] == 30.0  # full depth is its own best point
     # a row without a cost (NaN) cannot be the best, however cheap it would be
     points = paper_like()
     points["acceleration"].append((3e-2, 10.0, math.nan))
-    assert exits.best_within(sweep_frame(points), "acceleration")["setting"] == 1e-2
+    assert exit_tables.best_within(sweep_frame(points), "acceleration")["setting"] == 1e-2
 
 
 def test_best_within_breaks_ties_by_perplexity():
-    best = exits.best_within(sweep_frame({"fixed": [(30.0, 10.0, 300.0)],
+    best = exit_tables.best_within(sweep_frame({"fixed": [(30.0, 10.0, 300.0)],
                                            "acceleration": [(1e-3, 10.05, 200.0), (1e-2, 10.02, 200.0)]}),
                               "acceleration")
     assert best["setting"] == 1e-2
@@ -482,9 +476,9 @@ def test_c6_bad_input_is_a_clear_error():
     with pytest.raises(TwoscaleError, match="C6: the sweep table has no full-depth row"):
         c6_rows({"acceleration": [(1e-3, 10.0, 200.0)], "fixed": [(10.0, 12.0, 100.0)]})
     with pytest.raises(TwoscaleError, match="C6: the sweep table lacks column"):
-        exits.best_within(sweep_frame(paper_like()).drop("ms_per_token"), "acceleration")
+        exit_tables.best_within(sweep_frame(paper_like()).drop("ms_per_token"), "acceleration")
     with pytest.raises(TwoscaleError, match="C6: the sweep table is empty"):
-        claims.c6_acceleration_exit(sweep_frame({}), None)
+        exit_claims.C6.row(sweep_frame({}), None)
 
 
 # --- S: loop stability ----------------------------------------------------------------------------------------
@@ -505,7 +499,7 @@ def loss_frame(curves: dict[int, dict[int, float]]) -> pl.DataFrame:
     ],
 )
 def test_s_compares_the_most_loops_with_the_best_loop_count(curve, rise, verdict):
-    row = claims.s_loop_stability(loss_frame({100: {1: 9.0, 30: 1.0}, 900: curve}))  # last checkpoint only
+    row = geometry_claims.S.row(loss_frame({100: {1: 9.0, 30: 1.0}, 900: curve}))  # last checkpoint only
     assert row["claim"] == "S" and row["verdict"] == verdict
     assert row["reproduced"] == (verdict == "holds")
     assert row["detail"]["rise"] == pytest.approx(rise)
@@ -542,7 +536,7 @@ FULL_DEPTH_WORST = {  # K* = 2 (ppl 10.0, 2 ms); full depth K = 30 is the worst 
 def c6_prime(acceleration, kl_head, kl_rest=((1e-3, 10.5, 1.0),)) -> dict:
     points = {**FULL_DEPTH_WORST, "acceleration": list(acceleration), "kl_head": list(kl_head),
               "kl_rest": list(kl_rest)}
-    return c6_rows(points, claims.c6_against_best_fixed_depth)
+    return c6_rows(points, exit_claims.C6B.row)
 
 
 def test_c6_prime_measures_against_the_best_fixed_depth():
@@ -572,17 +566,17 @@ def test_c4_and_c5_read_dlr_at_k_10_and_show_every_k():
     # DLR_K = K (a converging loop's ratio grows with K): DLR_30 = 30 would pass, DLR_10 = 10 is the reading
     rows = [dict(r, median=float(r["k"]), q10=0.5 * r["k"], q90=2.0 * r["k"]) if r["metric"] == "drift_to_loop_ratio"
             else r for r in checkpoint(900, {0: inverse(), 1: inverse()}, dlr=1.0)]
-    c4 = c4_drift_to_loop(frame(rows))
+    c4 = geometry_claims.C4.row(frame(rows))
     (handoff,) = c4["detail"]["handoffs"]
     assert c4["detail"]["loops"] == 10 and handoff["median"] == 10.0 and handoff["passes"] is True
     assert handoff["by_loops"] == {"1": 1.0, "2": 2.0, "5": 5.0, "10": 10.0, str(K): float(K)}  # JSON keys
     assert "K=1 1.00, K=2 2.00, K=5 5.00, K=10 10.00, K=30 30.00" in c4["measured"]
     below = [dict(r, median=r["median"] - 0.5) if r["metric"] == "drift_to_loop_ratio" else r for r in rows]
-    assert c4_drift_to_loop(frame(below))["reproduced"] is False  # 9.5 at K = 10, though 29.5 at K = 30
-    c5 = c5_spirals_and_jumps(frame(rows))
+    assert geometry_claims.C4.row(frame(below))["reproduced"] is False  # 9.5 at K = 10, though 29.5 at K = 30
+    c5 = geometry_claims.C5.row(frame(rows))
     assert c5["detail"]["jumps"][0]["median_dlr"] == 10.0
     short = [r for r in rows if r["k"] is None or r["k"] <= 4]  # 4 loops measured: K = 4
-    assert c4_drift_to_loop(frame(short))["detail"]["handoffs"][0]["median"] == 4.0
+    assert geometry_claims.C4.row(frame(short))["detail"]["handoffs"][0]["median"] == 4.0
 
 
 def test_c2_c3_c5_report_how_many_steps_were_at_the_floor():
@@ -597,12 +591,12 @@ def test_c2_c3_c5_report_how_many_steps_were_at_the_floor():
             r = dict(r, n=75)
         rows.append(r)
     geometry = frame(checkpoint(100, {0: inverse(), 1: inverse()}, cosine=0.9), rows)
-    c3 = by_group(c3_step_cosine(geometry)["detail"]["groups"])
+    c3 = by_group(geometry_claims.C3.row(geometry)["detail"]["groups"])
     assert c3[0]["cosines_above_floor"] == {"kept": 15 * 100 - 10 * 25, "of": 15 * 100}  # k = 16..30
     assert c3[1]["cosines_above_floor"] == {"kept": 1500, "of": 1500}
-    c2 = by_group(c2_steps_shrink_over_training(geometry)["detail"]["groups"])
+    c2 = by_group(geometry_claims.C2.row(geometry)["detail"]["groups"])
     assert c2[0]["steps_at_floor_first"] == {"at_floor": 0, "of": K * 100}
     assert c2[0]["steps_at_floor_last"] == {"at_floor": 10 * 25, "of": K * 100}
-    c5 = by_group(c5_spirals_and_jumps(geometry)["detail"]["groups"])
+    c5 = by_group(geometry_claims.C5.row(geometry)["detail"]["groups"])
     assert c5[0]["turns_above_floor"] == {"kept": 29 * 100 - 10 * 25, "of": 29 * 100}  # k = 2..30
-    assert "1250/1500 cosines above the floor" in c3_step_cosine(geometry)["measured"]
+    assert "1250/1500 cosines above the floor" in geometry_claims.C3.row(geometry)["measured"]

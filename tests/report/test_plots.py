@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from twoscale.exits import figures as exit_figures
+from twoscale.geometry import figures as geometry_figures
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report import plots
 
 STEPS = [50, 400]
 GROUPS = [0, 1]
@@ -94,7 +95,7 @@ FIGURES = {
 @pytest.mark.parametrize("name", FIGURES)
 def test_figure_is_a_readable_png(name, frames, tmp_path):
     path = tmp_path / "figures" / f"{name}.png"  # the folder does not exist yet
-    getattr(plots, name)(*(frames[f] for f in FIGURES[name]), path)
+    getattr(geometry_figures, name)(*(frames[f] for f in FIGURES[name]), path)
     assert path.stat().st_size > 10_000
     with Image.open(path) as image:
         assert image.format == "PNG"
@@ -107,9 +108,9 @@ def test_figure_is_a_readable_png(name, frames, tmp_path):
 def test_each_panel_draws_the_table_s_mean_per_checkpoint_and_seed(name, metric, frames, tmp_path, monkeypatch):
     """The lines of a recipe's group panel are exactly its rows' mean against k, one per checkpoint and seed."""
     drawn = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(fig))
+    monkeypatch.setattr(geometry_figures, "save_figure", lambda fig, path: drawn.append(fig))
     geometry = frames["geometry"].with_columns(median=2 * pl.col("mean"))  # the mean drawn, not the median
-    getattr(plots, name)(geometry, tmp_path / "figure.png")
+    getattr(geometry_figures, name)(geometry, tmp_path / "figure.png")
     geometry = geometry.filter(pl.col("metric") == metric)
     for recipe in ["huginn", "paper"]:
         for group in GROUPS:
@@ -126,7 +127,7 @@ def test_each_panel_draws_the_table_s_mean_per_checkpoint_and_seed(name, metric,
 def test_one_checkpoint_is_enough(frames, tmp_path):
     last = {k: v.filter(pl.col("step") == STEPS[-1]) for k, v in frames.items()}
     for name, needs in FIGURES.items():
-        getattr(plots, name)(*(last[f] for f in needs), tmp_path / f"{name}.png")
+        getattr(geometry_figures, name)(*(last[f] for f in needs), tmp_path / f"{name}.png")
     assert len(list(tmp_path.glob("*.png"))) == len(FIGURES)
 
 
@@ -135,19 +136,19 @@ def test_empty_frame_is_a_clear_error_and_writes_nothing(name, frames, tmp_path)
     path = tmp_path / f"{name}.png"
     args = [frames[f].clear() if i == 0 else frames[f] for i, f in enumerate(FIGURES[name])]
     with pytest.raises(TwoscaleError, match=rf"{name}: the {FIGURES[name][0]} table is empty"):
-        getattr(plots, name)(*args, path)
+        getattr(geometry_figures, name)(*args, path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_missing_metric_and_mismatched_depth_are_clear_errors(frames, tmp_path):
     no_dlr = frames["geometry"].filter(pl.col("metric") != "drift_to_loop_ratio")
     with pytest.raises(TwoscaleError, match="no drift_to_loop_ratio rows"):
-        plots.fig2_drift_to_loop(no_dlr, tmp_path / "f.png")
+        geometry_figures.fig2_drift_to_loop(no_dlr, tmp_path / "f.png")
     with pytest.raises(TwoscaleError, match="depth table is empty"):
-        plots.fig_similarity(frames["similarity"], frames["depth"].clear(), tmp_path / "f.png")
+        geometry_figures.fig_similarity(frames["similarity"], frames["depth"].clear(), tmp_path / "f.png")
     short = frames["depth"].filter(pl.col("position") > 0)
     with pytest.raises(TwoscaleError, match="positions"):
-        plots.fig_similarity(frames["similarity"], short, tmp_path / "f.png")
+        geometry_figures.fig_similarity(frames["similarity"], short, tmp_path / "f.png")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -185,7 +186,7 @@ def sweep() -> pl.DataFrame:
 @pytest.mark.parametrize("name", SWEEP_FIGURES)
 def test_sweep_figure_is_a_readable_png(name, sweep, tmp_path):
     path = tmp_path / "figures" / f"{name}.png"
-    getattr(plots, name)(sweep, path)
+    getattr(exit_figures, name)(sweep, path)
     assert path.stat().st_size > 10_000
     with Image.open(path) as image:
         assert image.format == "PNG"
@@ -196,28 +197,28 @@ def test_sweep_figure_is_a_readable_png(name, sweep, tmp_path):
 
 @pytest.mark.parametrize("name", SWEEP_FIGURES)
 def test_sweep_without_full_depth_row_still_plots(name, sweep, tmp_path):
-    getattr(plots, name)(sweep.filter(pl.col("setting") != MAX_LOOPS), tmp_path / "f.png")
+    getattr(exit_figures, name)(sweep.filter(pl.col("setting") != MAX_LOOPS), tmp_path / "f.png")
     assert (tmp_path / "f.png").exists()
 
 
 @pytest.mark.parametrize("name", SWEEP_FIGURES)
 def test_incomplete_sweep_is_a_clear_error_and_writes_nothing(name, sweep, tmp_path):
     with pytest.raises(TwoscaleError, match=rf"{name}: the sweep table lacks column\(s\) cross_entropy"):
-        getattr(plots, name)(sweep.drop("cross_entropy"), tmp_path / "f.png")
+        getattr(exit_figures, name)(sweep.drop("cross_entropy"), tmp_path / "f.png")
     with pytest.raises(TwoscaleError, match=rf"{name}: the sweep table is empty"):
-        getattr(plots, name)(sweep.clear(), tmp_path / "f.png")
+        getattr(exit_figures, name)(sweep.clear(), tmp_path / "f.png")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_fig4_needs_a_threshold_rule_on_the_log_axis(sweep, tmp_path):
     ends_only = sweep.filter((pl.col("swept") != "threshold") | pl.col("setting").is_in([0.0, np.inf]))
     with pytest.raises(TwoscaleError, match="no threshold-swept rows"):
-        plots.fig4_exit_sweep(ends_only, tmp_path / "f.png")
+        exit_figures.fig4_exit_sweep(ends_only, tmp_path / "f.png")
 
 
 def test_strategy_colours_do_not_depend_on_order_and_fixed_is_black():
     names = ["kl_head", "fixed", "acceleration", "argmax"]
-    forward, backward = plots._strategy_styles(names), plots._strategy_styles(names[::-1])
+    forward, backward = exit_figures._strategy_styles(names), exit_figures._strategy_styles(names[::-1])
     assert forward == backward
     assert forward["fixed"]["color"] == "black"
     assert len({tuple(forward[n]["color"]) for n in names}) == len(names)

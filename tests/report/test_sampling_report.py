@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.claims.table import c7_against_matched_decoding, c7_parallel_sampler
-from twoscale.report.plots import fig_sampler_tradeoff
-from twoscale.report.tables import matched_decoding, sampling_summary
+from twoscale.sampler.claims import C7, C7B
+from twoscale.sampler.figures import fig_sampler_tradeoff
+from twoscale.sampler.tables import matched_decoding, sampling_summary
 
 FULL = 8
 
@@ -96,7 +96,7 @@ def test_matched_decoding_is_the_fewest_loops_of_equal_quality():
 def test_c7_reads_the_paired_rounds_and_prints_both_ratios():
     """The grid's fastest setting of equal quality (r′ 4) timed at 5x full recurrence in three rounds; it costs
     20 GFLOPs per token against 8."""
-    row = c7_parallel_sampler(summary_of(table(0.2, 0.02)), speed([50.0, 60.0, 40.0], [10.0, 12.0, 8.0], [40.0] * 3))
+    row = C7.row(summary_of(table(0.2, 0.02)), speed([50.0, 60.0, 40.0], [10.0, 12.0, 8.0], [40.0] * 3))
     assert row["verdict"] == "reproduced"
     assert row["headline"]["speed-up vs full recurrence"] == pytest.approx(5.0)
     assert row["headline"]["FLOP ratio vs full recurrence"] == pytest.approx(0.4)
@@ -107,7 +107,7 @@ def test_c7_reads_the_paired_rounds_and_prints_both_ratios():
 
 
 def test_c7_whose_interval_straddles_the_threshold_is_inconclusive():
-    row = c7_parallel_sampler(summary_of(table(0.2, 0.02)), speed([30.0, 40.0, 55.0], [10.0] * 3, [40.0] * 3))
+    row = C7.row(summary_of(table(0.2, 0.02)), speed([30.0, 40.0, 55.0], [10.0] * 3, [40.0] * 3))
     assert row["verdict"] == "inconclusive" and row["reproduced"] is None
 
 
@@ -116,7 +116,7 @@ def test_c7_without_any_sampler_setting_of_equal_quality_is_not_reproduced(gap, 
     """Too poor, far better than full recurrence, or repetitive (distinct fraction 0.4 below): no setting left."""
     frame = table(0.2, gap, sampler_distinct=distinct).filter(
         ~((pl.col("method") == "sampler") & (pl.col("inner_loops") == 8)))
-    row = c7_parallel_sampler(summary_of(frame), speed([50.0] * 3, [10.0] * 3, [40.0] * 3))
+    row = C7.row(summary_of(frame), speed([50.0] * 3, [10.0] * 3, [40.0] * 3))
     assert row["verdict"] == "not reproduced" and row["headline"]["speed-up vs full recurrence"] is None
     assert "No sampler setting" in row["measured"]
 
@@ -127,7 +127,7 @@ def test_c7_without_any_sampler_setting_of_equal_quality_is_not_reproduced(gap, 
 ])
 def test_c7b_compares_with_ordinary_decoding_at_the_fewest_loops_of_equal_quality(fast_gap, matched, reproduced):
     rounds = speed([50.0] * 3, [10.0] * 3, [40.0 if matched == 2 else 10.0] * 3)
-    row = c7_against_matched_decoding(summary_of(table(0.2, 0.02, ordinary_fast_gap=fast_gap)), rounds)
+    row = C7B.row(summary_of(table(0.2, 0.02, ordinary_fast_gap=fast_gap)), rounds)
     assert row["reproduced"] is reproduced
     assert row["headline"]["speed-up vs matched decoding"] == pytest.approx(1.25 if matched == 2 else 5.0)
     assert row["headline"]["FLOP ratio vs matched decoding"] == pytest.approx((2.0 if matched == 2 else 8.0) / 20)

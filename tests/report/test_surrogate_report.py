@@ -6,10 +6,11 @@ import numpy as np
 import polars as pl
 import pytest
 
+from twoscale.claims.table import computations, surrogate_claims
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.surrogates import figures as surrogate_figures
-from twoscale.claims.table import c8_against_scratch, c8_two_blocks_recover, computations, surrogate_claims
-from twoscale.report.tables import recovery_table
+from twoscale.surrogates.claims import C8, C8B
+from twoscale.surrogates.tables import recovery_table
 
 
 def evaluation(k: int, surrogate_ce: float, control_ce: float, teacher_ce: float = 4.0, unigram: float = 6.0,
@@ -57,13 +58,13 @@ def test_recovery_rows_say_what_trained_the_teacher_and_the_surrogate():
 @pytest.mark.parametrize(("surrogate_ce", "verdict"), [(4.1, "reproduced"), (4.19, "reproduced"),
                                                        (4.3, "not reproduced")])
 def test_c8_reads_the_two_block_surrogates_recovered_fraction_against_90_percent(surrogate_ce, verdict):
-    row = c8_two_blocks_recover(recovery(evaluation(1, 5.5, 5.5), evaluation(2, surrogate_ce, 4.6)))
+    row = C8.row(recovery(evaluation(1, 5.5, 5.5), evaluation(2, surrogate_ce, 4.6)))
     assert row["verdict"] == verdict
     assert row["headline"]["recovered (k = 2)"] == pytest.approx((6.0 - surrogate_ce) / 2.0)
 
 
 def test_c8_is_inconclusive_without_k_2_or_when_the_teacher_does_not_beat_unigram():
-    assert c8_two_blocks_recover(recovery(evaluation(1, 4.1, 4.6)))["verdict"] == "inconclusive"
+    assert C8.row(recovery(evaluation(1, 4.1, 4.6)))["verdict"] == "inconclusive"
     worse_than_unigram = recovery(evaluation(2, 5.0, 5.1, teacher_ce=6.5))
     rows = surrogate_claims(worse_than_unigram)
     assert [r["claim"] for r in rows] == ["C8", "C8b"]
@@ -74,7 +75,7 @@ def test_c8_is_inconclusive_without_k_2_or_when_the_teacher_does_not_beat_unigra
 @pytest.mark.parametrize(("surrogate_ce", "control_ce", "verdict"), [(4.2, 4.6, "reproduced"),
                                                                      (4.6, 4.2, "not reproduced")])
 def test_c8b_compares_the_surrogate_with_the_two_layer_gpt_from_scratch(surrogate_ce, control_ce, verdict):
-    row = c8_against_scratch(recovery(evaluation(2, surrogate_ce, control_ce)))
+    row = C8B.row(recovery(evaluation(2, surrogate_ce, control_ce)))
     assert row["verdict"] == verdict
     assert row["headline"]["control recovered (k = 2)"] == pytest.approx((6.0 - control_ce) / 2.0)
 

@@ -6,7 +6,7 @@ import math
 
 import polars as pl
 
-from twoscale.report.tables import with_latency
+from twoscale.exits.tables import with_latency
 
 
 def test_each_setting_gets_the_median_fastest_and_slowest_of_its_own_rounds():

@@ -7,12 +7,12 @@ import math
 
 import polars as pl
 import pytest
+from sweeps import latency_rounds
 
-from twoscale.report.thresholds import C1_K_SETTLED, C4_MIN_DLR, C7_MIN_SPEEDUP, C8_RECOVERY, S_TOLERANCE
+from twoscale.exits import tables as exit_tables
 from twoscale.exits import verdicts as exits
 from twoscale.geometry import verdicts as geometry
-from twoscale.sampler import verdicts as sampler
-from twoscale.surrogates import verdicts as surrogates
+from twoscale.geometry.thresholds import C1_K_SETTLED, C4_MIN_DLR, S_TOLERANCE
 from twoscale.report.verdicts import (
     S_WORDS,
     Ratio,
@@ -23,7 +23,10 @@ from twoscale.report.verdicts import (
     paired_ratio,
     ratio_by_round,
 )
-from sweeps import latency_rounds
+from twoscale.sampler import verdicts as sampler
+from twoscale.sampler.thresholds import C7_MIN_SPEEDUP
+from twoscale.surrogates import verdicts as surrogates
+from twoscale.surrogates.thresholds import C8_RECOVERY
 
 # --- common: how checks add up ----------------------------------------------------------------------------------
 
@@ -128,15 +131,15 @@ FIXED = [(1.0, 12.0, 10.0), (2.0, 10.0, 20.0), (4.0, 11.0, 40.0)]
 
 def test_the_reference_points_of_the_sweep():
     sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, 15.0), (1e-2, 10.5, 12.0)]})
-    assert exits.full_depth(sweep) == {"strategy": "fixed", "setting": 4.0, "max_loops": 4, "perplexity": 11.0,
+    assert exit_tables.full_depth(sweep) == {"strategy": "fixed", "setting": 4.0, "max_loops": 4, "perplexity": 11.0,
                                        "gflops_per_token": 0.04, "ms_per_token": 40.0, "mean_loops": 2.0}
-    kstar = exits.best_fixed_depth(sweep)
+    kstar = exit_tables.best_fixed_depth(sweep)
     assert (kstar["loops"], kstar["perplexity"], kstar["ms_per_token"]) == (2, 10.0, 20.0)
     # within 1% of full depth (ppl <= 11.11) both settings qualify: the cheaper one, 12 ms, cuts 1 - 12/40 = 70%
-    best = exits.best_within(sweep, "acceleration")
+    best = exit_tables.best_within(sweep, "acceleration")
     assert (best["setting"], best["latency_cut"], best["flop_ratio"]) == (1e-2, pytest.approx(0.7), pytest.approx(0.3))
     # within 1% of K* (ppl <= 10.1) only 1e-3 does: 15 ms against 20, a cut of 25%
-    best = exits.best_within(sweep, "acceleration", reference=kstar)
+    best = exit_tables.best_within(sweep, "acceleration", reference=kstar)
     assert (best["setting"], best["latency_cut"], best["perplexity_increase"]) == (
         1e-3, 0.25, pytest.approx(0.005))
 
@@ -148,7 +151,7 @@ def test_the_points_the_verdicts_compare_are_named_before_timing():
     untimed = sweep.with_columns(pl.lit(None, dtype=pl.Float64).alias("ms_per_token"))
     # full depth 4 and K* 2; acceleration 1e-2 within 1% of full depth (ppl <= 11.11), 1e-3 within 1% of K*
     # (<= 10.1); kl_head 1e-4 for both; fixed 2 for both (cheaper than 4 and within 1% of full depth)
-    assert exits.compared_points(untimed) == {("fixed", 4.0), ("fixed", 2.0), ("acceleration", 1e-2),
+    assert exit_tables.compared_points(untimed) == {("fixed", 4.0), ("fixed", 2.0), ("acceleration", 1e-2),
                                               ("acceleration", 1e-3), ("kl_head", 1e-4)}
 
 

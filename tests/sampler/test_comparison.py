@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_parallel import PROMPT, injected_model
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoscale.sampler import comparison
-from twoscale.sampler.parallel import SamplerSettings, autoregressive, prefill, sample
 from twoscale.sampler.comparison import (
     FULL_RECURRENCE,
     MATCHED,
@@ -24,8 +24,7 @@ from twoscale.sampler.comparison import (
     settings_grid,
     speed_rows,
 )
-
-from test_parallel import PROMPT, injected_model
+from twoscale.sampler.parallel import SamplerSettings, autoregressive, prefill, sample
 
 
 def test_rescored_cross_entropy_is_the_teacher_forced_loss_of_the_continuation():

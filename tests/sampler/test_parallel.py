@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoscale.decoding.rules import make_rule
 from twoscale.decoding.engine import generate, new_cache
+from twoscale.decoding.rules import make_rule
+from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.sampler.parallel import (
     SamplerSettings,
     autoregressive,
@@ -25,7 +26,6 @@ from twoscale.sampler.parallel import (
     sample,
     window_block,
 )
-from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 
 PROMPT = [3, 7, 1, 9, 22]
 

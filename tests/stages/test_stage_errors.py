@@ -10,11 +10,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 import pytest
+import torch
 from workspace import smoke_params
-
-
 
 RUN = ("--recipe", "paper", "--seed", "1337")  # a training run of the smoke parameters
 

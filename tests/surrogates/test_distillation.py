@@ -11,12 +11,20 @@ import torch
 import torch.nn.functional as F
 
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.params import LoopSchedule, TrainParams
-from twoscale.surrogates.distillation import (cosine_lr, distill, load_surrogate, phase_loss, rollout_loss,
-                                            save_surrogate, teacher_forcing_weight, teacher_states,
-                                            train_plain_gpt)
+from twoscale.surrogates.distillation import (
+    cosine_lr,
+    distill,
+    load_surrogate,
+    phase_loss,
+    rollout_loss,
+    save_surrogate,
+    teacher_forcing_weight,
+    teacher_states,
+    train_plain_gpt,
+)
+from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.training.trainer import load_model
 
 torch.set_num_threads(1)

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from twoscale.surrogates.dynamics import DepthDynamics, sequence_summaries
 from twoscale.analysis.phases import SimilarityAccumulator, segment_phases
+from twoscale.surrogates.dynamics import DepthDynamics, sequence_summaries
 
 
 def rotating_states(angle: float, depth: int, norms=(1.0, 3.0)) -> torch.Tensor:

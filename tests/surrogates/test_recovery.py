@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoscale.surrogates.recovery import LogitScores, StateR2, evaluate_recovery, recovered_fraction
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
+from twoscale.surrogates.recovery import LogitScores, StateR2, evaluate_recovery, recovered_fraction
 
 
 def test_recovered_fraction_by_hand():

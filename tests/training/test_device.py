@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from twoscale.pipeline.errors import TwoscaleError
 from twoscale.stages.train import WARMUP_STEPS, utilisation
 from twoscale.training import device as device_module
-from twoscale.pipeline.errors import TwoscaleError
 from twoscale.training.device import datasheet_tflops, matmul_tflops, median_ms, resolve_device, uses_cuda
 
 CPU = torch.device("cpu")

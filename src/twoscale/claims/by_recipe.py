@@ -1,7 +1,7 @@
-"""The claims of every training run read per recipe across seeds (DESIGN §11): one verdict per recipe and claim,
+"""The claims of every training run read per recipe across seeds: one verdict per recipe and claim,
 and each headline number of a claim as its mean and min–max over the recipe's seeds.
 
-Input: the rows of `claims.claims_table` for every run, {(recipe, seed): rows}, in run order. A recipe's verdict
+Input: the rows of `table.claims_table` for every run, {(recipe, seed): rows}, in run order. A recipe's verdict
 on a claim is the verdict of its seeds when they agree, else "split" with the count of each verdict. A headline
 number that a seed could not compute (None) is left out of that number's spread and counted in `n`.
 """
@@ -13,6 +13,8 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from twoscale.claims.table import claim as claim_record
 
 Runs = Mapping[tuple[str, int], Sequence[Mapping[str, Any]]]
 
@@ -87,11 +89,6 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def claim_anchor(claim: str) -> str:
-    """The section of docs/claims.md that holds a claim's test: '#c6' for C6 and for its variant C6b."""
-    return "#" + claim.lower().removesuffix("b")
-
-
 def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = (),
                 docs: str | None = None) -> str:
     """The claims per recipe (verdict and headline numbers with their spread over seeds), what computed them
@@ -110,7 +107,7 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
     ]
     for row in summary:
         name = row["claim"]
-        cells = [f"[{name}]({docs}{claim_anchor(name)})" if docs else name, row["statement"]]
+        cells = [f"[{name}]({docs}{claim_record(name).section})" if docs else name, row["statement"]]
         for recipe in recipes:
             entry = row["recipes"].get(recipe)
             if entry is None:

@@ -1,2 +1,2 @@
 """The exit rules system: teacher-forced evaluation of exit rules over held-out windows, the sweep of their
-settings and their timing, with its verdicts (C6)."""
+settings and their timing, with its figures, verdicts and claims (C6)."""

@@ -18,13 +18,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from twoscale.exits.teacher_forced import evaluate_settings
-from twoscale.decoding.rules import ExitRule, make_rule
 from twoscale.decoding.engine import CriterionClock, PromptState, cache_bytes, decode_prompt, generate
+from twoscale.decoding.rules import ExitRule, make_rule
+from twoscale.exits.teacher_forced import evaluate_settings
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline.params import ParamsError, SweepParams
 from twoscale.training.batches import evaluation_starts
-
 
 SWEPT_KEYS = {"fixed": "loops", "argmax": "hits"}
 

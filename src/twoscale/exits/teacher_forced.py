@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from twoscale.decoding.cost import token_costs
-from twoscale.decoding.rules import ExitRule, head_decode
 from twoscale.decoding.engine import new_cache, step_tokens
+from twoscale.decoding.rules import ExitRule, head_decode
 from twoscale.models.looped_gpt import Context, LoopedGPT, Segment, at_least_float32
 from twoscale.training.batches import held_out_batches
 

@@ -1,8 +1,8 @@
 """The verdicts on the early-exit sweep: the paper's C6 and our C6b, pure functions of the sweep table gathered by
 the `tradeoff` stage (one row per strategy and setting: quality, loops, cost per token and the median latency) and
-of its latency rounds (one row per strategy, setting and round), and the sweep's reference points that the
-`tradeoff` stage reports too: full depth, the best fixed depth K*, and a strategy's cheapest setting within a
-perplexity tolerance of either.
+of its latency rounds (one row per strategy, setting and round). The sweep's reference points (full depth, the
+best fixed depth K*, a strategy's cheapest setting within a perplexity tolerance of either) are in `exits.tables`,
+which the `tradeoff` and `latency` stages read too.
 
 A strategy's best point within a tolerance is its setting with the fewest FLOPs per token (a count, the same on
 every run), and every speed comparison between two points is the ratio of their latencies paired by round, with a
@@ -15,23 +15,20 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report.tables import full_depth_rows, require
-from twoscale.report.thresholds import (
+from twoscale.exits.tables import best_fixed_depth, best_within, full_depth, sweep_points
+from twoscale.exits.thresholds import (
     C6_ACCELERATION,
     C6_FIRST_ORDER,
     C6_FIRST_ORDER_KNEE,
-    C6_FULL_DEPTH,
     C6_KL_CRITERION,
     C6_MAX_FLAT_SPREAD,
     C6_MIN_LATENCY_CUT,
     C6_PAPER_RANGE,
     C6_TOLERANCE,
 )
-from twoscale.report.verdicts import Ratio, Verdict, at_most, finite, ratio_by_round
+from twoscale.report.tables import require
+from twoscale.report.verdicts import Ratio, Verdict, at_most, ratio_by_round
 
-SWEEP_COLUMNS = ("strategy", "criterion", "swept", "setting", "perplexity", "gflops_per_token", "ms_per_token",
-                 "mean_loops", "max_loops")
 LATENCY_COLUMNS = ("strategy", "setting", "round", "ms_per_token")
 _ROUND_OFF = 1e-9  # relative slack comparing thresholds (1e-3 off a log grid may be 1.0000000000000002e-3)
 
@@ -40,17 +37,6 @@ def power_of_ten(x: float) -> str:
     """A power-of-ten threshold as '1e-3', as the reasons below and the claims' text name them."""
     mantissa, exponent = f"{x:.0e}".split("e")
     return f"{mantissa}e{int(exponent)}"
-
-
-def _sweep_points(sweep: pl.DataFrame, strategy: str) -> list[dict[str, Any]]:
-    """One strategy's rows as dicts sorted by setting; non-finite perplexity/cost/ms/loops become None."""
-    rows = sweep.filter(pl.col("strategy") == strategy).sort("setting")
-    return [
-        {"strategy": strategy, "setting": float(r["setting"]), "perplexity": finite(r["perplexity"]),
-         "gflops_per_token": finite(r["gflops_per_token"]), "ms_per_token": finite(r["ms_per_token"]),
-         "mean_loops": finite(r["mean_loops"])}
-        for r in rows.iter_rows(named=True)
-    ]
 
 
 def speed_ratio(latency: pl.DataFrame, point: dict[str, Any] | None, reference: dict[str, Any] | None
@@ -70,66 +56,6 @@ def speed_ratio(latency: pl.DataFrame, point: dict[str, Any] | None, reference: 
     return ratio_by_round(rounds(point), rounds(reference), "ms_per_token")
 
 
-def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
-    """The full-depth reference: strategy 'fixed' at setting == max_loops (every group looped max_loops
-    times)."""
-    require(sweep, "sweep", SWEEP_COLUMNS, "C6")
-    rows = full_depth_rows(sweep)
-    if rows.height == 0:
-        raise TwoscaleError(
-            "C6: the sweep table has no full-depth row (strategy 'fixed' at setting = max_loops)")
-    r = rows.row(0, named=True)
-    ppl, gflops = finite(r["perplexity"]), finite(r["gflops_per_token"])
-    if ppl is None or gflops is None or ppl <= 0 or gflops <= 0:
-        raise TwoscaleError("C6: the full-depth row has no positive finite perplexity and gflops_per_token")
-    return {"strategy": C6_FULL_DEPTH, "setting": float(r["setting"]), "max_loops": int(r["max_loops"]),
-            "perplexity": ppl, "gflops_per_token": gflops, "ms_per_token": finite(r["ms_per_token"]),
-            "mean_loops": finite(r["mean_loops"])}
-
-
-def best_fixed_depth(sweep: pl.DataFrame) -> dict[str, Any]:
-    """The fixed loop count K* with the lowest perplexity, in the form of `full_depth`."""
-    full = full_depth(sweep)
-    points = [p for p in _sweep_points(sweep, C6_FULL_DEPTH) if p["perplexity"] is not None
-              and p["gflops_per_token"] is not None]
-    best = min(points, key=lambda p: (p["perplexity"], p["setting"]))
-    return {**best, "max_loops": full["max_loops"], "loops": int(best["setting"])}
-
-
-def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = C6_TOLERANCE,
-                reference: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The strategy's cheapest setting (fewest GFLOPs per token) whose perplexity is <= (1 + tolerance) x the
-    reference's (default: full depth): {strategy, setting, gflops_per_token, ms_per_token, perplexity,
-    mean_loops, flop_ratio = gflops / gflops_reference, latency_cut = 1 - ms / ms_reference (medians, None
-    without latencies), perplexity_increase = ppl / ppl_reference - 1}; None when no setting qualifies (or the
-    strategy is absent). Ties in cost go to the lower perplexity, then the lower setting."""
-    full = reference or full_depth(sweep)
-    limit = (1 + tolerance) * full["perplexity"]
-    qualifying = [p for p in _sweep_points(sweep, strategy) if p["perplexity"] is not None
-                  and p["gflops_per_token"] is not None and p["perplexity"] <= limit]
-    if not qualifying:
-        return None
-    best = min(qualifying, key=lambda p: (p["gflops_per_token"], p["perplexity"], p["setting"]))
-    timed = best["ms_per_token"] is not None and full["ms_per_token"] is not None
-    return {**best, "flop_ratio": best["gflops_per_token"] / full["gflops_per_token"],
-            "latency_cut": 1 - best["ms_per_token"] / full["ms_per_token"] if timed else None,
-            "perplexity_increase": best["perplexity"] / full["perplexity"] - 1}
-
-
-def compared_points(sweep: pl.DataFrame, tolerance: float = C6_TOLERANCE) -> set[tuple[str, float]]:
-    """The (strategy, setting) points of one run whose latencies the verdicts compare: full depth, the best fixed
-    depth K*, and every strategy's best point within `tolerance` of either. They follow from quality and FLOPs
-    alone, so the sweep table names them before anything is timed."""
-    references = [full_depth(sweep), best_fixed_depth(sweep)]
-    points = {(reference["strategy"], reference["setting"]) for reference in references}
-    for name in sweep["strategy"].unique(maintain_order=True).to_list():
-        for reference in references:
-            best = best_within(sweep, name, tolerance, reference)
-            if best is not None:
-                points.add((name, best["setting"]))
-    return points
-
-
 def _kl_strategies(sweep: pl.DataFrame) -> list[str]:
     return sorted(sweep.filter(pl.col("criterion") == C6_KL_CRITERION)["strategy"].unique().to_list())
 
@@ -141,7 +67,7 @@ def _in_range(x: float, lo: float, hi: float) -> bool:
 def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
     """(a) acceleration's best point within 1% cuts ms/token by >= 25%: its paired latency ratio to the reference
     is at most 0.75, the whole interval."""
-    if not _sweep_points(sweep, C6_ACCELERATION):
+    if not sweep_points(sweep, C6_ACCELERATION):
         return {"passes": None, "reason": f"no {C6_ACCELERATION} rows"}
     best = best_within(sweep, C6_ACCELERATION, reference=full)
     if best is None:
@@ -156,7 +82,7 @@ def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any
 
 def _flat(sweep: pl.DataFrame) -> dict[str, Any]:
     """(b) over the swept acceleration thresholds in the paper's range, max/min perplexity - 1 <= 1%."""
-    points = [p for p in _sweep_points(sweep, C6_ACCELERATION)
+    points = [p for p in sweep_points(sweep, C6_ACCELERATION)
               if p["perplexity"] is not None and _in_range(p["setting"], *C6_PAPER_RANGE)]
     info: dict[str, Any] = {"points": points}
     if len(points) < 2:
@@ -175,7 +101,7 @@ def _first_order_knee(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, An
     limit = (1 + C6_TOLERANCE) * full["perplexity"]
     knee, hi = C6_FIRST_ORDER_KNEE * (1 + _ROUND_OFF), C6_PAPER_RANGE[1] * (1 + _ROUND_OFF)
     points = [{**p, "increase": p["perplexity"] / full["perplexity"] - 1}
-              for p in _sweep_points(sweep, C6_FIRST_ORDER) if p["perplexity"] is not None]
+              for p in sweep_points(sweep, C6_FIRST_ORDER) if p["perplexity"] is not None]
     below = [p for p in points if p["setting"] <= knee]
     above = [p for p in points if knee < p["setting"] <= hi]
     info: dict[str, Any] = {

@@ -31,6 +31,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+DLR_SHOWN_LOOPS = (1, 2, 5, 10, 30)  # the K whose DLR_K the claims and the summaries print (tables hold every K)
+
 Tensor = torch.Tensor
 
 

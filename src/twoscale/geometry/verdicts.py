@@ -17,8 +17,9 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.report.tables import dlr_loops, metric_rows, require, training_steps
-from twoscale.report.thresholds import (
+from twoscale.geometry.metrics import DLR_SHOWN_LOOPS
+from twoscale.geometry.tables import dlr_loops, metric_rows
+from twoscale.geometry.thresholds import (
     C1_K_SETTLED,
     C1_MAX_RATIO,
     C2_K_SETTLED,
@@ -26,12 +27,12 @@ from twoscale.report.thresholds import (
     C3_ORTHOGONAL_MAX,
     C3_TREND_TOLERANCE,
     C4_MIN_DLR,
-    DLR_SHOWN_LOOPS,
     C5_MAX_PATH_TO_JUMP,
     C5_MIN_DLR,
     C5_MIN_TURNING_DEG,
     S_TOLERANCE,
 )
+from twoscale.report.tables import require, training_steps
 from twoscale.report.verdicts import S_WORDS, Check, Verdict
 
 

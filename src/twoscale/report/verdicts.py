@@ -66,11 +66,6 @@ class Verdict:
         return aggregate(self.checks, self.words)[1]
 
 
-def finite(x: Any) -> float | None:
-    """x as a float, or None where it is missing or not finite."""
-    return float(x) if x is not None and math.isfinite(float(x)) else None
-
-
 CONFIDENCE = 0.95  # of every speed ratio's interval
 
 

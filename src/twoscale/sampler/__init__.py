@@ -1,2 +1,2 @@
 """The parallel (diffusion-forcing) sampler system: the sampler, its comparison with ordinary cached decoding,
-with its verdicts (C7)."""
+with its figure, verdicts and claims (C7)."""

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from twoscale.decoding.cost import TokenCost, token_costs
+from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.pipeline.params import SampleParams
 from twoscale.sampler.parallel import (
     Prefill,
     Sampled,
@@ -29,8 +31,6 @@ from twoscale.sampler.parallel import (
     prefill,
     sample,
 )
-from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline.params import SampleParams
 
 SAMPLER, AUTOREGRESSIVE = "sampler", "autoregressive"
 # the methods timed side by side after the grid: the chosen sampler setting (SAMPLER) and ordinary decoding at full

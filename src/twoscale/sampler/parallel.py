@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import torch
 
-from twoscale.decoding.rules import make_rule
 from twoscale.decoding.engine import LayerCache, new_cache, step_token
+from twoscale.decoding.rules import make_rule
 from twoscale.models.looped_gpt import Block, LoopedGPT, Segment
 from twoscale.training.device import clock
 

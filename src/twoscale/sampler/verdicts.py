@@ -16,9 +16,10 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.report.tables import SPEED_COLUMNS, fastest_of_equal_quality, matched_decoding, require
-from twoscale.report.thresholds import C7_MIN_SPEEDUP, C7B_MIN_SPEEDUP
-from twoscale.report.verdicts import Ratio, Verdict, at_least, finite, ratio_by_round
+from twoscale.report.tables import finite, require
+from twoscale.report.verdicts import Ratio, Verdict, at_least, ratio_by_round
+from twoscale.sampler.tables import SPEED_COLUMNS, fastest_of_equal_quality, matched_decoding
+from twoscale.sampler.thresholds import C7_MIN_SPEEDUP, C7B_MIN_SPEEDUP
 
 SAMPLER, FULL_RECURRENCE, MATCHED = "sampler", "full_recurrence", "matched"  # methods of the speed table
 

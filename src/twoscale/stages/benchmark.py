@@ -18,17 +18,24 @@ import torch
 from tqdm import tqdm
 
 from twoscale.benchmark import sampler_medians, step_costs, strategy_latency, training_throughput
-from twoscale.sampler.comparison import FULL_RECURRENCE, MATCHED, SAMPLER, settings_of
 from twoscale.exits.sweep import held_out_prompts, never_exit_setting
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.pipeline.params import Params, RunParams, results_root
-from twoscale.report.tables import fastest_of_equal_quality, markdown_table, matched_decoding
+from twoscale.report.tables import markdown_table
+from twoscale.sampler.comparison import FULL_RECURRENCE, MATCHED, SAMPLER, settings_of
+from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument
 from twoscale.stages.validation import read_params
-from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_size, matmul_tflops,
-                                      resolve_device)
+from twoscale.training.device import (
+    configure_torch,
+    datasheet_tflops,
+    describe,
+    matmul_size,
+    matmul_tflops,
+    resolve_device,
+)
 from twoscale.training.trainer import model_config
 
 log = logging.getLogger(__name__)

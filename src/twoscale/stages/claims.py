@@ -10,17 +10,18 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.claims.by_recipe import summarise, to_json, to_markdown
+from twoscale.claims.table import claims_table, computations, surrogate_claims
+from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import read_parquet, run_subdir, write_text
 from twoscale.pipeline.params import params_hash
-from twoscale.claims.table import claims_table, computations, surrogate_claims
-from twoscale.claims.by_recipe import summarise, to_json, to_markdown
-from twoscale.report.tables import MEASUREMENT_TABLES, of_run
+from twoscale.report.claim import CLAIMS_DOC
+from twoscale.report.tables import of_run
 from twoscale.stages.common import add_params_argument, load
 
 log = logging.getLogger(__name__)
-CLAIMS_DOC = "docs/claims.md"  # each claim's test, linked from the table (stages run from the repository's root)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,17 +17,17 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.surrogates.recovery import evaluate_recovery
-from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, write_json, write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
+from twoscale.surrogates.distillation import distill, save_surrogate, train_plain_gpt
+from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
+from twoscale.surrogates.recovery import evaluate_recovery
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance, recorded_provenance, training_dtype
-from twoscale.surrogates.distillation import distill, save_surrogate, train_plain_gpt
 from twoscale.training.trainer import model_config
 
 log = logging.getLogger(__name__)

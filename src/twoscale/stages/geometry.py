@@ -10,24 +10,24 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.geometry import figures
+from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
 from twoscale.pipeline.params import params_hash
-from twoscale.report import plots
-from twoscale.report.tables import MEASUREMENT_TABLES
 from twoscale.stages.common import add_params_argument, load
 
 log = logging.getLogger(__name__)
 
 FIGURES = {
-    "fig1_trajectory_pca.png": (plots.fig1_trajectory, ("trajectory",)),
-    "fig2_drift_to_loop_ratio.png": (plots.fig2_drift_to_loop, ("geometry",)),
-    "fig3a_step_size.png": (plots.fig3a_step_size, ("geometry",)),
-    "fig3b_step_cosine.png": (plots.fig3b_step_cosine, ("geometry",)),
-    "depth_similarity_phases.png": (plots.fig_similarity, ("similarity", "depth")),
-    "loss_vs_loops.png": (plots.fig_loss_vs_loops, ("loss_vs_loops",)),
-    "acceleration.png": (plots.fig_acceleration, ("geometry",)),
-    "diagnostics.png": (plots.fig_diagnostics, ("geometry",)),
+    "fig1_trajectory_pca.png": (figures.fig1_trajectory, ("trajectory",)),
+    "fig2_drift_to_loop_ratio.png": (figures.fig2_drift_to_loop, ("geometry",)),
+    "fig3a_step_size.png": (figures.fig3a_step_size, ("geometry",)),
+    "fig3b_step_cosine.png": (figures.fig3b_step_cosine, ("geometry",)),
+    "depth_similarity_phases.png": (figures.fig_similarity, ("similarity", "depth")),
+    "loss_vs_loops.png": (figures.fig_loss_vs_loops, ("loss_vs_loops",)),
+    "acceleration.png": (figures.fig_acceleration, ("geometry",)),
+    "diagnostics.png": (figures.fig_diagnostics, ("geometry",)),
 }
 
 

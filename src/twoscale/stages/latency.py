@@ -13,14 +13,14 @@ from pathlib import Path
 import polars as pl
 
 from twoscale.exits.sweep import held_out_prompts, latency_ms_per_token, timed_rounds
+from twoscale.exits.tables import compared_points
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet, write_parquet
 from twoscale.pipeline.params import params_hash
-from twoscale.exits.verdicts import compared_points
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
+from twoscale.training.device import provenance
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from twoscale.geometry.metrics import FLOOR_EPS, precision_floor
-from twoscale.geometry.measurement import MEASURE_DTYPE, CheckpointMeasurement, boundary_offsets, measure_checkpoint
+from twoscale.geometry.measurement import (
+    MEASURE_DTYPE,
+    CheckpointMeasurement,
+    boundary_offsets,
+    measure_checkpoint,
+)
+from twoscale.geometry.metrics import DLR_SHOWN_LOOPS, FLOOR_EPS, precision_floor
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_json, write_json, write_parquet
 from twoscale.pipeline.params import RunParams, params_hash
-from twoscale.report.thresholds import DLR_SHOWN_LOOPS
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
 from twoscale.training.device import provenance, recorded_provenance

@@ -14,17 +14,17 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from twoscale.surrogates.dynamics import sequence_summaries
 from twoscale.analysis.phases import SimilarityAccumulator, cut_value, segment_phases
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_json, write_parquet
 from twoscale.pipeline.params import DistillParams, params_hash
-from twoscale.surrogates import figures as surrogate_figures
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
-from twoscale.training.batches import held_out_batches
+from twoscale.surrogates import figures as surrogate_figures
 from twoscale.surrogates.distillation import teacher_states
+from twoscale.surrogates.dynamics import sequence_summaries
+from twoscale.training.batches import held_out_batches
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,13 @@ from typing import Any
 import polars as pl
 from tqdm import tqdm
 
+from twoscale.exits.sweep import held_out_prompts
+from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.pipeline import tracking
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import write_parquet, write_text
+from twoscale.pipeline.params import SampleParams, params_hash
+from twoscale.sampler import figures
 from twoscale.sampler.comparison import (
     SAMPLER,
     measure_prompt,
@@ -23,17 +30,10 @@ from twoscale.sampler.comparison import (
     shared_settings,
     speed_rows,
 )
-from twoscale.exits.sweep import held_out_prompts
-from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline import tracking
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import write_parquet, write_text
-from twoscale.pipeline.params import SampleParams, params_hash
-from twoscale.report import plots
-from twoscale.report.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
+from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
+from twoscale.training.device import provenance
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> None:
         write_parquet(args.out_dir / "sample.parquet", table)
         write_text(args.out_dir / "summary.csv", summary.write_csv(float_precision=6))
         write_text(args.out_dir / "speed.csv", speed.write_csv(float_precision=6))
-        plots.fig_sampler_tradeoff(summary, args.out_dir / "tradeoff.png")
+        figures.fig_sampler_tradeoff(summary, args.out_dir / "tradeoff.png")
         for name in ("summary.csv", "speed.csv", "tradeoff.png"):
             tracking.log_artifact(args.out_dir / name)
         for index, row in enumerate(summary.iter_rows(named=True)):

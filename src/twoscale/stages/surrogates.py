@@ -13,17 +13,17 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
-from twoscale.surrogates.dynamics import DepthDynamics
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_parquet
 from twoscale.pipeline.params import Params, params_hash
-from twoscale.surrogates import figures as surrogate_figures
-from twoscale.report.tables import recovery_table
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument, load
+from twoscale.surrogates import figures as surrogate_figures
+from twoscale.surrogates.distillation import load_surrogate
+from twoscale.surrogates.dynamics import DepthDynamics
+from twoscale.surrogates.tables import recovery_table
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import configure_torch, resolve_device
-from twoscale.surrogates.distillation import load_surrogate
 
 log = logging.getLogger(__name__)
 

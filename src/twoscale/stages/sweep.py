@@ -15,9 +15,9 @@ from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import Params, params_hash
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.training.device import provenance
 from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
+from twoscale.training.device import provenance
 
 log = logging.getLogger(__name__)
 

@@ -9,20 +9,20 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.exits import figures
+from twoscale.exits.tables import best_fixed_depth, best_within, full_depth, with_latency
+from twoscale.exits.thresholds import C6_TOLERANCE
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, read_parquet, run_subdir, write_parquet
 from twoscale.pipeline.params import params_hash
-from twoscale.report import plots
-from twoscale.report.tables import of_run, runs_in, with_latency
-from twoscale.report.thresholds import C6_TOLERANCE
-from twoscale.exits.verdicts import best_fixed_depth, best_within, full_depth
+from twoscale.report.tables import of_run, runs_in
 from twoscale.stages.common import add_params_argument, load
 
 log = logging.getLogger(__name__)
 
 FIGURES = {
-    "fig4_exit_sweep.png": plots.fig4_exit_sweep,
-    "exit_tradeoff.png": plots.fig_exit_tradeoff,
+    "fig4_exit_sweep.png": figures.fig4_exit_sweep,
+    "exit_tradeoff.png": figures.fig_exit_tradeoff,
 }
 
 

@@ -20,16 +20,39 @@ from tqdm import tqdm
 
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import (atomic_path, load_token_array, once_landed, read_json, run_subdir, write_json,
-                                  write_parquet)
+from twoscale.pipeline.io import (
+    atomic_path,
+    load_token_array,
+    once_landed,
+    read_json,
+    run_subdir,
+    write_json,
+    write_parquet,
+)
 from twoscale.pipeline.params import HASH_CHARS, Params, RunParams
 from twoscale.pipeline.provenance import remove_record
 from twoscale.stages.common import add_run_arguments, load_run, log_params
-from twoscale.training.device import (configure_torch, datasheet_tflops, describe, matmul_tflops, provenance,
-                                      resolve_device, training_dtype)
+from twoscale.training.device import (
+    configure_torch,
+    datasheet_tflops,
+    describe,
+    matmul_tflops,
+    provenance,
+    resolve_device,
+    training_dtype,
+)
 from twoscale.training.memory import check_fits
-from twoscale.training.trainer import (build_state, checkpoint_name, compile_blocks, latest_resumable, model_config,
-                                       publish, restore_state, run_fingerprint, train)
+from twoscale.training.trainer import (
+    build_state,
+    checkpoint_name,
+    compile_blocks,
+    latest_resumable,
+    model_config,
+    publish,
+    restore_state,
+    run_fingerprint,
+    train,
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,2 +1,2 @@
 """The block-recurrent (Raptor) surrogates system: the surrogate model, its two-stage distillation from a plain
-GPT teacher, its recovery and depth dynamics, its figures and its verdicts (C8)."""
+GPT teacher, its recovery and depth dynamics, its figures, verdicts and claims (C8)."""

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.pipeline.params import TrainParams
+from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.training.batches import random_batch
 from twoscale.training.device import autocast
 from twoscale.training.trainer import build_state, checkpoint_name, load_payload, publish, save_payload, train

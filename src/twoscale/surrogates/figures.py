@@ -1,6 +1,6 @@
 """Figures of the block-recurrent surrogates (docs/methods.md#block-recurrent-surrogates): a teacher's phases,
 what its surrogates recover, and the dynamics of depth of teachers, surrogates and looped models. Written
-atomically like `report.plots`."""
+atomically (`report.figures`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report.plots import _grid, _save, _style
+from twoscale.report.figures import figure_style, panel_grid, save_figure
 from twoscale.report.tables import require
-from twoscale.report.thresholds import C8_RECOVERY
+from twoscale.surrogates.thresholds import C8_RECOVERY
 
 MEASURES = {
     "convergence": r"directional convergence $\cos(\hat x_\ell, \hat x_L)$",
@@ -33,7 +33,7 @@ def fig_teacher_phases(distance: np.ndarray, phases: Mapping[int, Sequence[tuple
     if distance.shape != (L, L) or not phases:
         raise TwoscaleError("fig_teacher_phases: need a square distance matrix and at least one k")
     ks = sorted(phases)
-    with _style(), sns.axes_style("white"):
+    with figure_style(), sns.axes_style("white"):
         fig, (ax, bars) = plt.subplots(1, 2, figsize=(11.5, 4.8), layout="constrained",
                                        gridspec_kw={"width_ratios": [1.15, 1]})
         sns.heatmap(np.clip(distance, 0, None), ax=ax, cmap="magma_r", vmin=0, square=True, annot=L <= 12, fmt=".2f",
@@ -60,7 +60,7 @@ def fig_teacher_phases(distance: np.ndarray, phases: Mapping[int, Sequence[tuple
         bars.set_title("contiguous phases by exact max-cut", fontsize=9)
         fig.suptitle(f"Phases of teacher {title}: mean over held-out windows of two summaries "
                      "(mean token state, last token state)", fontsize=10)
-        _save(fig, path)
+        save_figure(fig, path)
 
 
 def fig_surrogate_recovery(recovery: pl.DataFrame, layer_r2: pl.DataFrame, path: Path) -> None:
@@ -69,11 +69,11 @@ def fig_surrogate_recovery(recovery: pl.DataFrame, layer_r2: pl.DataFrame, path:
     table with its columns and no rows), a figure saying so."""
     name = "fig_surrogate_recovery"
     if recovery.height == 0 and "teacher" in recovery.columns:  # a parameter set without teachers
-        with _style():
+        with figure_style():
             fig, ax = plt.subplots(figsize=(6, 2), layout="constrained")
             ax.axis("off")
             ax.text(0.5, 0.5, "no plain GPT under `teachers`: nothing distilled", ha="center", va="center")
-            _save(fig, path)
+            save_figure(fig, path)
         return
     require(recovery, "recovery", ("teacher", "seed", "blocks", "surrogate_recovered", "control_recovered"), name)
     require(layer_r2, "layer_r2", ("teacher", "seed", "blocks", "layer", "r2"), name)
@@ -82,8 +82,8 @@ def fig_surrogate_recovery(recovery: pl.DataFrame, layer_r2: pl.DataFrame, path:
     colours = dict(zip(ks, sns.color_palette("viridis", len(ks))))
     styles = {"surrogate": {"color": "#0a84ff", "marker": "o", "ls": "-"},
               "control": {"color": "0.45", "marker": "s", "ls": "--"}}
-    with _style():
-        fig, axes = _grid(len(teachers), 3, width=4.3, height=3.6, sharey=False)
+    with figure_style():
+        fig, axes = panel_grid(len(teachers), 3, width=4.3, height=3.6, sharey=False)
         for (ax_rec, ax_kl, ax_r2), teacher in zip(axes, teachers, strict=True):
             rows = recovery.filter(pl.col("teacher") == teacher).sort("blocks", "seed")
             n_seeds = rows["seed"].n_unique()
@@ -118,7 +118,7 @@ def fig_surrogate_recovery(recovery: pl.DataFrame, layer_r2: pl.DataFrame, path:
             fontsize=7, frameon=False)
         fig.suptitle("What block-recurrent surrogates recover of a plain GPT, read through its final norm and LM head"
                      " (lines: mean over seeds)", fontsize=10)
-        _save(fig, path)
+        save_figure(fig, path)
 
 
 def fig_depth_dynamics(dynamics: pl.DataFrame, path: Path) -> None:
@@ -138,8 +138,8 @@ def fig_depth_dynamics(dynamics: pl.DataFrame, path: Path) -> None:
             return {"color": k_colours[k], "lw": 1.3, "ls": "-", "label": f"surrogate k = {k}"}
         return {"color": looped_colours[name], "lw": 1.3, "ls": "--", "label": f"looped {name}"}
 
-    with _style():
-        fig, axes = _grid(1, 3, width=4.6, height=3.8, sharey=False)
+    with figure_style():
+        fig, axes = panel_grid(1, 3, width=4.6, height=3.8, sharey=False)
         legend: dict[str, Line2D] = {}
         for (model, name_, seed, k), curve in dynamics.group_by("model", "name", "seed", "blocks",
                                                                   maintain_order=True):
@@ -155,4 +155,4 @@ def fig_depth_dynamics(dynamics: pl.DataFrame, path: Path) -> None:
             ax.set_ylabel(label, fontsize=8)
         fig.legend(handles=list(legend.values()), loc="outside right upper", frameon=False, fontsize=8)
         fig.suptitle("Dynamics of depth on unit-normalised states (held-out tokens; every seed a line)", fontsize=10)
-        _save(fig, path)
+        save_figure(fig, path)

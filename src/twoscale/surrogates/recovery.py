@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from twoscale.data.tokenization import token_counts, unigram_cross_entropy
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.surrogates.model import RaptorSurrogate
 from twoscale.surrogates.distillation import teacher_states
+from twoscale.surrogates.model import RaptorSurrogate
 
 Tensor = torch.Tensor
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.report.tables import require
-from twoscale.report.thresholds import C8_BLOCKS, C8_RECOVERY
-from twoscale.report.verdicts import Verdict, finite
+from twoscale.report.tables import finite, require
+from twoscale.report.verdicts import Verdict
+from twoscale.surrogates.thresholds import C8_BLOCKS, C8_RECOVERY
 
 
 def _two_block_row(recovery: pl.DataFrame) -> dict[str, Any] | None:

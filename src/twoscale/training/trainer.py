@@ -22,8 +22,15 @@ import torch
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
-from twoscale.pipeline.params import (HASH_CHARS, LoopSchedule, ModelParams, RunParams, RuntimeParams, TrainParams,
-                                      params_hash)
+from twoscale.pipeline.params import (
+    HASH_CHARS,
+    LoopSchedule,
+    ModelParams,
+    RunParams,
+    RuntimeParams,
+    TrainParams,
+    params_hash,
+)
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch
 from twoscale.training.device import autocast, clock
 from twoscale.training.flops import training_step_flops

@@ -1,0 +1,163 @@
+"""The exit rules' claims in words: the paper's C6 on the early-exit sweep, and C6b, the same read against the best
+fixed depth, each a `Claim` record with its verdict (`exits.verdicts`) and its measured text."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from twoscale.exits.tables import full_depth
+from twoscale.exits.thresholds import (
+    C6_ACCELERATION,
+    C6_FIRST_ORDER,
+    C6_FIRST_ORDER_KNEE,
+    C6_KL_CRITERION,
+    C6_MAX_FLAT_SPREAD,
+    C6_MIN_LATENCY_CUT,
+    C6_PAPER_RANGE,
+    C6_TOLERANCE,
+)
+from twoscale.exits.verdicts import acceleration_against_best_fixed_depth, acceleration_exit, power_of_ten
+from twoscale.report.claim import Claim, Headline, fmt, pct, ratio_value, sci, speed_text
+from twoscale.report.verdicts import Verdict
+
+
+def _setting_text(swept: str | None, setting: float) -> str:
+    return f"{'τ' if swept in (None, 'threshold') else swept} {sci(setting)}"
+
+
+def _best_point_text(name: str, best: Mapping[str, Any] | None, swept: str | None = "threshold") -> str:
+    """A strategy's cheapest setting within 1%: its setting, cost (and ratio to the reference's), median ms/token
+    and perplexity."""
+    if best is None:
+        return f"{name}: none within 1%"
+    return (f"{name} {_setting_text(swept, best['setting'])}: {fmt(best['gflops_per_token'] * 1e3)} MFLOPs "
+            f"({fmt(best['flop_ratio'])}× in FLOPs), {fmt(best['ms_per_token'])} ms, "
+            f"ppl {fmt(best['perplexity'], 3)}")
+
+
+def _flat_text(flat: Mapping[str, Any], max_loops: int) -> str:
+    lo, hi = C6_PAPER_RANGE
+    span = f"{C6_ACCELERATION} ppl over τ ∈ [{power_of_ten(lo)}, {power_of_ten(hi)}]"
+    if flat["passes"] is None:
+        return f"{span}: undecided, {flat['reason']}"
+    return (f"{span} ({len(flat['points'])} thresholds): {fmt(flat['min'], 3)}–{fmt(flat['max'], 3)} (spread "
+            f"{pct(flat['spread'])}; mean loops per group {fmt(flat['loops'][0])}–{fmt(flat['loops'][1])}, so a "
+            f"flat stretch that never exits shows as {max_loops})")
+
+
+def _first_order_text(first_order: Mapping[str, Any], swept: bool) -> str:
+    if not swept:
+        return f"{C6_FIRST_ORDER}: not swept"
+    knee, hi = power_of_ten(C6_FIRST_ORDER_KNEE), power_of_ten(C6_PAPER_RANGE[1])
+
+    def worst(p: Mapping[str, Any] | None) -> str:
+        return "none swept" if p is None else (f"worst ppl {fmt(p['perplexity'], 3)} ({pct(p['increase'])} "
+                                                f"at τ {sci(p['setting'])})")
+
+    return (f"{C6_FIRST_ORDER} at τ ≤ {knee}: {worst(first_order['worst_below'])}; "
+            f"at τ ∈ ({knee}, {hi}]: {worst(first_order['worst_above'])}")
+
+
+_SLOWER = {True: "slower", False: "faster", None: "undecided"}
+
+
+def _kl_text(kl: Sequence[Mapping[str, Any]]) -> str:
+    """Each KL strategy's latency and FLOP ratio to acceleration at their best points."""
+    return ", ".join(f"{k['strategy']} never within 1%" if k["best"] is None else
+                     f"{k['strategy']} {_SLOWER[k['slower']]}: latency {speed_text(k['ratio'])}, FLOPs "
+                     f"{fmt(k['flop_ratio'])}×" for k in kl) or "no KL strategy"
+
+
+def _c6_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame | None) -> tuple[str, Headline]:
+    full, strategies, tests = (verdict.detail[key] for key in ("full_depth", "strategies", "tests"))
+    cut = tests["latency_cut"]
+    first_order_swept = any(s["strategy"] == C6_FIRST_ORDER for s in strategies)
+    measured = (
+        f"full depth ({full['max_loops']} loops): {fmt(full['gflops_per_token'] * 1e3)} MFLOPs and "
+        f"{fmt(full['ms_per_token'])} ms per token, ppl {fmt(full['perplexity'], 3)}. Cheapest within 1% of "
+        f"full-depth ppl: "
+        + "; ".join(_best_point_text(s["strategy"], s["best"], s["swept"]) for s in strategies)
+        + f". {C6_ACCELERATION} latency vs full depth: {speed_text(cut.get('ratio'))}. "
+        f"{_flat_text(tests['flat'], full['max_loops'])}. "
+        f"{_first_order_text(tests['first_order'], first_order_swept)}. "
+        f"KL vs {C6_ACCELERATION} at matched quality: {_kl_text(tests['kl_slower']['kl'])}."
+    )
+    return measured, {
+        "full-depth ppl": full["perplexity"], "full-depth ms/token": full["ms_per_token"],
+        f"{C6_ACCELERATION} latency ratio": ratio_value(cut.get("ratio")),
+        f"{C6_ACCELERATION} FLOP ratio": (cut.get("best") or {}).get("flop_ratio"),
+        f"{C6_ACCELERATION} ppl spread over the paper's τ": tests["flat"].get("spread")}
+
+
+_LO, _HI = C6_PAPER_RANGE
+
+C6 = Claim(
+    id="C6",
+    system="exits",
+    statement="Acceleration exit cuts latency by up to ~38% (about 580 → 360 ms/token) while perplexity stays "
+    "essentially flat across thresholds; the first-order exit degrades perplexity beyond τ ≈ 1e-3; "
+    "the KL exit stays slower.",
+    test=f"Sweep table; full depth = strategy 'fixed' at setting = max_loops; 'within 1%' = perplexity ≤ "
+    f"{1 + C6_TOLERANCE:g} × full-depth perplexity; a strategy's best point = its setting with the fewest "
+    f"FLOPs per token within 1%; a latency ratio = ms/token of two points paired by timing round, with a 95% "
+    f"interval (docs/claims.md#speed-comparisons). (a) The '{C6_ACCELERATION}' strategy's best point cuts "
+    f"ms/token by ≥ "
+    f"{100 * C6_MIN_LATENCY_CUT:.0f}% vs full depth (paper: up to 38%): its latency ratio's interval lies at or "
+    f"below {1 - C6_MIN_LATENCY_CUT:g} (all above: fails; straddling: undecided); no point within 1% fails. "
+    f"(b) Flat: over the swept '{C6_ACCELERATION}' thresholds in the paper's range "
+    f"[{power_of_ten(_LO)}, {power_of_ten(_HI)}], max/min perplexity − 1 ≤ {C6_MAX_FLAT_SPREAD:g} (fewer than "
+    f"two such thresholds: undecided). "
+    f"(c) '{C6_FIRST_ORDER}' is within 1% at every swept τ ≤ {power_of_ten(C6_FIRST_ORDER_KNEE)} and more than 1% "
+    f"above full depth at some swept τ ∈ ({power_of_ten(C6_FIRST_ORDER_KNEE)}, {power_of_ten(_HI)}] (no threshold "
+    f"on one side: undecided). "
+    f"(d) Every strategy with criterion '{C6_KL_CRITERION}' is slower at its best point than "
+    f"'{C6_ACCELERATION}' at its best point: the latency ratio's interval lies above 1 (all below: fails; "
+    f"straddling, no KL strategy or a missing best point: undecided). "
+    f"Reproduced if (a)-(d) all pass, not reproduced if none, mixed if some; "
+    f"any undecided: inconclusive.",
+    reads=("sweep", "latency"),
+    verdict=acceleration_exit,
+    measured=_c6_measured,
+)
+
+
+def _c6b_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame | None) -> tuple[str, Headline]:
+    reference, acceleration, kl = (verdict.detail[key] for key in ("reference", "acceleration", "kl"))
+
+    def point(name: str, best: Mapping[str, Any] | None) -> str:
+        text = _best_point_text(name, best)
+        return text if best is None else f"{text}, {fmt(best['mean_loops'])} loops"
+
+    measured = (
+        f"K* = {reference['loops']} loops: ppl {fmt(reference['perplexity'], 3)}, "
+        f"{fmt(reference['gflops_per_token'] * 1e3)} MFLOPs and {fmt(reference['ms_per_token'])} ms per token "
+        f"(full depth {reference['max_loops']} loops: ppl {fmt(full_depth(sweep)['perplexity'], 3)}). Cheapest "
+        f"within 1% of K*: " + "; ".join([point(C6_ACCELERATION, acceleration), *(point(k["strategy"], k["best"])
+                                                                                for k in kl)])
+        + f". {C6_ACCELERATION} latency vs K*: {speed_text(verdict.detail['ratio'])}. KL vs {C6_ACCELERATION}: "
+        f"{_kl_text(kl)}."
+    )
+    return measured, {"K*": reference["loops"], "K* ppl": reference["perplexity"],
+                      f"{C6_ACCELERATION} latency ratio vs K*": ratio_value(verdict.detail["ratio"]),
+                      f"{C6_ACCELERATION} FLOP ratio vs K*": (acceleration or {}).get("flop_ratio")}
+
+
+C6B = Claim(
+    id="C6b",
+    system="exits",
+    statement="The same claim, read against the best fixed depth (added after seeing the numbers).",
+    test=f"Reference K* = the fixed loop count with the lowest perplexity; 'within 1%' = perplexity ≤ "
+    f"{1 + C6_TOLERANCE:g} × K*'s; best points and latency ratios as in C6. (a) '{C6_ACCELERATION}''s best "
+    f"point within 1% of K* cuts ms/token by ≥ {100 * C6_MIN_LATENCY_CUT:.0f}% vs K* (the latency ratio's "
+    f"interval at or below {1 - C6_MIN_LATENCY_CUT:g}). (d) every '{C6_KL_CRITERION}' strategy is slower "
+    f"than '{C6_ACCELERATION}' at its best point within 1% of K*, or never comes within 1%. Not scored "
+    f"before the data: this row was added once full depth turned out to be the worst setting.",
+    reads=("sweep", "latency"),
+    verdict=acceleration_against_best_fixed_depth,
+    measured=_c6b_measured,
+)
+
+CLAIMS = (C6, C6B)

@@ -1,0 +1,228 @@
+"""The loop geometry's claims in words: the precondition S and the paper's C1-C5 (Pappone et al., arXiv 2509.23314),
+each a `Claim` record of what the paper says, the test, its verdict (`geometry.verdicts`) and its measured text."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from twoscale.geometry.thresholds import (
+    C1_K_SETTLED,
+    C1_MAX_RATIO,
+    C2_K_SETTLED,
+    C3_BAND,
+    C3_ORTHOGONAL_MAX,
+    C3_TREND_TOLERANCE,
+    C4_DLR_LOOPS,
+    C4_MIN_DLR,
+    C5_MAX_PATH_TO_JUMP,
+    C5_MIN_DLR,
+    C5_MIN_TURNING_DEG,
+    S_TOLERANCE,
+)
+from twoscale.geometry.verdicts import (
+    drift_exceeds_loop,
+    loop_stability,
+    spirals_and_jumps,
+    step_cosine_settles,
+    step_sizes_shrink,
+    steps_shrink_over_training,
+)
+from twoscale.report.claim import Claim, Headline, counted, fmt
+from twoscale.report.verdicts import Verdict
+
+
+def _s_measured(verdict: Verdict, loss_vs_loops: pl.DataFrame) -> tuple[str, Headline]:
+    d = verdict.detail
+    curve, best, most, rise = d["loss_vs_loops"], d["best_loops"], d["most_loops"], d["rise"]
+    measured = (
+        f"step {d['step']}: {fmt(curve.get(1), 3)} at 1 loop, best {fmt(curve[best], 3)} "
+        f"at {best}, {fmt(curve[most], 3)} at {most} ({rise:+.3f} nats over the best). At {most} loops over "
+        "steps " + ", ".join(f"{step}: {fmt(loss, 2)}" for step, loss in d["loss_at_most_loops_by_step"].items()))
+    return measured, {"loss at 1 loop": curve.get(1), "best loss": curve[best], "best loop count": best,
+                      f"loss at {most} loops": curve[most], "rise to the most loops": rise}
+
+
+S = Claim(
+    id="S",
+    system="geometry",
+    statement="Precondition, not a claim of the paper: more loops do not break the model, so its loop dynamics are "
+    "worth measuring.",
+    test=f"Last checkpoint, validation loss with every group looped K times: loss at the largest K measured <= "
+    f"the lowest loss over all K + {S_TOLERANCE} nats.",
+    reads=("loss_vs_loops",),
+    verdict=loop_stability,
+    measured=_s_measured,
+)
+
+
+def _c1_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headline]:
+    groups = verdict.detail["groups"]
+    parts = [
+        f"g{d['group']}: s(10)/s(1) = {fmt(d['ratio_10_to_1'])}, fall after/before k=10 = "
+        f"{fmt(d['drop_after_10'])}/{fmt(d['drop_before_10'])}" if d["passes"] is not None
+        else f"g{d['group']}: {d['reason']}"
+        for d in groups
+    ]
+    return (f"step {verdict.detail['step']}: " + "; ".join(parts),
+            {f"s(10)/s(1) g{d['group']}": d.get("ratio_10_to_1") for d in groups})
+
+
+C1 = Claim(
+    id="C1",
+    system="geometry",
+    statement="Step sizes shrink quickly with k, within about 5-10 steps.",
+    test=f"Last checkpoint, per group, mean step size ‖Δ^(k)‖: s({C1_K_SETTLED}) <= {C1_MAX_RATIO} × s(1), "
+    f"and the fall after k={C1_K_SETTLED} is smaller than the fall before it "
+    f"(s({C1_K_SETTLED}) − s(K) < s(1) − s({C1_K_SETTLED})). Reproduced if every group passes.",
+    reads=("geometry",),
+    verdict=step_sizes_shrink,
+    measured=_c1_measured,
+)
+
+
+def _c2_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headline]:
+    first, last, groups = (verdict.detail[key] for key in ("first_step", "last_step", "groups"))
+    if first == last:
+        measured = f"only one checkpoint (step {last}): nothing to compare"
+    else:
+        measured = f"step {first} → {last}: " + "; ".join(
+            f"g{d['group']}: s({d['k_ref']})/s(1) "
+            f"{fmt(d['decay_ratio_first'])} → {fmt(d['decay_ratio_last'])}, "
+            f"mean relative step {fmt(d['mean_relative_first'], 3)} → {fmt(d['mean_relative_last'], 3)}"
+            if d["passes"] is not None else f"g{d['group']}: {d['reason']}"
+            for d in groups
+        ) + "; steps at the precision floor (their sizes count as measured), first → last: " + ", ".join(
+            f"g{d['group']} {counted(d.get('steps_at_floor_first'), 'at_floor')} → "
+            f"{counted(d.get('steps_at_floor_last'), 'at_floor')}" for d in groups if d["passes"] is not None)
+    return measured, {label: d.get(key) for d in groups for label, key in (
+        (f"s(k*)/s(1) g{d['group']} first", "decay_ratio_first"),
+        (f"s(k*)/s(1) g{d['group']} last", "decay_ratio_last"))}
+
+
+C2 = Claim(
+    id="C2",
+    system="geometry",
+    statement="Across training, loop steps get smaller: the decay with k gets faster in later checkpoints.",
+    test=f"First vs last checkpoint, per group: s(k*)/s(1) with k* = min({C2_K_SETTLED}, K) is lower at the "
+    f"last checkpoint, and the mean over k of the relative step size ‖Δ^(k)‖/‖x^(k−1)‖ is lower. "
+    f"Reproduced if both hold for every group, mixed if for some. Steps at the precision floor are counted "
+    f"and reported; their sizes stay in the means (they are known to be below the floor).",
+    reads=("geometry",),
+    verdict=steps_shrink_over_training,
+    measured=_c2_measured,
+)
+
+
+def _c3_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headline]:
+    d = verdict.detail
+    first, last, groups = d["first_step"], d["last_step"], d["groups"]
+    measured = (
+        f"step {last}, mean cos over k > K/2: "
+        + ", ".join(f"g{g['group']} {fmt(g['late_cosine'], 3)} "
+                    f"({counted(g.get('cosines_above_floor'), 'kept')} cosines above the floor)" for g in groups)
+        + (f"; step {first} → {last} (mean over groups) {fmt(d['late_cosine_first'], 3)} → "
+           f"{fmt(d['late_cosine_last'], 3)}, {d['trend']}" if first != last else "; one checkpoint, no trend")
+        + f". Supports {d['supports']}."
+    )
+    return measured, {f"late cosine g{g['group']}": g["late_cosine"] for g in groups}
+
+
+C3 = Claim(
+    id="C3",
+    system="geometry",
+    statement=f"Consecutive-step cosine rises and settles around {C3_BAND[0]}-{C3_BAND[1]} late in training "
+    "(the text also says steps grow 'increasingly orthogonal').",
+    test=f"Last checkpoint, per group, mean of cos(Δ^(k), Δ^(k−1)) over the last half of the loop steps "
+    f"(k > K/2), over the steps above the precision floor: reproduced if in [{C3_BAND[0]}, {C3_BAND[1]}] for every "
+    f"group. Also reported: its trend from the first "
+    f"to the last checkpoint (toward 0 = orthogonal, toward 1 = aligned; |change| ≤ {C3_TREND_TOLERANCE} "
+    f"= flat) "
+    f"and which statement the level supports (|cos| ≤ {C3_ORTHOGONAL_MAX} counts as orthogonal).",
+    reads=("geometry",),
+    verdict=step_cosine_settles,
+    measured=_c3_measured,
+)
+
+
+def _c4_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headline]:
+    d = verdict.detail
+    handoffs, per_checkpoint = d["handoffs"], d["per_checkpoint"]
+    steps = list(dict.fromkeys(h["step"] for h in per_checkpoint))
+    history = "; ".join(
+        f"{h}: " + ", ".join(f"{fmt(c['median'])}" for c in per_checkpoint if c["handoff"] == h)
+        for h in dict.fromkeys(c["handoff"] for c in per_checkpoint)
+    )
+    K = d["loops"]
+    measured = (
+        f"step {d['step']}, median DLR_{K}: "
+        + ", ".join(f"{h['handoff']} {fmt(h['median'])} (q10–q90 {fmt(h['q10'])}–{fmt(h['q90'])})"
+                    for h in handoffs)
+        + ("; all > 1" if d["all_above_one"] else "; some ≤ 1")
+        + ". By K: " + "; ".join(f"{h['handoff']} " + ", ".join(f"K={k} {fmt(v)}" for k, v in h["by_loops"].items())
+                                 for h in handoffs)
+        + (f". DLR_{K} over steps {', '.join(map(str, steps))}: {history}" if len(steps) > 1 else "")
+    )
+    return measured, {f"median DLR_{K} {h['handoff']}": h["median"] for h in handoffs}
+
+
+C4 = Claim(
+    id="C4",
+    system="geometry",
+    statement="The drift-to-loop ratio is much greater than 1 at every hand-off.",
+    test=f"Last checkpoint: median over tokens of DLR_K = ‖x_h^(1) − x_g^(K_g)‖ / mean_(k≤K) ‖Δ_g^(k)‖ at "
+    f"K = min({C4_DLR_LOOPS}, loops measured) is ≥ {C4_MIN_DLR:g} at every hand-off ('≫ 1' read as at "
+    f"least an order of magnitude; DLR_K grows with K for a converging loop, so K is fixed in advance: "
+    f"docs/claims.md#c4). Other K and all checkpoints reported.",
+    reads=("geometry",),
+    verdict=drift_exceeds_loop,
+    measured=_c4_measured,
+)
+
+
+def _phase_note(detail: Mapping[str, Any]) -> str:
+    """Whether the detected depth phases match the layout, where the depth table was given."""
+    if "phases_match_layout" not in detail:
+        return ""
+    if detail["phases_match_layout"]:
+        return "; detected depth phases match the layout"
+    return (f"; detected depth phases do not match the layout ({detail['positions_off_layout']}/"
+            f"{detail['positions']} positions differ)")
+
+
+def _c5_measured(verdict: Verdict, *tables: pl.DataFrame | None) -> tuple[str, Headline]:
+    d = verdict.detail
+    jumps, groups = d["jumps"], d["groups"]
+    measured = (
+        f"step {d['step']}: median DLR_{d['loops']} "
+        + ", ".join(f"{j['handoff']} {fmt(j['median_dlr'])}" for j in jumps)
+        + "; mean turning " + ", ".join(f"g{g['group']} {fmt(g['mean_turning_deg'], 2)}° "
+                                        f"({counted(g.get('turns_above_floor'), 'kept')} above the floor)"
+                                        for g in groups)
+        + "; path after k=1 / jump " + ", ".join(f"g{g['group']} {fmt(g['path_to_jump'])}" for g in groups)
+        + _phase_note(d)
+    )
+    return measured, {**{f"turning g{g['group']} (deg)": g["mean_turning_deg"] for g in groups},
+                      **{f"path/jump g{g['group']}": g["path_to_jump"] for g in groups}}
+
+
+C5 = Claim(
+    id="C5",
+    system="geometry",
+    statement="Within groups the trajectory is a tight spiral; between groups it makes large jumps.",
+    test=f"Last checkpoint. Large jumps: median DLR_K ≥ {C5_MIN_DLR:g} at every hand-off (K as in C4). Spiral: "
+    f"in every group the mean turning angle arccos(cos(Δ^(k), Δ^(k−1))) over k ≥ 2 (steps above the "
+    f"precision floor) is "
+    f"≥ {C5_MIN_TURNING_DEG:g}° (a straight walk is 0°). Tight: in every group the path walked after the "
+    f"first application, Σ_(k≥2) mean ‖Δ^(k)‖, is < {C5_MAX_PATH_TO_JUMP:g} × the smaller adjacent jump "
+    f"(jump out of g ≈ median DLR_K × the mean of g's first K steps). Reproduced if all checks pass, mixed "
+    f"if some. "
+    f"Whether the max-cut depth phases equal the layout is reported, not scored.",
+    reads=("geometry", "depth", "trajectory"),
+    verdict=spirals_and_jumps,
+    measured=_c5_measured,
+)
+
+CLAIMS = (S, C1, C2, C3, C4, C5)

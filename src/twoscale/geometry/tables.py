@@ -1,0 +1,34 @@
+"""Selections on the geometry stage's tables that the figures and the verdicts share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from twoscale.geometry.thresholds import C4_DLR_LOOPS
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.report.tables import require
+
+GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
+
+
+# the tables the measure stage writes per checkpoint and the geometry stage stacks across training
+MEASUREMENT_TABLES = ("geometry", "loss_vs_loops", "depth", "similarity", "trajectory")
+
+
+def metric_rows(geometry: pl.DataFrame, metrics: str | Sequence[str], user: str) -> pl.DataFrame:
+    """The geometry rows of one or more metrics; each must be present."""
+    require(geometry, "geometry", GEOMETRY_COLUMNS, user)
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    rows = geometry.filter(pl.col("metric").is_in(names))
+    for name in names:
+        if rows.filter(pl.col("metric") == name).height == 0:
+            raise TwoscaleError(f"{user}: the geometry table has no {name} rows")
+    return rows
+
+
+def dlr_loops(geometry: pl.DataFrame) -> int:
+    """The K at which C4, C5 and Fig. 2 read DLR_K: C4_DLR_LOOPS, or the fewest loops any checkpoint measured."""
+    rows = metric_rows(geometry, "drift_to_loop_ratio", "dlr_loops")
+    return min(C4_DLR_LOOPS, *(int(k) for k in rows.group_by("step").agg(pl.col("k").max())["k"]))

@@ -1,0 +1,34 @@
+"""The pre-registered thresholds of the precondition S and the paper's C1-C5 on the loop geometry, fixed from the
+sources' wording before looking at any measured number. The figures draw some of them as reference lines and the
+verdicts test against them, so this module imports nothing."""
+
+from __future__ import annotations
+
+# --- S: the precondition of every claim, not a claim of the paper: more loops do not break the model -------
+S_TOLERANCE = 0.05       # nats: loss at the most loops measured <= the lowest loss over loop counts + 0.05
+
+# --- C1: step sizes shrink quickly with k, within about 5-10 steps -----------------------------------------
+C1_K_SETTLED = 10        # "within about 5-10 steps": read at the upper end, k = 10
+C1_MAX_RATIO = 0.5       # s(10) <= 0.5 * s(1): at least halved by k = 10
+# ...and the fall after k = 10 is smaller than the fall before it: s(10) - s(K) < s(1) - s(10)
+
+# --- C2: across training, loop steps get smaller (decay with k faster in later checkpoints) ----------------
+C2_K_SETTLED = 10        # decay measured as s(k)/s(1) at k = min(10, K)
+# ...and the mean over k of the relative step size ‖Δ^(k)‖ / ‖x^(k-1)‖ is lower at the last checkpoint
+
+# --- C3: consecutive-step cosine settles around 0.5-0.65 late in training ----------------------------------
+C3_BAND = (0.5, 0.65)    # the paper's range, inclusive
+C3_ORTHOGONAL_MAX = 0.2  # |cos| <= 0.2 (angle >= ~78 degrees) counts as "orthogonal"
+C3_TREND_TOLERANCE = 0.02  # a change of the late-k cosine smaller than this across training is "flat"
+
+# --- C4: DLR >> 1 at every hand-off -------------------------------------------------------------------------
+C4_MIN_DLR = 10.0        # ">> 1" read as at least one order of magnitude
+C4_DLR_LOOPS = C1_K_SETTLED  # DLR_K divides the jump by the mean of the group's first K steps, and grows with K for
+                         # a converging loop; read at K = 10, the k by which C1 says the steps have settled (also
+                         # the mean loop count of training), or at the most loops measured if fewer. Fixed from C1's
+                         # wording, not from any DLR_K; every K in DLR_SHOWN_LOOPS is printed beside it
+
+# --- C5: tight spirals within groups, large jumps between --------------------------------------------------
+C5_MIN_DLR = C4_MIN_DLR  # large jumps: the same order-of-magnitude reading as C4
+C5_MIN_TURNING_DEG = 30.0  # a spiral bends: mean turning angle over k >= 2 at least 30 degrees (straight = 0)
+C5_MAX_PATH_TO_JUMP = 1.0  # tight: the path walked after the first application is shorter than the jump

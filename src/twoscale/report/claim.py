@@ -1,0 +1,130 @@
+"""What a claim is: one record (`Claim`) that names it, says what the source claims and how it is tested, and
+points to its verdict and to the function that puts the measured numbers in words; the row it makes for the claims
+report; and the number formats every system's measured text shares.
+
+A claim's row: {claim, statement, test, measured, reproduced, verdict, headline, detail}, strict JSON. `headline`
+holds the few numbers behind the verdict, by label, that the table across seeds and recipes shows with their
+spread; `detail` is the verdict's own numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from twoscale.report.verdicts import Ratio, Verdict
+
+CLAIMS_DOC = "docs/claims.md"  # each claim's section, with its test and why it is read so
+
+Headline = Mapping[str, float | None]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the sources (or of ours, said so in its statement), read from a run's tables.
+
+    `test` says how it is tested (a function of the verdict where the test reads parameters). `reads` names the
+    tables the verdict takes, in its argument order; the claim is read where the first of them is given (the others
+    may be missing: None). `verdict` is the pure verdict on them; `measured` puts the verdict (and the same tables)
+    in words: the measured text and the headline numbers."""
+
+    id: str
+    system: str
+    statement: str
+    test: str | Callable[[Verdict], str]
+    reads: tuple[str, ...]
+    verdict: Callable[..., Verdict]
+    measured: Callable[..., tuple[str, Headline]]
+
+    @property
+    def section(self) -> str:
+        """The anchor of its section in docs/claims.md: '#c6' for C6 and for its variant C6b."""
+        return "#" + self.id.lower().removesuffix("b")
+
+    @property
+    def anchor(self) -> str:
+        return CLAIMS_DOC + self.section
+
+    def applies(self, frames: Mapping[str, pl.DataFrame | None]) -> bool:
+        return frames.get(self.reads[0]) is not None
+
+    def row(self, *tables: pl.DataFrame | None) -> dict[str, Any]:
+        """The claim's row from its tables (in the order of `reads`; trailing ones may be left out)."""
+        tables = (*tables, *([None] * (len(self.reads) - len(tables))))
+        verdict = self.verdict(*tables)
+        measured, headline = self.measured(verdict, *tables)
+        return jsonable({
+            "claim": self.id,
+            "statement": self.statement,
+            "test": self.test(verdict) if callable(self.test) else self.test,
+            "measured": measured,
+            "reproduced": verdict.reproduced,
+            "verdict": verdict.verdict,
+            "headline": dict(headline),
+            "detail": verdict.detail,
+        })
+
+    def row_of(self, frames: Mapping[str, pl.DataFrame | None]) -> dict[str, Any]:
+        return self.row(*(frames.get(name) for name in self.reads))
+
+
+def jsonable(value: Any) -> Any:
+    """Plain Python types only; NaN/inf become None so the rows dump as strict JSON."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a speed ratio with its interval
+        return jsonable(dataclasses.asdict(value))
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if hasattr(value, "item"):  # numpy scalars
+        return jsonable(value.item())
+    return value
+
+
+# --- numbers in words ---------------------------------------------------------------------------------------
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.{digits}f}"
+
+
+def counted(count: Mapping[str, int] | None, kept: str) -> str:
+    """'12/4096' from {kept: 12, of: 4096}; 'n/a' where the table has no such count."""
+    return "n/a" if count is None else f"{count[kept]}/{count['of']}"
+
+
+def sci(x: float) -> str:
+    """1e-05 -> '1e-5', 0.001 -> '0.001', inf -> 'inf'."""
+    text = f"{x:.3g}"
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}e{int(exponent)}"
+    return text
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def ratio_value(ratio: Ratio | None) -> float | None:
+    return None if ratio is None else ratio.ratio
+
+
+def speed_text(ratio: Ratio | None) -> str:
+    """A paired speed ratio with its 95% interval, e.g. '0.62× (0.60–0.64)'."""
+    if ratio is None:
+        return "n/a"
+    return f"{fmt(ratio.ratio)}× ({fmt(ratio.low)}–{fmt(ratio.high)})"

@@ -1,0 +1,32 @@
+"""The surrogates' recovery table from the distill stage's evaluations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from twoscale.training.device import PROVENANCE
+
+
+def recovery_table(evaluations: Sequence[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The distill stage's evaluations as (one row per teacher, seed and k, with what trained the teacher
+    (teacher_precision, ...) and the surrogate and control (precision, ...); one row per layer of each surrogate's
+    R²)."""
+    rows, layers = [], []
+    for e in evaluations:
+        key = {"teacher": e["teacher_name"], "seed": e["seed"], "blocks": e["blocks"]}
+        rows.append({**key, "phases": " ".join(f"{a}-{b}" for a, b in e["phases"]),
+                     "teacher_layers": e["teacher_layers"], "unigram_cross_entropy": e["unigram_cross_entropy"],
+                     "teacher_cross_entropy": e["teacher"]["cross_entropy"],
+                     **{f"{model}_{measure}": e[model][measure] for model in ("surrogate", "control")
+                        for measure in ("cross_entropy", "recovered", "kl_to_teacher")},
+                     **{f"{model}_parameters": e[f"{model}_parameters"] for model in ("teacher", "surrogate",
+                                                                                      "control")},
+                     **{key: str(e.get(key, "not recorded")) for prefix in ("teacher_", "")
+                        for key in (prefix + name for name in PROVENANCE)}})
+        layers += [{**key, "layer": layer, "r2": r2} for layer, r2 in enumerate(e["layer_r2"], start=1)]
+    recovery_schema = {"teacher": pl.String, "seed": pl.Int64, "blocks": pl.Int64}
+    return (pl.DataFrame(rows, schema_overrides=recovery_schema) if rows else pl.DataFrame(schema=recovery_schema),
+            pl.DataFrame(layers, schema_overrides=recovery_schema) if layers else
+            pl.DataFrame(schema={**recovery_schema, "layer": pl.Int64, "r2": pl.Float64}))

@@ -1,0 +1,69 @@
+"""The claim registry: every claim's record is complete and has its section in docs/claims.md, and a new claim added
+as docs/extending.md shows (its worked example, C3b, written out here) appears in the claims table, the table
+across recipes and its link with no other edit."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import polars as pl
+import pytest
+from test_claims import checkpoint, frame, inverse
+from workspace import ROOT
+
+from twoscale.claims import table
+from twoscale.claims.by_recipe import summarise, to_markdown
+from twoscale.geometry import claims as geometry_claims
+from twoscale.geometry.verdicts import step_cosine_settles
+from twoscale.report.claim import Claim, Headline, fmt
+from twoscale.report.verdicts import Verdict
+
+# --- the worked example of docs/extending.md#a-claim --------------------------------------------------------
+C3B_MAX_COSINE = 0.2
+
+
+def late_steps_orthogonal(geometry: pl.DataFrame) -> Verdict:
+    groups = step_cosine_settles(geometry).detail["groups"]
+    return Verdict([None if math.isnan(g["late_cosine"]) else abs(g["late_cosine"]) <= C3B_MAX_COSINE
+                    for g in groups], {"groups": groups})
+
+
+def _c3b_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headline]:
+    groups = verdict.detail["groups"]
+    return (", ".join(f"g{g['group']} {fmt(g['late_cosine'], 3)}" for g in groups),
+            {f"late cosine g{g['group']}": g["late_cosine"] for g in groups})
+
+
+C3B = Claim(id="C3b", system="geometry", statement="Late consecutive steps are nearly orthogonal (ours).",
+            test=f"Last checkpoint, per group: |mean late cosine| <= {C3B_MAX_COSINE}.", reads=("geometry",),
+            verdict=late_steps_orthogonal, measured=_c3b_measured)
+
+
+def test_the_worked_example_joins_the_claims_table_and_the_table_across_recipes(monkeypatch):
+    S, C1, C2, C3, C4, C5 = geometry_claims.CLAIMS
+    monkeypatch.setattr(table, "REGISTRY", (S, C1, C2, C3, C3B, C4, C5, *table.REGISTRY[6:]))
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.1))
+    rows = table.claims_table({"geometry": geometry})
+    assert [r["claim"] for r in rows] == ["C1", "C2", "C3", "C3b", "C4", "C5"]
+    c3b = rows[3]
+    assert c3b["verdict"] == "reproduced" and c3b["measured"] == "g0 0.100, g1 0.100"  # cosine 0.1 for every k
+    assert c3b["headline"] == {"late cosine g0": pytest.approx(0.1), "late cosine g1": pytest.approx(0.1)}
+    markdown = to_markdown(summarise({("paper", 1): rows}), {("paper", 1): rows}, docs="docs/claims.md")
+    assert "| [C3b](docs/claims.md#c3) | Late consecutive steps are nearly orthogonal (ours). | **reproduced**" in markdown
+
+
+def test_every_registered_claim_is_complete_unique_and_has_its_section():
+    sections = set(re.findall(r"^## (\S+)$", (ROOT / "docs/claims.md").read_text(), flags=re.MULTILINE))
+    ids = [c.id for c in table.REGISTRY]
+    assert len(ids) == len(set(ids))
+    for claim in table.REGISTRY:
+        assert claim.system in ("geometry", "exits", "sampler", "surrogates")
+        assert claim.statement and claim.test and claim.reads
+        assert claim.id.removesuffix("b") in sections, claim.id
+        assert claim.anchor == f"docs/claims.md#{claim.id.removesuffix('b').lower()}"
+
+
+def test_an_unknown_claim_is_a_clear_error():
+    with pytest.raises(KeyError, match="no claim 'C9'"):
+        table.claim("C9")
