@@ -342,24 +342,63 @@ def test_dvc_sees_the_snakemake_results_as_current(first_run):
     assert planned_jobs(first_run) == {}
 
 
+@contextlib.contextmanager
+def source_edited(repo: Path, module: str) -> Iterator[Path]:
+    """A comment appended to a source file for a while, then its own bytes and mtime again."""
+    path = repo / "src/twoscale" / module
+    original, stat = path.read_text(), path.stat()
+    path.write_text(original + "\n# edited\n")
+    try:
+        yield path
+    finally:
+        path.write_text(original)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def plans(repo: Path) -> tuple[dict[str, int], set[str]]:
+    """What each orchestrator would run now: Snakemake's jobs per rule, and the stages `dvc repro` starts with
+    (those whose own dependencies changed; what follows reruns only if their outputs change)."""
+    dvc_plan = run(["dvc", "repro", "--dry"], repo)
+    return planned_jobs(repo), {line.split("'")[1].split("@")[0] for line in dvc_plan.splitlines()
+                                if line.startswith("Running stage '")}
+
+
 def test_editing_a_module_of_one_stage_reruns_that_stage_and_what_follows_only(first_run):
     """surrogates/recovery.py is imported by the distill stage alone: Snakemake plans the distill jobs and the
-    stages after them (surrogates, claims); DVC the distill jobs, whose changed outputs, if any, then rerun the
-    stages after them in repro. Nothing else in either."""
-    module = first_run / "src/twoscale/surrogates/recovery.py"
-    original, stat = module.read_text(), module.stat()
-    module.write_text(original + "\n# edited\n")
-    try:
-        snakemake_plan = planned_jobs(first_run)
-        dvc_plan = run(["dvc", "repro", "--dry"], first_run)
-    finally:
-        module.write_text(original)
-        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    stages after them (surrogates, its figures, claims); DVC the distill jobs, whose changed outputs, if any, then
+    rerun the stages after them in repro. Nothing else in either."""
+    with source_edited(first_run, "surrogates/recovery.py"):
+        snakemake_plan, dvc_plan = plans(first_run)
     blocks = yaml.safe_load((first_run / "params.yaml").read_text())["distill"]["blocks"]
-    assert snakemake_plan == {"distill": len(blocks), "surrogates": 1, "claims": 1}
-    reran = {line.split("'")[1] for line in dvc_plan.splitlines() if line.startswith("Running stage '")}
-    assert reran == {f"distill@plain-1337-{k}" for k in blocks}
+    assert snakemake_plan == {"distill": len(blocks), "surrogates": 1, "surrogate_figures": 1, "claims": 1}
+    assert dvc_plan == {"distill"}
     assert planned_jobs(first_run) == {}
+
+
+@pytest.mark.parametrize("module, stages", [
+    ("exits/figures.py", {"exit_figures"}),  # a figure: the stage that draws it, nothing timed
+    ("sampler/figures.py", {"sampler_figures"}),  # the sampler's figure: not the timed sampler
+    ("surrogates/figures.py", {"phase_figures", "surrogate_figures"}),  # neither the phases nor the distillations
+    ("exits/thresholds.py", {"claims"}),  # a claim's threshold: the claims alone, no latency rounds
+    ("sampler/thresholds.py", {"claims"}),
+    ("exits/claims.py", {"claims"}),  # a claim's wording
+])
+def test_an_edit_reruns_what_it_changes_in_both_orchestrators(first_run, module, stages):
+    with source_edited(first_run, module):
+        snakemake_plan, dvc_plan = plans(first_run)
+    assert set(snakemake_plan) == stages and dvc_plan == stages
+    assert planned_jobs(first_run) == {}
+
+
+def test_a_new_stage_module_reruns_nothing(first_run):
+    """The entry point finds the stages by their modules: a new one leaves every job's sources as they were."""
+    new = first_run / "src/twoscale/stages/hello.py"
+    new.write_text('"""Stage `hello`."""\n\nHELP = "say hello"\n\n\ndef add_arguments(parser):\n    pass\n\n\n'
+                   'def run(args):\n    print("hello")\n')
+    try:
+        assert plans(first_run) == ({}, set())
+    finally:
+        new.unlink()
 
 
 def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_run):
@@ -371,7 +410,8 @@ def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_ru
     first = smoke["train"]["checkpoint_steps"][0]
     os.utime(first_run / f"results/train/paper/seed_1337/checkpoints/step_{first}.pt")
     # surrogates reads the teachers' and recipes' checkpoints; like DVC, its rule names their whole folder
-    assert planned_jobs(first_run, *by_mtime) == {"measure": 1, "geometry": 1, "surrogates": 1, "claims": 1}
+    assert planned_jobs(first_run, *by_mtime) == {"measure": 1, "geometry": 1, "geometry_figures": 1, "surrogates": 1,
+                                                  "surrogate_figures": 1, "claims": 1}
     run(["snakemake", "--cores", "2", *by_mtime], first_run)
     assert planned_jobs(first_run, *by_mtime) == {}
     assert dvc_changed_stages(first_run) == set()
@@ -407,17 +447,20 @@ def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
     recipes, steps, strategies = (len(raw["recipes"]), len(raw["train"]["checkpoint_steps"]),
                                   len(raw["sweep"]["strategies"]))
     teachers = len(raw["teachers"])
+    sampled = len(raw["sample"]["recipes"])
     assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * (strategies + done),
-                    "latency": recipes * (1 + done), "sample": len(raw["sample"]["recipes"]), "geometry": 1, "tradeoff": 1, "claims": 1,
-                    "train_teacher": teachers, "phases": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
-                    "surrogates": 1}
+                    "latency": recipes * (1 + done), "sample": sampled, "sampler_figures": sampled, "geometry": 1,
+                    "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1, "claims": 1, "train_teacher": teachers,
+                    "phases": teachers, "phase_figures": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
+                    "surrogates": 1, "surrogate_figures": 1}
 
 
 def test_timing_one_strategy_no_more_reruns_the_latency_rounds_alone(first_run):
     """`timed` is not part of a strategy's quality sweep: flipping it plans the latency rounds and what gathers them."""
     raw = yaml.safe_load((first_run / "params.yaml").read_text())
     raw["sweep"]["strategies"]["kl_rest"]["timed"] = False
-    assert planned_with(first_run, raw) == {"latency": len(smoke_runs(first_run)), "tradeoff": 1, "claims": 1}
+    assert planned_with(first_run, raw) == {"latency": len(smoke_runs(first_run)), "tradeoff": 1, "exit_figures": 1,
+                                            "claims": 1}
 
 
 @pytest.fixture(scope="module")
@@ -440,15 +483,17 @@ def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_
     smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
     steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
     assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "sweep": len(strategies),
-                                                     "latency": 1, "sample": 1, "geometry": 1, "tradeoff": 1,
-                                                     "surrogates": 1, "claims": 1}
+                                                     "latency": 1, "sample": 1, "sampler_figures": 1, "geometry": 1,
+                                                     "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1,
+                                                     "surrogates": 1, "surrogate_figures": 1, "claims": 1}
     # DVC lists the stages whose own parameters changed; those after them follow in repro
     assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "tradeoff", "surrogates"}
     out = after_recipe_change["dvc_repro"]
     reran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
     assert reran == {"train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
                      *(f"sweep@huginn-1337-{name}" for name in strategies), "latency@huginn-1337",
-                     "sample@huginn-1337", "geometry", "tradeoff", "surrogates", "claims"}
+                     "sample@huginn-1337", "sampler_figures@huginn-1337", "geometry", "geometry_figures", "tradeoff",
+                     "exit_figures", "surrogates", "surrogate_figures", "claims"}
     assert after_recipe_change["snakemake_after"] == {}
     assert after_recipe_change["dvc_after"] == set()
 
@@ -500,7 +545,8 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     geometry = next(r for r in snakemake_children if r.data.tags["stage"] == "geometry")
     dlr = client.get_metric_history(geometry.info.run_id, "paper/seed_1337/dlr_median_0_to_1_K10")
     assert sorted(m.step for m in dlr) == smoke["train"]["checkpoint_steps"]  # MLflow step = training step
-    figures = {a.path for a in client.list_artifacts(geometry.info.run_id, "figures")}
+    drawn = next(r for r in snakemake_children if r.data.tags["stage"] == "geometry_figures")
+    figures = {a.path for a in client.list_artifacts(drawn.info.run_id, "figures")}
     assert "figures/fig3a_step_size.png" in figures
 
     sweeps = {r.data.tags["strategy"]: r for r in snakemake_children
@@ -508,8 +554,8 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert set(sweeps) == set(smoke["sweep"]["strategies"])
     history = client.get_metric_history(sweeps["fixed"].info.run_id, "cross_entropy")
     assert [m.step for m in history] == list(range(len(smoke["sweep"]["strategies"]["fixed"]["settings"])))
-    tradeoff = next(r for r in snakemake_children if r.data.tags["stage"] == "tradeoff")
-    figures = {a.path for a in client.list_artifacts(tradeoff.info.run_id, "figures")}
+    drawn = next(r for r in snakemake_children if r.data.tags["stage"] == "exit_figures")
+    figures = {a.path for a in client.list_artifacts(drawn.info.run_id, "figures")}
     assert figures == {"figures/fig4_exit_sweep.png", "figures/exit_tradeoff.png"}
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import functools
 import importlib
 import logging
 import signal
@@ -16,32 +18,29 @@ from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import outputs_land_together
 from twoscale.pipeline.params import ParamsError, changed_keys, parse_params, read_raw, shown_keys
 
-STAGES = {
-    "corpus": "fetch or read the raw text and write it with a manifest",
-    "tokenize": "train the byte-level BPE and write train/validation token arrays",
-    "train": "train a looped GPT (a recipe) or a plain one (a teacher), saving checkpoints across training",
-    "measure": "measure the geometry of the loop iterates of one checkpoint",
-    "geometry": "gather the measurements across training and draw Figures 1-3",
-    "sweep": "sweep one early-exit strategy over its settings on the final checkpoint",
-    "latency": "time every early-exit setting on the final checkpoint, in paired rounds",
-    "tradeoff": "gather the sweeps, summarise each strategy's trade-off and draw Figure 4",
-    "sample": "the parallel sampler against ordinary cached decoding on one run's final checkpoint",
-    "phases": "split one plain GPT's depth into contiguous phases by max-cut, for every k",
-    "distill": "distil a k-block surrogate of one plain GPT and train its k-layer control",
-    "surrogates": "gather the surrogates' recovery and compare the dynamics of depth across models",
-    "claims": "put the paper's findings beside our numbers, with verdicts",
-    "benchmark": "print per-step criterion costs and ms per token of each strategy at its best setting",
-    "cost": "print where a Snakemake run's time went, per stage, from its jobs' benchmark files",
-    "schema": "write the JSON schema of params.yaml",
-    "dvc": "write dvc.yaml from the pipeline's declaration (src/twoscale/pipeline/stages.yaml)",
-}
+STAGE_DIR = Path(__file__).with_name("stages")
+
+
+@functools.cache
+def stage_commands() -> dict[str, str]:
+    """Every command and its help line: each module of twoscale.stages that declares HELP, read without importing
+    it (an import would load its stage's libraries), in the pipeline's order (stages.yaml), the others after. A new
+    stage is a new module: this file, which every stage's job runs, stays as it is."""
+    found = {}
+    for path in sorted(STAGE_DIR.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["HELP"]:
+                found[path.stem] = ast.literal_eval(node.value)
+    order = [name for name in dependencies.STAGES if name in found]
+    return {name: found[name] for name in [*order, *sorted(set(found) - set(order))]}
+
 
 def build_parser(stage: str | None = None) -> argparse.ArgumentParser:
     """The command line; only `stage`'s module is imported for its arguments (each job is a fresh interpreter, and
     importing every stage, plotting libraries included, would add seconds to each)."""
     parser = argparse.ArgumentParser(prog="twoscale", description=__doc__)
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
-    for name, help_text in STAGES.items():
+    for name, help_text in stage_commands().items():
         stage_parser = sub.add_parser(name, help=help_text, description=help_text)
         stage_parser.add_argument("--log", type=Path, help="also write the stage's log to this file")
         if name == stage:
@@ -51,7 +50,7 @@ def build_parser(stage: str | None = None) -> argparse.ArgumentParser:
 
 def stage_named(argv: list[str]) -> str | None:
     """The stage a command line names: its first word (the top-level parser has no options but --help)."""
-    return argv[0] if argv and argv[0] in STAGES else None
+    return argv[0] if argv and argv[0] in stage_commands() else None
 
 
 def setup_logging(log_file: Path | None) -> None:

@@ -290,10 +290,10 @@ def test_a_stage_run_by_hand_refuses_an_input_of_other_parameters_and_writes_not
     params = tmp_path / "edited.yaml"
     params.write_text(yaml.safe_dump(config))
     result = subprocess.run([sys.executable, "-m", "twoscale", "geometry", "--params", str(params), "--measure-dir",
-                             str(tmp_path / "measure"), "--out-dir", str(tmp_path / "out"), "--figures-dir",
-                             str(tmp_path / "figures")], cwd=tmp_path, capture_output=True, text=True)
+                             str(tmp_path / "measure"), "--out-dir", str(tmp_path / "out")], cwd=tmp_path,
+                            capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"twoscale geometry: error: {tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet: built from other "
         f"parameters than {params} holds (measure.max_loops): rebuild it (snakemake, or dvc repro)"]
-    assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()
+    assert not (tmp_path / "out").exists()

@@ -108,12 +108,13 @@ def test_a_folder_no_job_writes_to_is_no_input(config):
 
 
 def test_the_report_shows_the_declared_files_with_the_job_s_labels(config):
-    sample = by_name(config)["sample"]
-    assert [path for path in sample.outputs if sample.report.shows(path)] == [
+    figures = by_name(config)["sampler_figures"]
+    assert [path for path in figures.outputs if figures.report.shows(path)] == [
         "results/sample/{recipe}/seed_{seed}/tradeoff.png"]
-    assert sample.report.subcategory == "{recipe}"
-    assert dict(sample.report.labels) == {"recipe": "{recipe}", "seed": "{seed}"}
+    assert figures.report.subcategory == "{recipe}"
+    assert dict(figures.report.labels) == {"recipe": "{recipe}", "seed": "{seed}"}
     assert by_name(config)["measure"].report is None
+    assert by_name(config)["sample"].report is None  # the timed stage draws nothing
 
 
 def test_a_command_naming_an_unknown_parameter_is_refused():

@@ -214,7 +214,7 @@ def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):
 
 def test_tradeoff_without_the_sweep_tables(tmp_path):
     result = stage(tmp_path, "tradeoff", "--params", str(smoke_params(tmp_path)), "--strategies-dir", "sweep",
-                   "--latency-dir", "latency", "--out-dir", "out", "--figures-dir", "figures")
+                   "--latency-dir", "latency", "--out-dir", "out")
     assert_one_line_error(result, "tradeoff", "latency/huginn/seed_1337.parquet", "not found")
     assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()
 
@@ -224,7 +224,7 @@ def test_tradeoff_with_a_truncated_latency_table(tmp_path):
     table.parent.mkdir(parents=True)
     table.write_bytes(b"PAR1\x00\x00")  # a parquet file's magic, then nothing
     result = stage(tmp_path, "tradeoff", "--params", str(smoke_params(tmp_path)), "--strategies-dir", "sweep",
-                   "--latency-dir", "latency", "--out-dir", "out", "--figures-dir", "figures")
+                   "--latency-dir", "latency", "--out-dir", "out")
     assert_one_line_error(result, "tradeoff", "latency/huginn/seed_1337.parquet: not a readable table")
     assert not (tmp_path / "out").exists() and not (tmp_path / "figures").exists()
 
@@ -274,7 +274,7 @@ def test_distill_without_its_phases_or_the_teachers_metrics(tmp_path, blocks, ph
 
 def test_surrogates_without_the_distill_outputs(tmp_path, tiny_data):
     result = stage(tmp_path, "surrogates", "--params", str(smoke_params(tmp_path)), "--train-dir", "train",
-                   "--distill-dir", "distill", "--data-dir", "prepared", "--out-dir", "out", "--figures-dir", "figs")
+                   "--distill-dir", "distill", "--data-dir", "prepared", "--out-dir", "out")
     assert_one_line_error(result, "surrogates", "distill/plain/seed_1337/k_1/evaluation.json", "not found")
     assert not (tmp_path / "out").exists() and not (tmp_path / "figs").exists()
 

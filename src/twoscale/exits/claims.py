@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.exits.tables import full_depth
+from twoscale.exits.tables import WITHIN, full_depth
 from twoscale.exits.thresholds import (
     C6_ACCELERATION,
     C6_FIRST_ORDER,
@@ -17,7 +17,6 @@ from twoscale.exits.thresholds import (
     C6_MAX_FLAT_SPREAD,
     C6_MIN_LATENCY_CUT,
     C6_PAPER_RANGE,
-    C6_TOLERANCE,
 )
 from twoscale.exits.verdicts import acceleration_against_best_fixed_depth, acceleration_exit, power_of_ten
 from twoscale.report.claim import Claim, Headline, fmt, pct, ratio_value, sci, speed_text
@@ -101,7 +100,7 @@ C6 = Claim(
     "essentially flat across thresholds; the first-order exit degrades perplexity beyond τ ≈ 1e-3; "
     "the KL exit stays slower.",
     test=f"Sweep table; full depth = strategy 'fixed' at setting = max_loops; 'within 1%' = perplexity ≤ "
-    f"{1 + C6_TOLERANCE:g} × full-depth perplexity; a strategy's best point = its setting with the fewest "
+    f"{1 + WITHIN:g} × full-depth perplexity; a strategy's best point = its setting with the fewest "
     f"FLOPs per token within 1%; a latency ratio = ms/token of two points paired by timing round, with a 95% "
     f"interval (docs/claims.md#speed-comparisons). (a) The '{C6_ACCELERATION}' strategy's best point cuts "
     f"ms/token by ≥ "
@@ -150,7 +149,7 @@ C6B = Claim(
     system="exits",
     statement="The same claim, read against the best fixed depth (added after seeing the numbers).",
     test=f"Reference K* = the fixed loop count with the lowest perplexity; 'within 1%' = perplexity ≤ "
-    f"{1 + C6_TOLERANCE:g} × K*'s; best points and latency ratios as in C6. (a) '{C6_ACCELERATION}''s best "
+    f"{1 + WITHIN:g} × K*'s; best points and latency ratios as in C6. (a) '{C6_ACCELERATION}''s best "
     f"point within 1% of K* cuts ms/token by ≥ {100 * C6_MIN_LATENCY_CUT:.0f}% vs K* (the latency ratio's "
     f"interval at or below {1 - C6_MIN_LATENCY_CUT:g}). (d) every '{C6_KL_CRITERION}' strategy is slower "
     f"than '{C6_ACCELERATION}' at its best point within 1% of K*, or never comes within 1%. Not scored "

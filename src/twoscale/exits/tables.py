@@ -8,14 +8,16 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.exits.thresholds import C6_FULL_DEPTH, C6_TOLERANCE
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.tables import finite, require
+
+FULL_DEPTH = "fixed"  # the reference strategy: full depth = "fixed" at setting == max_loops (every group that often)
+WITHIN = 0.01  # C6's "within 1%" / "matched quality": perplexity <= 1.01 x the reference's
 
 
 def full_depth_rows(sweep: pl.DataFrame) -> pl.DataFrame:
     """The sweep's full-depth rows: the fixed-depth baseline with every group looped max_loops times."""
-    full = (pl.col("strategy") == "fixed") & (pl.col("setting") == pl.col("max_loops").cast(pl.Float64))
+    full = (pl.col("strategy") == FULL_DEPTH) & (pl.col("setting") == pl.col("max_loops").cast(pl.Float64))
     return sweep.filter(full)
 
 
@@ -56,7 +58,7 @@ def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
     ppl, gflops = finite(r["perplexity"]), finite(r["gflops_per_token"])
     if ppl is None or gflops is None or ppl <= 0 or gflops <= 0:
         raise TwoscaleError("C6: the full-depth row has no positive finite perplexity and gflops_per_token")
-    return {"strategy": C6_FULL_DEPTH, "setting": float(r["setting"]), "max_loops": int(r["max_loops"]),
+    return {"strategy": FULL_DEPTH, "setting": float(r["setting"]), "max_loops": int(r["max_loops"]),
             "perplexity": ppl, "gflops_per_token": gflops, "ms_per_token": finite(r["ms_per_token"]),
             "mean_loops": finite(r["mean_loops"])}
 
@@ -64,13 +66,13 @@ def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
 def best_fixed_depth(sweep: pl.DataFrame) -> dict[str, Any]:
     """The fixed loop count K* with the lowest perplexity, in the form of `full_depth`."""
     full = full_depth(sweep)
-    points = [p for p in sweep_points(sweep, C6_FULL_DEPTH) if p["perplexity"] is not None
+    points = [p for p in sweep_points(sweep, FULL_DEPTH) if p["perplexity"] is not None
               and p["gflops_per_token"] is not None]
     best = min(points, key=lambda p: (p["perplexity"], p["setting"]))
     return {**best, "max_loops": full["max_loops"], "loops": int(best["setting"])}
 
 
-def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = C6_TOLERANCE,
+def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = WITHIN,
                 reference: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The strategy's cheapest setting (fewest GFLOPs per token) whose perplexity is <= (1 + tolerance) x the
     reference's (default: full depth): {strategy, setting, gflops_per_token, ms_per_token, perplexity,
@@ -90,7 +92,7 @@ def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = C6_TOLERA
             "perplexity_increase": best["perplexity"] / full["perplexity"] - 1}
 
 
-def compared_points(sweep: pl.DataFrame, tolerance: float = C6_TOLERANCE) -> set[tuple[str, float]]:
+def compared_points(sweep: pl.DataFrame, tolerance: float = WITHIN) -> set[tuple[str, float]]:
     """The (strategy, setting) points of one run whose latencies the verdicts compare: full depth, the best fixed
     depth K*, and every strategy's best point within `tolerance` of either. They follow from quality and FLOPs
     alone, so the sweep table names them before anything is timed."""

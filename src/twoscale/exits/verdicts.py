@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.exits.tables import best_fixed_depth, best_within, full_depth, sweep_points
+from twoscale.exits.tables import WITHIN, best_fixed_depth, best_within, full_depth, sweep_points
 from twoscale.exits.thresholds import (
     C6_ACCELERATION,
     C6_FIRST_ORDER,
@@ -24,7 +24,6 @@ from twoscale.exits.thresholds import (
     C6_MAX_FLAT_SPREAD,
     C6_MIN_LATENCY_CUT,
     C6_PAPER_RANGE,
-    C6_TOLERANCE,
 )
 from twoscale.report.tables import require
 from twoscale.report.verdicts import Ratio, Verdict, at_most, ratio_by_round
@@ -98,7 +97,7 @@ def _flat(sweep: pl.DataFrame) -> dict[str, Any]:
 def _first_order_knee(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
     """(c) step_norm within 1% at every swept tau <= 1e-3, more than 1% above full depth at some tau in
     (1e-3, 1e-2]."""
-    limit = (1 + C6_TOLERANCE) * full["perplexity"]
+    limit = (1 + WITHIN) * full["perplexity"]
     knee, hi = C6_FIRST_ORDER_KNEE * (1 + _ROUND_OFF), C6_PAPER_RANGE[1] * (1 + _ROUND_OFF)
     points = [{**p, "increase": p["perplexity"] / full["perplexity"] - 1}
               for p in sweep_points(sweep, C6_FIRST_ORDER) if p["perplexity"] is not None]
@@ -180,7 +179,7 @@ def acceleration_exit(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
     tests = {"latency_cut": latency_cut, "flat": _flat(sweep), "first_order": _first_order_knee(sweep, full),
              "kl_slower": _kl_slower(sweep, latency, full, latency_cut.get("best"))}
     return Verdict([t["passes"] for t in tests.values()],
-                   {"tolerance": C6_TOLERANCE, "full_depth": full, "strategies": strategies, "tests": tests})
+                   {"tolerance": WITHIN, "full_depth": full, "strategies": strategies, "tests": tests})
 
 
 def acceleration_against_best_fixed_depth(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from twoscale.geometry.thresholds import C4_DLR_LOOPS
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.tables import require
 
@@ -28,7 +27,8 @@ def metric_rows(geometry: pl.DataFrame, metrics: str | Sequence[str], user: str)
     return rows
 
 
-def dlr_loops(geometry: pl.DataFrame) -> int:
-    """The K at which C4, C5 and Fig. 2 read DLR_K: C4_DLR_LOOPS, or the fewest loops any checkpoint measured."""
+def dlr_loops(geometry: pl.DataFrame, loops: int) -> int:
+    """The K at which C4, C5 and Fig. 2 read DLR_K: `loops` (C4_DLR_LOOPS), or the fewest loops any checkpoint
+    measured."""
     rows = metric_rows(geometry, "drift_to_loop_ratio", "dlr_loops")
-    return min(C4_DLR_LOOPS, *(int(k) for k in rows.group_by("step").agg(pl.col("k").max())["k"]))
+    return min(loops, *(int(k) for k in rows.group_by("step").agg(pl.col("k").max())["k"]))

@@ -26,6 +26,7 @@ from twoscale.geometry.thresholds import (
     C3_BAND,
     C3_ORTHOGONAL_MAX,
     C3_TREND_TOLERANCE,
+    C4_DLR_LOOPS,
     C4_MIN_DLR,
     C5_MAX_PATH_TO_JUMP,
     C5_MIN_DLR,
@@ -252,7 +253,7 @@ def drift_exceeds_loop(geometry: pl.DataFrame) -> Verdict:
     """C4: median DLR_K >= 10 at every hand-off of the last checkpoint, K = `dlr_loops`; all checkpoints and the
     medians at other K reported."""
     steps = training_steps(metric_rows(geometry, "drift_to_loop_ratio", "claims"))
-    loops = dlr_loops(geometry)
+    loops = dlr_loops(geometry, C4_DLR_LOOPS)
     per_checkpoint = [h for step in steps for h in _handoffs(geometry, step, loops)]
     last = steps[-1]
     handoffs = [dict(h) for h in per_checkpoint if h["step"] == last]
@@ -299,7 +300,7 @@ def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
     sizes = _curves(geometry, "step_size", last)
     turning = _curves(geometry, "turning_angle", last)
     turns_counted = _above_floor(geometry, "turning_angle", last, {g: 2 for g in sizes})
-    loops = dlr_loops(geometry)
+    loops = dlr_loops(geometry, C4_DLR_LOOPS)
     handoffs = _handoffs(geometry, last, loops)
     checks: list[Check] = []
 

@@ -86,7 +86,8 @@ def dvc_yaml() -> str:
     stages = {}
     for name, stage in declaration().items():
         fields = {key: value for key, value in stage.items() if key not in ("inputs", *SNAKEMAKE_ONLY)}
-        fields["outs"] = [_tracked(out) for out in fields["outs"]]
+        if "outs" in fields:  # a figure stage has plots only
+            fields["outs"] = [_tracked(out) for out in fields["outs"]]
         deps = sources(name) + stage["inputs"]
         stages[name] = {**{k: fields.pop(k) for k in ("matrix", "cmd") if k in fields}, "deps": deps, **fields}
     body = yaml.safe_dump({"stages": stages}, sort_keys=False, width=1000, default_flow_style=False)

@@ -175,8 +175,17 @@ def write_parquet(path: str | Path, frame: pl.DataFrame) -> None:
 
 def read_parquet(path: Path, producer: str) -> pl.DataFrame:
     """A table written by an earlier stage; missing or unreadable is one line naming the stage to run."""
+    return _read_table(pl.read_parquet, path, producer)
+
+
+def read_csv(path: Path, producer: str) -> pl.DataFrame:
+    """A CSV table written by an earlier stage, as `read_parquet`."""
+    return _read_table(pl.read_csv, path, producer)
+
+
+def _read_table(read: Callable[[Path], pl.DataFrame], path: Path, producer: str) -> pl.DataFrame:
     try:
-        return pl.read_parquet(path)
+        return read(path)
     except FileNotFoundError:
         raise TwoscaleError(f"{path}: not found (run {producer} first)") from None
     except pl.exceptions.PolarsError as exc:

@@ -38,6 +38,8 @@ from twoscale.training.device import (
 )
 from twoscale.training.trainer import model_config
 
+HELP = "print per-step criterion costs and ms per token of each strategy at its best setting"
+
 log = logging.getLogger(__name__)
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -21,6 +21,8 @@ from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
 from twoscale.stages.common import add_params_argument, load
 
+HELP = "put the paper's findings beside our numbers, with verdicts"
+
 log = logging.getLogger(__name__)
 
 

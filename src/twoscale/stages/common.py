@@ -1,15 +1,17 @@
 """What every stage module shares: the --params argument (and --recipe/--seed for the stages that run once per
-training run, a recipe's or a teacher's) and MLflow logging of parameters. It imports nothing of the cores, so
-that a stage's source files (what its module imports) are its own."""
+training run, a recipe's or a teacher's), MLflow logging of parameters, and drawing figures into a folder. It
+imports nothing of the cores, so that a stage's source files (what its module imports) are its own."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from twoscale.pipeline import tracking
 from twoscale.pipeline.params import Params, ParamsError, RunParams, load_params
 
 
@@ -63,3 +65,10 @@ def log_params(sections: dict[str, BaseModel]) -> None:
 
     for name, section in sections.items():
         mlflow.log_params(flatten(section, name))
+
+
+def draw_figures(drawings: Mapping[str, Callable[[Path], None]], folder: Path) -> None:
+    """Draw each figure (file name: what draws it at a path) into `folder`, logged to the stage's MLflow run."""
+    for filename, draw in drawings.items():
+        draw(folder / filename)
+        tracking.log_artifact(folder / filename, artifact_path="figures")

@@ -12,6 +12,8 @@ from twoscale.pipeline.io import atomic_path, write_json
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
 
+HELP = "fetch or read the raw text and write it with a manifest"
+
 log = logging.getLogger(__name__)
 
 

@@ -11,6 +11,8 @@ from twoscale.pipeline.params import results_root
 from twoscale.report.tables import markdown_table
 from twoscale.stages.common import add_params_argument
 
+HELP = "print where a Snakemake run's time went, per stage, from its jobs' benchmark files"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)

@@ -30,6 +30,8 @@ from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance, recorded_provenance, training_dtype
 from twoscale.training.trainer import model_config
 
+HELP = "distil a k-block surrogate of one plain GPT and train its k-layer control"
+
 log = logging.getLogger(__name__)
 
 

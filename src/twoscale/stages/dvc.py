@@ -9,6 +9,8 @@ from pathlib import Path
 from twoscale.pipeline.dependencies import dvc_yaml
 from twoscale.pipeline.io import write_text
 
+HELP = "write dvc.yaml from the pipeline's declaration (src/twoscale/pipeline/stages.yaml)"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("dvc.yaml"))

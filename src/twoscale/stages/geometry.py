@@ -1,6 +1,6 @@
 """Stage `geometry`: gather every run's checkpoint measurements into tables across training (a recipe and a seed
-column tell the runs apart), draw Figures 1-3 and the diagnostic figures, one row of panels per recipe, and log
-the per-checkpoint summaries to MLflow by training step."""
+column tell the runs apart), and log the per-checkpoint summaries to MLflow by training step; the
+`geometry_figures` stage draws from these tables."""
 
 from __future__ import annotations
 
@@ -10,33 +10,21 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.geometry import figures
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load
 
+HELP = "gather the measurements across training into tables"
+
 log = logging.getLogger(__name__)
-
-FIGURES = {
-    "fig1_trajectory_pca.png": (figures.fig1_trajectory, ("trajectory",)),
-    "fig2_drift_to_loop_ratio.png": (figures.fig2_drift_to_loop, ("geometry",)),
-    "fig3a_step_size.png": (figures.fig3a_step_size, ("geometry",)),
-    "fig3b_step_cosine.png": (figures.fig3b_step_cosine, ("geometry",)),
-    "depth_similarity_phases.png": (figures.fig_similarity, ("similarity", "depth")),
-    "loss_vs_loops.png": (figures.fig_loss_vs_loops, ("loss_vs_loops",)),
-    "acceleration.png": (figures.fig_acceleration, ("geometry",)),
-    "diagnostics.png": (figures.fig_diagnostics, ("geometry",)),
-}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--measure-dir", type=Path, required=True,
                         help="reads <recipe>/seed_<seed>/step_N/ for every run and checkpoint step")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes the tables across training here")
-    parser.add_argument("--figures-dir", type=Path, required=True, help="writes the figures here")
 
 
 def checkpoint_dirs(measure_dir: Path, runs: list[tuple[str, int]], steps: list[int]
@@ -72,10 +60,5 @@ def run(args: argparse.Namespace) -> None:
             write_parquet(args.out_dir / f"{name}.parquet", frame)
         with atomic_path(args.out_dir / "summary.csv") as tmp:
             summary.write_csv(tmp)
-        for filename, (draw, inputs) in FIGURES.items():
-            path = args.figures_dir / filename
-            draw(*(tables[name] for name in inputs), path)
-            tracking.log_artifact(path, artifact_path="figures")
         tracking.log_artifact(args.out_dir / "summary.csv")
-    log.info("geometry of %d checkpoints of %d runs: %s", len(checkpoints), len(params.runs()),
-             ", ".join(sorted(FIGURES)))
+    log.info("geometry of %d checkpoints of %d runs", len(checkpoints), len(params.runs()))

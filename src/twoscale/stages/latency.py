@@ -22,6 +22,8 @@ from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
 from twoscale.training.device import provenance
 
+HELP = "time every early-exit setting on the final checkpoint, in paired rounds"
+
 log = logging.getLogger(__name__)
 
 

@@ -23,6 +23,8 @@ from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
 from twoscale.training.device import provenance, recorded_provenance
 
+HELP = "measure the geometry of the loop iterates of one checkpoint"
+
 log = logging.getLogger(__name__)
 
 

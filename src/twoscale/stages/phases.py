@@ -2,7 +2,7 @@
 
 The layer-by-layer cosine-distance matrix of the teacher's layer outputs, from two summaries per held-out window
 (its mean token state and its last token state), and its split into k contiguous phases by exact max-cut for every
-k of distill.blocks: the phases the distill stage gives one shared block each. With a figure.
+k of distill.blocks: the phases the distill stage gives one shared block each (drawn by `phase_figures`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from twoscale.pipeline.io import write_json, write_parquet
 from twoscale.pipeline.params import DistillParams, params_hash
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
-from twoscale.surrogates import figures as surrogate_figures
 from twoscale.surrogates.distillation import teacher_states
 from twoscale.surrogates.dynamics import sequence_summaries
 from twoscale.training.batches import held_out_batches
+
+HELP = "split one plain GPT's depth into contiguous phases by max-cut, for every k"
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, help="the teacher's final checkpoint")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out-dir", type=Path, required=True,
-                        help="writes distance.parquet (the matrix), phases.json (the cuts) and phases.png")
+                        help="writes distance.parquet (the matrix) and phases.json (the cuts)")
 
 
 def layer_similarity(teacher: LoopedGPT, val_ids, distill: DistillParams, device: torch.device) -> torch.Tensor:
@@ -64,10 +65,7 @@ def run(args: argparse.Namespace) -> None:
             "teacher": run.recipe, "seed": run.seed, "train_step": meta["step"], "layers": L,
             "phases": {str(k): [list(p) for p in v] for k, v in phases.items()},
             "cut": {str(k): v for k, v in cuts.items()}})
-        surrogate_figures.fig_teacher_phases(distance.numpy(), phases, f"{run.recipe} (seed {run.seed})",
-                                           args.out_dir / "phases.png")
-        for name in ("phases.json", "phases.png"):
-            tracking.log_artifact(args.out_dir / name)
+        tracking.log_artifact(args.out_dir / "phases.json")
     for k, p in phases.items():
         log.info("%s seed %d, k = %d: phases %s (cut %.2f)", run.recipe, run.seed, k,
                  ", ".join(f"{a}-{b}" for a, b in p), cuts[k])

@@ -1,8 +1,9 @@
 """Stage `sample`: the parallel sampler against ordinary cached decoding on one run's final checkpoint (one job per
 recipe under sample.recipes and seed): tokens/s, forward passes, layer applications and GFLOPs per token, greedy
-agreement, distinct-token fraction and re-scored quality for every setting of the grid, with a figure; then the
-chosen sampler setting (the fastest of about equal quality) timed beside ordinary decoding at full recurrence and at
-the fewest loops of about equal quality in sample.repeats paired rounds, for the speed verdicts of C7."""
+agreement, distinct-token fraction and re-scored quality for every setting of the grid (drawn by the
+`sampler_figures` stage); then the chosen sampler setting (the fastest of about equal quality) timed beside
+ordinary decoding at full recurrence and at the fewest loops of about equal quality in sample.repeats paired
+rounds, for the speed verdicts of C7."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet, write_text
 from twoscale.pipeline.params import SampleParams, params_hash
-from twoscale.sampler import figures
 from twoscale.sampler.comparison import (
     SAMPLER,
     measure_prompt,
@@ -34,6 +34,8 @@ from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, 
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
 from twoscale.training.device import provenance
+
+HELP = "the parallel sampler against ordinary cached decoding on one run's final checkpoint"
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,7 @@ def run(args: argparse.Namespace) -> None:
         write_parquet(args.out_dir / "sample.parquet", table)
         write_text(args.out_dir / "summary.csv", summary.write_csv(float_precision=6))
         write_text(args.out_dir / "speed.csv", speed.write_csv(float_precision=6))
-        figures.fig_sampler_tradeoff(summary, args.out_dir / "tradeoff.png")
-        for name in ("summary.csv", "speed.csv", "tradeoff.png"):
+        for name in ("summary.csv", "speed.csv"):
             tracking.log_artifact(args.out_dir / name)
         for index, row in enumerate(summary.iter_rows(named=True)):
             tracking.log_metrics({key: row[key] for key in ("tokens_per_s", "forward_passes_per_token",

@@ -9,6 +9,8 @@ from pathlib import Path
 from twoscale.pipeline.io import write_text
 from twoscale.pipeline.params import params_schema
 
+HELP = "write the JSON schema of params.yaml"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("workflow/schemas/params.schema.json"))

@@ -1,6 +1,6 @@
-"""Stage `surrogates`: gather every distill job into one recovery table and figure, and measure the dynamics of
-depth (docs/methods.md#block-recurrent-surrogates) of every teacher, every surrogate and every looped recipe's
-final checkpoint on the same held-out windows, with one figure comparing them."""
+"""Stage `surrogates`: gather every distill job into one recovery table, and measure the dynamics of depth
+(docs/methods.md#block-recurrent-surrogates) of every teacher, every surrogate and every looped recipe's final
+checkpoint on the same held-out windows; the `surrogate_figures` stage draws both."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_s
 from twoscale.pipeline.params import Params, params_hash
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument, load
-from twoscale.surrogates import figures as surrogate_figures
 from twoscale.surrogates.distillation import load_surrogate
 from twoscale.surrogates.dynamics import DepthDynamics
 from twoscale.surrogates.tables import recovery_table
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import configure_torch, resolve_device
+
+HELP = "gather the surrogates' recovery and compare the dynamics of depth across models"
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reads <teacher>/seed_<seed>/k_<k>/ (evaluation.json, surrogate.pt)")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes recovery.csv, layer_r2.csv, dynamics.parquet")
-    parser.add_argument("--figures-dir", type=Path, required=True,
-                        help="writes surrogate_recovery.png and depth_dynamics.png")
 
 
 @torch.no_grad()
@@ -114,15 +113,9 @@ def run(args: argparse.Namespace) -> None:
             with atomic_path(args.out_dir / name) as tmp:
                 frame.write_csv(tmp, float_precision=6)
         write_parquet(args.out_dir / "dynamics.parquet", dynamics)
-        figures = {"surrogate_recovery.png": lambda path: surrogate_figures.fig_surrogate_recovery(recovery,
-                                                                                                 layer_r2, path),
-                   "depth_dynamics.png": lambda path: surrogate_figures.fig_depth_dynamics(dynamics, path)}
-        for filename, draw in figures.items():
-            draw(args.figures_dir / filename)
-            tracking.log_artifact(args.figures_dir / filename, artifact_path="figures")
         tracking.log_artifact(args.out_dir / "recovery.csv")
     if recovery.height:
         log.info("recovered fraction of the teacher by k (mean over seeds):\n%s",
                  recovery.group_by("teacher", "blocks").agg(pl.col("surrogate_recovered").mean(),
                                                              pl.col("control_recovered").mean()).sort("blocks"))
-    log.info("dynamics of depth of %d models: %s", len(models), ", ".join(sorted(figures)))
+    log.info("dynamics of depth of %d models", len(models))

@@ -19,6 +19,8 @@ from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
 from twoscale.training.device import provenance
 
+HELP = "sweep one early-exit strategy over its settings on the final checkpoint"
+
 log = logging.getLogger(__name__)
 
 

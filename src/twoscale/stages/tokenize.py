@@ -32,6 +32,8 @@ from twoscale.pipeline.io import (
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load, log_sections
 
+HELP = "train the byte-level BPE and write train/validation token arrays"
+
 log = logging.getLogger(__name__)
 
 ENCODE_BATCH_CHARS = 1 << 20  # characters of documents encoded at a time: bounds the tokenizer's working memory

@@ -1,5 +1,5 @@
 """Stage `tradeoff`: gather every run's sweep of every strategy and its latency rounds into one table, summarise each
-strategy's trade-off per run and draw Figure 4 and the trade-off figure, one row of panels per recipe."""
+strategy's trade-off per run; the `exit_figures` stage draws Figure 4 and the trade-off from the table."""
 
 from __future__ import annotations
 
@@ -9,22 +9,16 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.exits import figures
-from twoscale.exits.tables import best_fixed_depth, best_within, full_depth, with_latency
-from twoscale.exits.thresholds import C6_TOLERANCE
+from twoscale.exits.tables import WITHIN, best_fixed_depth, best_within, full_depth, with_latency
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, read_parquet, run_subdir, write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.report.tables import of_run, runs_in
 from twoscale.stages.common import add_params_argument, load
 
+HELP = "gather the sweeps and summarise each strategy's trade-off"
+
 log = logging.getLogger(__name__)
-
-FIGURES = {
-    "fig4_exit_sweep.png": figures.fig4_exit_sweep,
-    "exit_tradeoff.png": figures.fig_exit_tradeoff,
-}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
@@ -34,7 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reads <recipe>/seed_<seed>.parquet of the latency stage for every run")
     parser.add_argument("--out-dir", type=Path, required=True,
                         help="writes sweep.parquet, latency.parquet (every round) and summary.csv")
-    parser.add_argument("--figures-dir", type=Path, required=True, help="writes the figures here")
 
 
 def gather(strategies_dir: Path, runs: list[tuple[str, int]], names: list[str]) -> pl.DataFrame:
@@ -52,7 +45,7 @@ def gather_latency(latency_dir: Path, runs: list[tuple[str, int]]) -> pl.DataFra
 BEST_POINT = ("setting", "gflops_per_token", "flop_ratio", "ms_per_token", "perplexity", "latency_cut")
 
 
-def summarise(sweep: pl.DataFrame, tolerance: float = C6_TOLERANCE) -> pl.DataFrame:
+def summarise(sweep: pl.DataFrame, tolerance: float = WITHIN) -> pl.DataFrame:
     """Per run and strategy: the compute span its settings reached, and its cheapest setting (FLOPs per token) whose
     perplexity is within `tolerance` of the run's full depth (best_*, the paper's reference) and of its best fixed
     depth K* (kstar_*; the same when looping longer never hurts), with its median latency."""
@@ -88,9 +81,5 @@ def run(args: argparse.Namespace) -> None:
             prefix = f"{row['recipe']}/seed_{row['seed']}/{row['strategy']}_"
             tracking.log_metrics({prefix + key: value for key, value in row.items()
                                   if key.startswith(("best_", "kstar_"))})
-        for filename, draw in FIGURES.items():
-            path = args.figures_dir / filename
-            draw(sweep, path)
-            tracking.log_artifact(path, artifact_path="figures")
     log.info("trade-off of %d strategies in %d runs:\n%s", len(params.sweep.strategies), len(params.runs()),
              summary)

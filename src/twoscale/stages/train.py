@@ -54,6 +54,8 @@ from twoscale.training.trainer import (
     train,
 )
 
+HELP = "train a looped GPT (a recipe) or a plain one (a teacher), saving checkpoints across training"
+
 log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 10  # left out of the throughput: the first steps compile and fill the allocator

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import polars as pl
 
+from twoscale.pipeline.io import read_csv
 from twoscale.training.device import PROVENANCE
 
 
@@ -30,3 +32,16 @@ def recovery_table(evaluations: Sequence[dict]) -> tuple[pl.DataFrame, pl.DataFr
     return (pl.DataFrame(rows, schema_overrides=recovery_schema) if rows else pl.DataFrame(schema=recovery_schema),
             pl.DataFrame(layers, schema_overrides=recovery_schema) if layers else
             pl.DataFrame(schema={**recovery_schema, "layer": pl.Int64, "r2": pl.Float64}))
+
+
+# the recovery table's measures: a measure that no run could compute is an empty column in recovery.csv
+RECOVERY_MEASURES = ("unigram_cross_entropy", "teacher_cross_entropy", *(
+    f"{model}_{measure}" for model in ("surrogate", "control") for measure in ("cross_entropy", "recovered",
+                                                                              "kl_to_teacher")))
+
+
+def read_recovery(path: Path) -> pl.DataFrame:
+    """recovery.csv as the surrogates stage wrote it, its measures floats even where every value is missing."""
+    recovery = read_csv(path, "the surrogates stage")
+    return recovery.with_columns(pl.col(name).cast(pl.Float64) for name in RECOVERY_MEASURES
+                                 if name in recovery.columns)

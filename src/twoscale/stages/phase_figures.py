@@ -1,0 +1,40 @@
+"""Stage `phase_figures`: one teacher run's phases figure (the layer-by-layer distance with the phase boundaries
+for every k) from the phases stage's outputs. A stage of its own, so that editing the figure reruns neither the
+phases nor the distillations that read them."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import read_json, read_parquet
+from twoscale.pipeline.params import params_hash
+from twoscale.stages.common import add_run_arguments, load_teacher_run
+from twoscale.surrogates import figures
+
+HELP = "draw one plain GPT's phases figure from the phases stage's outputs"
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--distance", type=Path, required=True, help="the run's distance.parquet (the matrix)")
+    parser.add_argument("--phases", type=Path, required=True, help="the run's phases.json (the cuts)")
+    parser.add_argument("--out", type=Path, required=True, help="writes the figure (PNG) here")
+
+
+def run(args: argparse.Namespace) -> None:
+    _, run = load_teacher_run(args)
+    producer = f"the phases stage for {run.recipe}, seed {run.seed}"
+    rows = read_parquet(args.distance, producer).sort("i", "j")
+    layers = int(rows["i"].max()) + 1
+    distance = rows["distance"].to_numpy().reshape(layers, layers)
+    phases = {int(k): [tuple(p) for p in v] for k, v in read_json(args.phases)["phases"].items()}
+    with tracking.stage_run("phase_figures", params_hash(), run.tags):
+        figures.fig_teacher_phases(np.asarray(distance), phases, f"{run.recipe} (seed {run.seed})", args.out)
+        tracking.log_artifact(args.out)
+    log.info("phases figure of %s, seed %d: %s", run.recipe, run.seed, args.out)

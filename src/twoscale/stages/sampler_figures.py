@@ -1,0 +1,33 @@
+"""Stage `sampler_figures`: one run's sampler figure (its settings' quality, repetition and agreement against speed
+and cost, beside ordinary decoding) from the sample stage's summary. A stage of its own, so that editing the figure
+does not rerun the timed sampler."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import read_csv
+from twoscale.pipeline.params import params_hash
+from twoscale.sampler import figures
+from twoscale.stages.common import add_run_arguments, load_run
+
+HELP = "draw one run's sampler figure from the sample stage's summary"
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--summary", type=Path, required=True, help="the sample stage's summary.csv of the run")
+    parser.add_argument("--out", type=Path, required=True, help="writes the figure (PNG) here")
+
+
+def run(args: argparse.Namespace) -> None:
+    _, run = load_run(args)
+    summary = read_csv(args.summary, f"the sample stage for {run.recipe}, seed {run.seed}")
+    with tracking.stage_run("sampler_figures", params_hash(), run.tags):
+        figures.fig_sampler_tradeoff(summary, args.out)
+        tracking.log_artifact(args.out)
+    log.info("sampler figure of %s, seed %d: %s", run.recipe, run.seed, args.out)
