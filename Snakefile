@@ -1,6 +1,6 @@
 # twoscale: reproduce "Two-Scale Latent Dynamics for Recurrent-Depth Transformers" end to end.
 #   snakemake --cores all                                   # default parameters (params.yaml)
-#   snakemake --cores all --configfile configs/smoke.yaml   # another complete parameter set
+#   snakemake --cores all --configfile configs/smoke.yaml   # another parameter set (an overlay of params.yaml)
 from snakemake.utils import min_version, validate
 
 min_version("9.0")

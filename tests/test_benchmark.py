@@ -15,7 +15,7 @@ import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 from twoscale.models.looped_gpt import ModelConfig
-from twoscale.pipeline.params import load_params
+from twoscale.pipeline.params import load_params, read_raw
 from twoscale.training.flops import training_step_flops
 from twoscale.training.trainer import build_state, train_step
 
@@ -54,7 +54,7 @@ def test_benchmark_training_only_needs_the_token_arrays_alone(tmp_path):
     data.mkdir()
     np.save(data / "train.npy", np.random.default_rng(0).integers(0, 300, 20_000, dtype=np.int64))
     (data / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.0}))
-    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw = read_raw(ROOT / "configs/smoke.yaml")
     raw["runtime"].update(device="cpu", threads=1)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     done = subprocess.run([sys.executable, "-m", "twoscale", "benchmark", "--params", "params.yaml",

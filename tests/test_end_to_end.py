@@ -25,6 +25,7 @@ import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
 from twoscale.pipeline import snakemake_rules
+from twoscale.pipeline.params import read_raw
 
 pytestmark = pytest.mark.e2e
 
@@ -289,7 +290,7 @@ def test_the_sample_stage_measures_every_setting_on_every_prompt(first_run):
         timed = speed.group_by("method").agg(pl.col("round").sort()).sort("method")
         assert set(timed["method"]) <= {"full_recurrence", "matched", "sampler"} and timed.height >= 2
         assert all(rounds == list(range(sample["repeats"])) for rounds in timed["round"].to_list())
-        assert (out / "tradeoff.png").stat().st_size > 10_000
+        assert (first_run / f"results/figures/{recipe}/seed_{seed}/sampler_tradeoff.png").stat().st_size > 10_000
 
 
 def test_benchmark_prints_a_row_per_strategy_in_both_tables(first_run):
@@ -480,7 +481,7 @@ def after_recipe_change(first_run) -> dict:
 
 
 def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_recipe_change):
-    smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    smoke = read_raw(ROOT / "configs/smoke.yaml")
     steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
     assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "sweep": len(strategies),
                                                      "latency": 1, "sample": 1, "sampler_figures": 1, "geometry": 1,
@@ -512,17 +513,19 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert all(r.info.status == "FINISHED" for r in runs)
 
     snakemake_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["snakemake"].info.run_id]
-    smoke = yaml.safe_load((first_run / "configs/smoke.yaml").read_text())
+    smoke = read_raw(first_run / "configs/smoke.yaml")
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
     per_run = ["train", *["measure"] * n_checkpoints, *["sweep"] * n_strategies, "latency"]
-    gathering = ["geometry", "tradeoff", "surrogates", "claims"]
+    gathering = ["geometry", "geometry_figures", "tradeoff", "exit_figures", "surrogates", "surrogate_figures",
+                 "claims"]
     sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
-    per_teacher = ["train", "phases", *["distill"] * len(smoke["distill"]["blocks"])]
+    per_teacher = ["train", "phases", "phase_figures", *["distill"] * len(smoke["distill"]["blocks"])]
     stages = sorted(r.data.tags["stage"] for r in snakemake_children)
     assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering,
-                             *["sample"] * len(sampled), *per_teacher * len(teacher_runs(first_run))])
-    per_run.append("sample")  # the recipe changed below (huginn) is sampled
+                             *["sample", "sampler_figures"] * len(sampled),
+                             *per_teacher * len(teacher_runs(first_run))])
+    per_run += ["sample", "sampler_figures"]  # the recipe changed below (huginn) is sampled
     dvc_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["dvc"].info.run_id]
     assert sorted(r.data.tags["stage"] for r in dvc_children) == sorted(per_run + gathering)
     assert {r.data.tags["recipe"] for r in dvc_children if r.data.tags["stage"] in per_run} == {"huginn"}

@@ -12,6 +12,8 @@ import pytest
 import yaml
 from workspace import ROOT, copy_repository, run
 
+from twoscale.pipeline.params import read_raw
+
 pytestmark = pytest.mark.e2e
 
 
@@ -39,14 +41,14 @@ def paper_shape_on_cpu(gpu: dict) -> dict:
 @pytest.fixture(scope="module")
 def paper_shape_run(tmp_path_factory) -> Path:
     params = tmp_path_factory.mktemp("params") / "paper_shape.yaml"
-    params.write_text(yaml.safe_dump(paper_shape_on_cpu(yaml.safe_load((ROOT / "configs/gpu.yaml").read_text()))))
+    params.write_text(yaml.safe_dump(paper_shape_on_cpu(read_raw(ROOT / "configs/gpu.yaml"))))
     repo = copy_repository(tmp_path_factory.mktemp("paper_shape") / "repo", params)
     run(["snakemake", "--cores", "2"], repo)
     return repo
 
 
 def test_every_stage_runs_at_the_paper_shape(paper_shape_run):
-    gpu = yaml.safe_load((ROOT / "configs/gpu.yaml").read_text())
+    gpu = read_raw(ROOT / "configs/gpu.yaml")
     metrics = json.loads((paper_shape_run / "results/train/huginn/seed_1337/metrics.json").read_text())
     # GPT-2 small's 12 layers of 7.08M weights, embeddings for 512 positions, the adapters: about 100M parameters
     model = gpu["model"]

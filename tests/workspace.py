@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from twoscale.pipeline.params import read_raw
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -34,7 +36,7 @@ def run(cmd: list[str], cwd: Path) -> str:
 
 def smoke_params(folder: Path, **sections: dict) -> Path:
     """configs/smoke.yaml with some of its sections updated, as `folder`/params.yaml."""
-    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw = read_raw(ROOT / "configs/smoke.yaml")
     for name, changes in sections.items():
         raw[name].update(changes)
     path = folder / "params.yaml"
@@ -44,7 +46,8 @@ def smoke_params(folder: Path, **sections: dict) -> Path:
 
 def copy_repository(dest: Path, params: Path) -> Path:
     """The tracked and untracked-but-not-ignored files (and a verified corpus download, if this checkout has
-    one) copied to `dest`, with `params` as params.yaml, committed to a fresh git repository."""
+    one) copied to `dest`, with the set `params` holds (an overlay resolved) as params.yaml, committed to a fresh
+    git repository."""
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
@@ -54,7 +57,7 @@ def copy_repository(dest: Path, params: Path) -> Path:
             shutil.copy2(ROOT / name, dest / name)
     if (ROOT / "data/cache").is_dir():
         shutil.copytree(ROOT / "data/cache", dest / "data/cache")
-    shutil.copy(params, dest / "params.yaml")
+    (dest / "params.yaml").write_text(yaml.safe_dump(read_raw(params), sort_keys=False))  # an overlay, resolved
     run(["git", "init", "-q"], dest)
     run(["git", "add", "-A"], dest)
     run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-qm", "copy"], dest)

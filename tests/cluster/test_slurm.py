@@ -24,6 +24,7 @@ import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
 from twoscale.pipeline import snakemake_rules
+from twoscale.pipeline.params import read_raw
 
 pytestmark = pytest.mark.cluster
 
@@ -117,7 +118,7 @@ def first_training_target(repo: Path) -> tuple[Path, str]:
 
 
 def test_a_cuda_run_asks_slurm_for_a_gpu_for_every_job_that_loads_a_model(cluster, tmp_path):
-    cuda = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    cuda = read_raw(ROOT / "configs/smoke.yaml")
     cuda["runtime"]["device"] = "cuda"
     (tmp_path / "cuda.yaml").write_text(yaml.safe_dump(cuda))
     repo = copy_repository(tmp_path / "repo", tmp_path / "cuda.yaml")
@@ -146,7 +147,7 @@ def running_job(rule: str, seconds: float) -> str:
 
 def long_training(tmp_path: Path) -> Path:
     """The smoke parameters with a training run of a few minutes (6000 steps), written to `tmp_path`."""
-    smoke = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    smoke = read_raw(ROOT / "configs/smoke.yaml")
     smoke["train"]["steps"], smoke["train"]["checkpoint_steps"] = 6000, [5, 10, 20, 6000]
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(smoke))
     return tmp_path / "long.yaml"

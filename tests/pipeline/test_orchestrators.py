@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from workspace import BIN, ROOT, attempt, copy_repository, environment
 
 from twoscale.pipeline.errors import TwoscaleError
@@ -123,3 +124,13 @@ def test_a_snapshot_is_named_by_the_content_of_the_file_it_copies(tmp_path):
     assert second != first and first.read_bytes() == b"measure: {max_loops: 10}\n"
     with pytest.raises(TwoscaleError, match="absent.yaml: cannot read"):
         params_snapshot(tmp_path / "absent.yaml", tmp_path / "snapshots")
+
+
+def test_the_snapshot_of_an_overlay_is_the_whole_set_it_resolves_to(tmp_path):
+    (tmp_path / "base.yaml").write_text("measure: {max_loops: 10, batch_size: 8}\n")
+    (tmp_path / "over.yaml").write_text("base: base.yaml\nmeasure: {max_loops: 6}\n")
+    snapshot = params_snapshot(tmp_path / "over.yaml", tmp_path / "snapshots")
+    assert yaml.safe_load(snapshot.read_text()) == {"measure": {"max_loops": 6, "batch_size": 8}}
+    (tmp_path / "base.yaml").write_text("measure: {max_loops: 10, batch_size: 4}\n")  # the base edited: a new set
+    assert yaml.safe_load(params_snapshot(tmp_path / "over.yaml", tmp_path / "snapshots").read_text()) == {
+        "measure": {"max_loops": 6, "batch_size": 4}}

@@ -21,6 +21,7 @@ from twoscale.pipeline.params import (
     load_params,
     params_schema,
     parse_params,
+    read_raw,
     results_root,
 )
 
@@ -53,7 +54,7 @@ DELETE = object()
 def test_shipped_parameter_sets_are_valid(name):
     params = load_params(ROOT / name)
     assert params.train.checkpoint_steps[-1] == params.train.steps
-    jsonschema.validate(yaml.safe_load((ROOT / name).read_text()), json.loads(SCHEMA_FILE.read_text()))
+    jsonschema.validate(read_raw(ROOT / name), json.loads(SCHEMA_FILE.read_text()))
 
 
 @pytest.mark.parametrize(
@@ -226,7 +227,7 @@ def test_a_parameter_file_other_than_params_yaml_writes_under_runs_and_its_name(
 
 def test_snakemake_refuses_a_parameter_file_whose_name_cannot_be_a_folder(tmp_path):
     bad = tmp_path / "my params.yaml"
-    bad.write_text((ROOT / "configs/smoke.yaml").read_text())
+    bad.write_text(yaml.safe_dump(read_raw(ROOT / "configs/smoke.yaml")))
     result = subprocess.run(
         [str(Path(sys.executable).with_name("snakemake")), "--dry-run", "--cores", "1", "--configfile", str(bad)],
         cwd=ROOT, capture_output=True, text=True,
@@ -254,7 +255,7 @@ def test_snakemake_refuses_a_parameter_file_whose_name_cannot_be_a_folder(tmp_pa
     ],
 )
 def test_bad_sweep_strategies_name_the_problem(strategies, fragment):
-    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw = read_raw(ROOT / "configs/smoke.yaml")
     raw["sweep"]["strategies"] = strategies
     with pytest.raises(ParamsError, match="sweep") as error:
         check_strategies(parse_params(raw).sweep)
@@ -402,3 +403,67 @@ def test_changed_keys_name_every_value_that_differs_added_and_removed_ones_too()
     assert changed_keys(before, after) == ["measure.max_loops", "train.extra", "sample"]
     assert changed_keys(before, copy.deepcopy(before)) == []
     assert changed_keys(before, None) == ["the whole file"]
+
+
+# --- parameter sets as overlays ------------------------------------------------------------------------------
+
+
+def overlay(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_an_overlay_merges_mappings_replaces_the_rest_and_drops_a_named_entry_set_to_null(tmp_path):
+    overlay(tmp_path, "base.yaml", "sweep: {max_loops: 30, strategies: {fixed: {settings: [1, 30]}, kl: {x: 1}}}\n"
+                                   "data: {max_chars: 5, text_files: [a, b]}\n")
+    over = overlay(tmp_path, "over.yaml", "base: base.yaml\nsweep: {strategies: {kl: null}}\n"
+                                          "data: {max_chars: null, text_files: [c]}\n")
+    assert read_raw(over) == {"sweep": {"max_loops": 30, "strategies": {"fixed": {"settings": [1, 30]}}},
+                              "data": {"max_chars": None, "text_files": ["c"]}}  # null over a value: null
+
+
+def test_overlays_chain_and_each_base_is_found_from_its_own_folder(tmp_path):
+    (tmp_path / "sets").mkdir()
+    overlay(tmp_path, "base.yaml", "a: {x: 1, y: 1, z: 1}\n")
+    overlay(tmp_path, "sets/middle.yaml", "base: ../base.yaml\na: {y: 2}\n")
+    top = overlay(tmp_path, "sets/top.yaml", "base: middle.yaml\na: {z: 3}\n")
+    assert read_raw(top) == {"a": {"x": 1, "y": 2, "z": 3}}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("base: absent.yaml\n", r"over.yaml: base .*absent.yaml: parameter file not found"),
+    ("base: 3\n", r"over.yaml: base = 3: give the path of the parameter file this one changes"),
+    ("base: over.yaml\n", r"over.yaml: .*more than 8 overlays deep"),
+    ("base: list.yaml\n", r"over.yaml: base .*list.yaml: not a mapping of sections"),
+])
+def test_a_bad_base_is_one_line_naming_the_overlay(tmp_path, text, message):
+    overlay(tmp_path, "list.yaml", "[1, 2]\n")
+    with pytest.raises(ParamsError, match=message):
+        read_raw(overlay(tmp_path, "over.yaml", text))
+
+
+def leaves(raw: dict, prefix: str = "") -> dict[str, object]:
+    return {key: value for name, sub in raw.items() for key, value in (
+        leaves(sub, f"{prefix}{name}.").items() if isinstance(sub, dict) and sub else [(f"{prefix}{name}", sub)])}
+
+
+@pytest.mark.parametrize("name", ["smoke", "paper", "study", "gpu", "gpu-quick"])
+def test_a_shipped_set_holds_only_what_it_changes_of_params_yaml(name):
+    raw = yaml.safe_load((ROOT / f"configs/{name}.yaml").read_text())
+    assert raw.pop("base") == "../params.yaml"
+    base = leaves(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    same = [key for key, value in leaves(raw).items() if key in base and base[key] == value]
+    assert same == [], f"configs/{name}.yaml repeats params.yaml's values: {same}"
+
+
+def test_resolve_writes_the_whole_set_and_refuses_a_bad_one(tmp_path):
+    out = tmp_path / "smoke.yaml"
+    done = subprocess.run([sys.executable, "-m", "twoscale", "resolve", "configs/smoke.yaml", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(out.read_text()) == read_raw(ROOT / "configs/smoke.yaml")  # no `base` left in it
+    bad = overlay(tmp_path, "bad.yaml", f"base: {ROOT / 'params.yaml'}\nmeasure: {{max_loops: 0}}\n")
+    refused = subprocess.run([sys.executable, "-m", "twoscale", "resolve", str(bad), "--out", str(tmp_path / "x")],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 2 and "measure.max_loops" in refused.stderr and not (tmp_path / "x").exists()

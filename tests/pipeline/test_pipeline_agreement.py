@@ -12,7 +12,7 @@ import yaml
 from dvc.repo import Repo
 
 from twoscale.pipeline import dependencies
-from twoscale.pipeline.params import SweepParams, SweepStrategy, load_params
+from twoscale.pipeline.params import SweepParams, SweepStrategy, load_params, read_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -155,7 +155,7 @@ def test_timed_jobs_take_every_core_so_that_nothing_runs_beside_them():
 
 
 def test_a_cpu_run_asks_for_no_gpu(tmp_path):
-    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw = read_raw(ROOT / "configs/smoke.yaml")
     raw["runtime"]["device"] = "cpu"
     (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(raw))
     resources = planned_resources("--configfile", str(tmp_path / "cpu.yaml"))
@@ -165,7 +165,7 @@ def test_a_cpu_run_asks_for_no_gpu(tmp_path):
 def test_the_text_files_a_glob_names_are_the_corpus_job_s_inputs(tmp_path):
     for name in ("a.txt", "b.txt", "notes.md"):
         (tmp_path / name).write_text("text\n")
-    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw = read_raw(ROOT / "configs/smoke.yaml")
     raw["data"] |= {"source": "text", "text_files": [str(tmp_path / "*.txt"), str(tmp_path / "none-*.txt")]}
     (tmp_path / "text.yaml").write_text(yaml.safe_dump(raw))
     result = subprocess.run([SNAKEMAKE, "runs/text/data/raw/corpus.txt", "--forceall", "--dry-run", "--nolock", "--cores", "1",

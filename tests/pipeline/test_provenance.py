@@ -20,6 +20,7 @@ from twoscale.pipeline import provenance
 from twoscale.pipeline.dependencies import declaration, input_options
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import outputs_land_together, write_text
+from twoscale.pipeline.params import read_raw
 from twoscale.pipeline.provenance import Job, check_inputs, job_of, record_path, write_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def config() -> dict:
-    return yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    return read_raw(ROOT / "configs/smoke.yaml")
 
 
 MEASURE = Job("measure", {"recipe": "paper", "seed": 1337})

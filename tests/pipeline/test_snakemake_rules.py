@@ -10,16 +10,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import yaml
 
 from twoscale.pipeline import snakemake_rules
+from twoscale.pipeline.params import read_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def config() -> dict:
-    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw = read_raw(ROOT / "configs/smoke.yaml")
     raw["runtime"]["seeds"] = [1, 2]
     raw["train"]["steps"], raw["train"]["checkpoint_steps"] = 40, [20, 40]
     raw["runtime"]["threads"] = 3
@@ -110,7 +110,7 @@ def test_a_folder_no_job_writes_to_is_no_input(config):
 def test_the_report_shows_the_declared_files_with_the_job_s_labels(config):
     figures = by_name(config)["sampler_figures"]
     assert [path for path in figures.outputs if figures.report.shows(path)] == [
-        "results/sample/{recipe}/seed_{seed}/tradeoff.png"]
+        "results/figures/{recipe}/seed_{seed}/sampler_tradeoff.png"]
     assert figures.report.subcategory == "{recipe}"
     assert dict(figures.report.labels) == {"recipe": "{recipe}", "seed": "{seed}"}
     assert by_name(config)["measure"].report is None

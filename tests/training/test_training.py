@@ -22,7 +22,7 @@ from twoscale.__main__ import main
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.params import LoopSchedule, TrainParams, params_hash
+from twoscale.pipeline.params import LoopSchedule, TrainParams, params_hash, read_raw
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows
 from twoscale.training.device import training_dtype
 from twoscale.training.trainer import (
@@ -398,7 +398,7 @@ def write_data_dir(path: Path) -> None:
 
 
 def write_params(path: Path, **train) -> None:
-    raw = yaml.safe_load((ROOT / "configs/smoke.yaml").read_text())
+    raw = read_raw(ROOT / "configs/smoke.yaml")
     raw["runtime"].update(device="cpu", threads=1)
     raw["model"]["dropout"] = 0.1  # the global RNG state must be restored too
     # 80 steps after the checkpoint at 20: a wide window to kill the run before it ends

@@ -17,7 +17,7 @@ from twoscale.pipeline.params import ParamsError, read_raw, results_root
 from twoscale.stages.validation import read_params
 from twoscale.training.device import uses_cuda
 
-# `--configfile X` picks another complete parameter set.
+# `--configfile X` picks another parameter set (a file that changes params.yaml: its `base`).
 PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
 
 # A bad parameter file stops the run with one line naming the key (a WorkflowError would put its own header and a
@@ -36,7 +36,8 @@ except ParamsError as exc:
     sys.exit(f"error: {exc}")
 if workflow.config_settings.config:
     sys.exit("error: parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
-config.clear()  # the file alone: Snakemake would deep-merge it into params.yaml
+config.clear()  # the set the file resolves to, not Snakemake's own deep merge of it into params.yaml (which keeps
+# the entries an overlay drops)
 config.update(read_raw(SNAPSHOT))
 validate(config, "../schemas/params.schema.json")
 # Jobs read the snapshot through --params. Rules pass it as a Path: Snakemake leaves a parameter it cannot serialise

@@ -20,9 +20,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import yaml
+
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
-from twoscale.pipeline.params import HASH_CHARS, ParamsError
+from twoscale.pipeline.params import HASH_CHARS, ParamsError, is_overlay, read_raw
 
 WRITTEN = ("data", "results")  # what the pipeline writes
 SNAPSHOTS = Path(".snakemake/twoscale/params")
@@ -30,11 +32,16 @@ SNAPSHOT_ENV = "TWOSCALE_PARAMS_SNAPSHOT"  # how the jobs Snakemake spawns (on a
 
 
 def params_snapshot(path: str | Path, folder: Path = SNAPSHOTS) -> Path:
-    """A copy of the parameter file at `path` in `folder`, named by a hash of its content (written once)."""
+    """A copy of the parameter set at `path` in `folder`, named by a hash of its content (written once): the file's
+    bytes, or for an overlay the whole set it resolves to (`params.read_raw`), so that every job reads one complete
+    set however its base changes while the run is under way."""
     try:
         content = Path(path).read_bytes()
     except OSError as exc:
         raise ParamsError(f"{path}: cannot read ({exc.strerror})") from None
+    with contextlib.suppress(yaml.YAMLError):
+        if is_overlay(yaml.safe_load(content)):
+            content = yaml.safe_dump(read_raw(path), sort_keys=False).encode()
     snapshot = folder / f"{hashlib.sha256(content).hexdigest()[:HASH_CHARS]}.yaml"
     if not snapshot.is_file():
         with atomic_path(snapshot, now=True) as tmp:

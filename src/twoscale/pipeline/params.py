@@ -208,10 +208,14 @@ class Recipe(Section):
 
 
 def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """base with changes applied key by key; nested mappings merge, everything else is replaced."""
+    """base with changes applied key by key; nested mappings merge, everything else is replaced, and a mapping set
+    to null is removed (a parameter set's way to drop a recipe, teacher or strategy of the base)."""
     out = dict(base)
     for key, value in changes.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        if value is None and isinstance(out.get(key), dict):
+            del out[key]
+        else:
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 
@@ -524,12 +528,40 @@ def parse_params(raw: Any, source: str = "params") -> Params:
         raise ParamsError(f"{source}: {_describe_error(errors[0])}{more}") from None
 
 
+BASE = "base"  # an overlay's key: the parameter file it changes, relative to the overlay's own folder
+MOST_BASES = 8  # overlays over overlays, at most this deep
+
+
 def read_raw(path: str | Path, name: str | None = None) -> Any:
-    """The parameter file as parsed YAML; ParamsError in one line, naming it `name` (a copy's original, say) or its
-    path, if it cannot be read or parsed."""
-    shown = name or str(path)
+    """The parameter set a file holds, as parsed YAML: the file itself, or, for an overlay (a file with a `base`
+    key), its base with the overlay's changes merged in (`merge`). ParamsError in one line, naming it `name` (a
+    copy's original, say) or its path, if it or a base cannot be read or parsed."""
+    return _resolved(Path(path), name or str(path), MOST_BASES)
+
+
+def is_overlay(raw: Any) -> bool:
+    return isinstance(raw, dict) and BASE in raw
+
+
+def _resolved(path: Path, shown: str, depth: int) -> Any:
+    raw = _parsed(path, shown)
+    if not is_overlay(raw):
+        return raw
+    base = raw.pop(BASE)
+    if not isinstance(base, str):
+        raise ParamsError(f"{shown}: base = {base!r}: give the path of the parameter file this one changes")
+    if depth == 0:
+        raise ParamsError(f"{shown}: more than {MOST_BASES} overlays deep (does a base lead back to itself?)")
+    base_path = path.parent / base
+    base_raw = _resolved(base_path, f"{shown}: base {base_path}", depth - 1)
+    if not isinstance(base_raw, dict):
+        raise ParamsError(f"{shown}: base {base_path}: not a mapping of sections")
+    return merge(base_raw, raw)
+
+
+def _parsed(path: Path, shown: str) -> Any:
     try:
-        return yaml.safe_load(Path(path).read_text())
+        return yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ParamsError(f"{shown}: parameter file not found") from None
     except IsADirectoryError:
