@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from workspace import ROOT, copy_repository, run
 
+from twoscale.claims.by_recipe import verdict_table, with_verdict_table
+
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 BASH_BLOCK = re.compile(r"```bash\n(.*?)```", re.S)
@@ -61,20 +63,11 @@ def test_nothing_cites_a_document_the_repository_lacks(document):
 
 
 def test_the_readme_verdicts_are_those_of_the_committed_claims():
+    """The README's table is what `python -m twoscale readme` writes from the committed claims.json: every
+    registered claim by its title, each recipe's verdict."""
     readme = (ROOT / "README.md").read_text()
-    table = readme.split("<!-- verdicts: results/claims.json")[1].split("\n\n")[0].splitlines()[1:]
-    header, rows = [cell.strip(" `") for cell in table[0].strip("|").split("|")], table[2:]
-    committed = {row["claim"]: row["recipes"] for row in json.loads((ROOT / "results/claims.json").read_text())["summary"]}
-    shown = {}
-    for row in rows:
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        claim = re.match(r"\[(\w+)\]", cells[0]).group(1)
-        shown[claim] = dict(zip(header[1:], cells[1:]))
-    assert shown.keys() == committed.keys()
-    for claim, verdicts in shown.items():
-        for recipe, verdict in verdicts.items():
-            expected = committed[claim].get(recipe, {}).get("verdict", "not measured")
-            assert verdict == expected, f"README says {claim} for {recipe} is '{verdict}', claims.json '{expected}'"
+    summary = json.loads((ROOT / "results/claims.json").read_text())["summary"]
+    assert with_verdict_table(readme, verdict_table(summary)) == readme, "run: python -m twoscale readme"
 
 
 def needs_a_cluster(words: list[str]) -> bool:

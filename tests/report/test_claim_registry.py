@@ -35,7 +35,8 @@ def _c3b_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headli
             {f"late cosine g{g['group']}": g["late_cosine"] for g in groups})
 
 
-C3B = Claim(id="C3b", system="geometry", statement="Late consecutive steps are nearly orthogonal (ours).",
+C3B = Claim(id="C3b", system="geometry", title="late steps nearly orthogonal",
+            statement="Late consecutive steps are nearly orthogonal (ours).",
             test=f"Last checkpoint, per group: |mean late cosine| <= {C3B_MAX_COSINE}.", reads=("geometry",),
             verdict=late_steps_orthogonal, measured=_c3b_measured)
 

@@ -10,6 +10,7 @@ import pytest
 from workspace import ROOT
 
 from twoscale.claims.by_recipe import (
+    VERDICTS_MARK,
     number,
     recipe_verdict,
     spread,
@@ -17,8 +18,11 @@ from twoscale.claims.by_recipe import (
     summarise,
     to_json,
     to_markdown,
+    verdict_table,
+    with_verdict_table,
 )
 from twoscale.claims.table import REGISTRY
+from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.tables import origins
 
 
@@ -129,3 +133,19 @@ def test_every_claim_links_to_its_test_in_the_methods_documents():
     headings = re.findall(r"^## (\S+)$", (ROOT / "docs/claims.md").read_text(), flags=re.MULTILINE)
     anchors = {"#" + heading.lower() for heading in headings}
     assert {c.id: c.section in anchors for c in REGISTRY} == dict.fromkeys((c.id for c in REGISTRY), True)
+
+
+def test_the_verdict_table_names_each_claim_by_its_title_and_fills_what_was_not_measured():
+    summary = [{"claim": "C1", "recipes": {"paper": {"verdict": "mixed"}}},
+               {"claim": "C8", "recipes": {"plain": {"verdict": "reproduced"}}}]
+    assert verdict_table(summary).splitlines() == [
+        "| claim | `paper` | `plain` |", "|---|---|---|",
+        "| [C1](docs/claims.md#c1) steps shrink within 5–10 loops | mixed | not measured |",
+        "| [C8](docs/claims.md#c8) 2 shared blocks recover ≥ 90% of the teacher | not measured | reproduced |"]
+
+
+def test_the_verdict_table_replaces_the_lines_after_its_mark_only():
+    readme = f"intro\n\n{VERDICTS_MARK} -->\n| old |\n|---|\n\nafter\n"
+    assert with_verdict_table(readme, "| new |") == f"intro\n\n{VERDICTS_MARK} -->\n| new |\n\nafter\n"
+    with pytest.raises(TwoscaleError, match="no line starting"):
+        with_verdict_table("no table here\n", "| new |")

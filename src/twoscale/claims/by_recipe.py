@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twoscale.claims.table import claim as claim_record
+from twoscale.pipeline.errors import TwoscaleError
 
 Runs = Mapping[tuple[str, int], Sequence[Mapping[str, Any]]]
 
@@ -138,3 +139,28 @@ def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[
                         for (recipe, seed), rows in runs.items()],
                "origins": list(origins)}
     return json.dumps(payload, indent=2, allow_nan=False) + "\n"
+
+
+VERDICTS_MARK = "<!-- verdicts: results/claims.json"  # the README's table of verdicts follows this line
+
+
+def verdict_table(summary: Sequence[Mapping[str, Any]], docs: str = "docs/claims.md") -> str:
+    """The README's table: every claim of the summary, named by its id (linked to its section of `docs`) and its
+    registered title, with each recipe's verdict ('not measured' where the claim was not read on it)."""
+    recipes = list(dict.fromkeys(recipe for row in summary for recipe in row["recipes"]))
+    lines = ["| claim | " + " | ".join(f"`{recipe}`" for recipe in recipes) + " |", "|---|" + "---|" * len(recipes)]
+    for row in summary:
+        record = claim_record(row["claim"])
+        verdicts = [row["recipes"].get(recipe, {}).get("verdict", "not measured") for recipe in recipes]
+        lines.append(f"| [{record.id}]({docs}{record.section}) {record.title} | " + " | ".join(verdicts) + " |")
+    return "\n".join(lines)
+
+
+def with_verdict_table(readme: str, table: str) -> str:
+    """The README with the table after VERDICTS_MARK (up to the next blank line) replaced by `table`."""
+    head, mark, rest = readme.partition(VERDICTS_MARK)
+    if not mark:
+        raise TwoscaleError(f"no line starting {VERDICTS_MARK!r} to put the table of verdicts after")
+    mark_line, _, after = rest.partition("\n")
+    _, blank, tail = after.partition("\n\n")
+    return head + mark + mark_line + "\n" + table + blank + tail

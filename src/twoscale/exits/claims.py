@@ -96,6 +96,7 @@ _LO, _HI = C6_PAPER_RANGE
 C6 = Claim(
     id="C6",
     system="exits",
+    title="the acceleration exit cuts latency at flat perplexity",
     statement="Acceleration exit cuts latency by up to ~38% (about 580 → 360 ms/token) while perplexity stays "
     "essentially flat across thresholds; the first-order exit degrades perplexity beyond τ ≈ 1e-3; "
     "the KL exit stays slower.",
@@ -147,6 +148,7 @@ def _c6b_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame |
 C6B = Claim(
     id="C6b",
     system="exits",
+    title="the same, against the best fixed depth",
     statement="The same claim, read against the best fixed depth (added after seeing the numbers).",
     test=f"Reference K* = the fixed loop count with the lowest perplexity; 'within 1%' = perplexity ≤ "
     f"{1 + WITHIN:g} × K*'s; best points and latency ratios as in C6. (a) '{C6_ACCELERATION}''s best "

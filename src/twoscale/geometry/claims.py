@@ -48,6 +48,7 @@ def _s_measured(verdict: Verdict, loss_vs_loops: pl.DataFrame) -> tuple[str, Hea
 S = Claim(
     id="S",
     system="geometry",
+    title="more loops do not break the model",
     statement="Precondition, not a claim of the paper: more loops do not break the model, so its loop dynamics are "
     "worth measuring.",
     test=f"Last checkpoint, validation loss with every group looped K times: loss at the largest K measured <= "
@@ -73,6 +74,7 @@ def _c1_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
 C1 = Claim(
     id="C1",
     system="geometry",
+    title="steps shrink within 5–10 loops",
     statement="Step sizes shrink quickly with k, within about 5-10 steps.",
     test=f"Last checkpoint, per group, mean step size ‖Δ^(k)‖: s({C1_K_SETTLED}) <= {C1_MAX_RATIO} × s(1), "
     f"and the fall after k={C1_K_SETTLED} is smaller than the fall before it "
@@ -105,6 +107,7 @@ def _c2_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
 C2 = Claim(
     id="C2",
     system="geometry",
+    title="steps shrink across training",
     statement="Across training, loop steps get smaller: the decay with k gets faster in later checkpoints.",
     test=f"First vs last checkpoint, per group: s(k*)/s(1) with k* = min({C2_K_SETTLED}, K) is lower at the "
     f"last checkpoint, and the mean over k of the relative step size ‖Δ^(k)‖/‖x^(k−1)‖ is lower. "
@@ -133,6 +136,7 @@ def _c3_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
 C3 = Claim(
     id="C3",
     system="geometry",
+    title="late consecutive-step cosine 0.5–0.65",
     statement=f"Consecutive-step cosine rises and settles around {C3_BAND[0]}-{C3_BAND[1]} late in training "
     "(the text also says steps grow 'increasingly orthogonal').",
     test=f"Last checkpoint, per group, mean of cos(Δ^(k), Δ^(k−1)) over the last half of the loop steps "
@@ -171,6 +175,7 @@ def _c4_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
 C4 = Claim(
     id="C4",
     system="geometry",
+    title="drift-to-loop ratio ≫ 1 at every hand-off",
     statement="The drift-to-loop ratio is much greater than 1 at every hand-off.",
     test=f"Last checkpoint: median over tokens of DLR_K = ‖x_h^(1) − x_g^(K_g)‖ / mean_(k≤K) ‖Δ_g^(k)‖ at "
     f"K = min({C4_DLR_LOOPS}, loops measured) is ≥ {C4_MIN_DLR:g} at every hand-off ('≫ 1' read as at "
@@ -211,6 +216,7 @@ def _c5_measured(verdict: Verdict, *tables: pl.DataFrame | None) -> tuple[str, H
 C5 = Claim(
     id="C5",
     system="geometry",
+    title="tight spirals within groups, big jumps between",
     statement="Within groups the trajectory is a tight spiral; between groups it makes large jumps.",
     test=f"Last checkpoint. Large jumps: median DLR_K ≥ {C5_MIN_DLR:g} at every hand-off (K as in C4). Spiral: "
     f"in every group the mean turning angle arccos(cos(Δ^(k), Δ^(k−1))) over k ≥ 2 (steps above the "

@@ -28,13 +28,14 @@ Headline = Mapping[str, float | None]
 class Claim:
     """One claim of the sources (or of ours, said so in its statement), read from a run's tables.
 
-    `test` says how it is tested (a function of the verdict where the test reads parameters). `reads` names the
+    `title` names it in a few words; `test` says how it is tested (a function of the verdict where the test reads parameters). `reads` names the
     tables the verdict takes, in its argument order; the claim is read where the first of them is given (the others
     may be missing: None). `verdict` is the pure verdict on them; `measured` puts the verdict (and the same tables)
     in words: the measured text and the headline numbers."""
 
     id: str
     system: str
+    title: str  # a few words, for the README's table of verdicts
     statement: str
     test: str | Callable[[Verdict], str]
     reads: tuple[str, ...]

@@ -76,6 +76,7 @@ def _c7_test(verdict: Speedup) -> str:
 C7 = Claim(
     id="C7",
     system="sampler",
+    title="the parallel sampler: 4–5× tokens/s at equal quality",
     statement="The parallel (diffusion-forcing) sampler gives 4–5× more tokens/s than static autoregressive sampling "
     "at 32 recurrences, with about equal accuracy (Geiping et al., arXiv 2510.14961; docs/claims.md#c7).",
     test=_c7_test,
@@ -102,6 +103,7 @@ def _c7b_measured(verdict: Speedup, summary: pl.DataFrame, speed: pl.DataFrame |
 C7B = Claim(
     id="C7b",
     system="sampler",
+    title="the sampler against decoding at the fewest loops of equal quality",
     statement="The same sampler against ordinary decoding at the fewest loops of about equal quality (ours).",
     test=f"The fastest sampler setting of about equal quality (as in C7) against ordinary decoding at the fewest "
     f"loops of about equal quality (any loop count of sample.baseline_loops; chosen by loops, not by timing), "

@@ -35,6 +35,7 @@ def _c8_measured(verdict: Verdict, recovery: pl.DataFrame) -> tuple[str, Headlin
 C8 = Claim(
     id="C8",
     system="surrogates",
+    title="2 shared blocks recover ≥ 90% of the teacher",
     statement="A trained transformer's L layers can be rewritten as k ≪ L shared blocks applied recurrently: 2 blocks "
     "recover 96% of DINOv2's linear-probe accuracy (Raptor, arXiv 2512.19941; docs/claims.md#c8).",
     test=f"For a plain GPT: the {C8_BLOCKS}-block surrogate (max-cut phases, two-stage distillation), read through "
@@ -60,6 +61,7 @@ def _c8b_measured(verdict: Verdict, recovery: pl.DataFrame) -> tuple[str, Headli
 C8B = Claim(
     id="C8b",
     system="surrogates",
+    title="the 2-block surrogate beats 2 layers trained from scratch",
     statement="Distilling the teacher's depth into 2 shared blocks beats training 2 layers from scratch (ours).",
     test=f"Reproduced if the {C8_BLOCKS}-block surrogate's recovered fraction exceeds that of a {C8_BLOCKS}-layer "
     f"plain GPT trained from scratch with the teacher's training parameters on the same tokens. Fixed with C8, "
