@@ -423,6 +423,13 @@ def test_an_overlay_merges_mappings_replaces_the_rest_and_drops_a_named_entry_se
                               "data": {"max_chars": None, "text_files": ["c"]}}  # null over a value: null
 
 
+def test_an_overlay_over_the_set_it_resolves_to_gives_that_set_again(tmp_path):
+    resolved = overlay(tmp_path, "resolved.yaml", yaml.safe_dump(read_raw(ROOT / "configs/smoke.yaml")))
+    again = overlay(tmp_path, "again.yaml", (ROOT / "configs/smoke.yaml").read_text().replace(
+        "base: ../params.yaml", "base: resolved.yaml"))
+    assert read_raw(again) == read_raw(resolved)  # smoke drops kl_head, which the resolved set lacks already
+
+
 def test_overlays_chain_and_each_base_is_found_from_its_own_folder(tmp_path):
     (tmp_path / "sets").mkdir()
     overlay(tmp_path, "base.yaml", "a: {x: 1, y: 1, z: 1}\n")

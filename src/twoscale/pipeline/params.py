@@ -209,11 +209,12 @@ class Recipe(Section):
 
 def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """base with changes applied key by key; nested mappings merge, everything else is replaced, and a mapping set
-    to null is removed (a parameter set's way to drop a recipe, teacher or strategy of the base)."""
+    to null is removed (a parameter set's way to drop a recipe, teacher or strategy of the base; one the base lacks
+    stays absent, so an overlay applied to the set it resolves to gives that set again)."""
     out = dict(base)
     for key, value in changes.items():
-        if value is None and isinstance(out.get(key), dict):
-            del out[key]
+        if value is None and (isinstance(out.get(key), dict) or key not in out):
+            out.pop(key, None)
         else:
             out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
