@@ -23,12 +23,13 @@ from pathlib import Path
 import torch
 import yaml
 
+from twoscale.pipeline.params import read_raw
 from twoscale.training.trainer import read_checkpoint
 
 
 def write_params(source: Path, target: Path, steps: int) -> int:
     """`source` with `steps` training steps and checkpoints at half of them and at the end; the first one."""
-    raw = yaml.safe_load(source.read_text())
+    raw = read_raw(source)  # an overlay (configs/*.yaml) resolved
     first = steps // 2
     raw["train"].update(steps=steps, checkpoint_steps=[first, steps],
                         warmup_steps=min(raw["train"]["warmup_steps"], first),

@@ -513,7 +513,7 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert all(r.info.status == "FINISHED" for r in runs)
 
     snakemake_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["snakemake"].info.run_id]
-    smoke = read_raw(first_run / "configs/smoke.yaml")
+    smoke = read_raw(ROOT / "configs/smoke.yaml")  # the copy's own overlay would read the resolved set as its base
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
     per_run = ["train", *["measure"] * n_checkpoints, *["sweep"] * n_strategies, "latency"]

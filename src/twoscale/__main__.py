@@ -29,8 +29,13 @@ def stage_commands() -> dict[str, str]:
     found = {}
     for path in sorted(STAGE_DIR.glob("*.py")):
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["HELP"]:
-                found[path.stem] = ast.literal_eval(node.value)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) and node.value is not None else []
+            if [getattr(target, "id", None) for target in targets] == ["HELP"]:
+                try:
+                    found[path.stem] = ast.literal_eval(node.value)
+                except ValueError:
+                    raise TwoscaleError(f"{path}: HELP must be a plain string (read without importing the stage)")
     order = [name for name in dependencies.STAGES if name in found]
     return {name: found[name] for name in [*order, *sorted(set(found) - set(order))]}
 

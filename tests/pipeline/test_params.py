@@ -423,11 +423,18 @@ def test_an_overlay_merges_mappings_replaces_the_rest_and_drops_a_named_entry_se
                               "data": {"max_chars": None, "text_files": ["c"]}}  # null over a value: null
 
 
-def test_an_overlay_over_the_set_it_resolves_to_gives_that_set_again(tmp_path):
-    resolved = overlay(tmp_path, "resolved.yaml", yaml.safe_dump(read_raw(ROOT / "configs/smoke.yaml")))
-    again = overlay(tmp_path, "again.yaml", (ROOT / "configs/smoke.yaml").read_text().replace(
-        "base: ../params.yaml", "base: resolved.yaml"))
-    assert read_raw(again) == read_raw(resolved)  # smoke drops kl_head, which the resolved set lacks already
+def test_an_overlay_dropping_an_entry_the_base_lacks_is_refused(tmp_path):
+    overlay(tmp_path, "base.yaml", "recipes: {paper: {}, huginn: {}}\n")
+    typo = overlay(tmp_path, "typo.yaml", "base: base.yaml\nrecipes: {huggin: null}\n")
+    with pytest.raises(ParamsError, match=r"typo.yaml: recipes.huggin: null drops an entry of the base, which has"):
+        read_raw(typo)
+
+
+def test_a_recipe_change_set_to_null_is_still_an_unknown_key_not_a_drop():
+    raw = read_raw(ROOT / "params.yaml")
+    raw["recipes"]["paper"] = {"model": {"injecton": None}}
+    with pytest.raises(ParamsError, match="injecton"):
+        parse_params(raw)
 
 
 def test_overlays_chain_and_each_base_is_found_from_its_own_folder(tmp_path):

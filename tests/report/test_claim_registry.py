@@ -16,6 +16,7 @@ from twoscale.claims import table
 from twoscale.claims.by_recipe import summarise, to_markdown
 from twoscale.geometry import claims as geometry_claims
 from twoscale.geometry.verdicts import step_cosine_settles
+from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.claim import Claim, Headline, fmt
 from twoscale.report.verdicts import Verdict
 
@@ -66,5 +67,5 @@ def test_every_registered_claim_is_complete_unique_and_has_its_section():
 
 
 def test_an_unknown_claim_is_a_clear_error():
-    with pytest.raises(KeyError, match="no claim 'C9'"):
+    with pytest.raises(TwoscaleError, match="no claim 'C9' is registered"):
         table.claim("C9")

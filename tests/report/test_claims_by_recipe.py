@@ -147,5 +147,7 @@ def test_the_verdict_table_names_each_claim_by_its_title_and_fills_what_was_not_
 def test_the_verdict_table_replaces_the_lines_after_its_mark_only():
     readme = f"intro\n\n{VERDICTS_MARK} -->\n| old |\n|---|\n\nafter\n"
     assert with_verdict_table(readme, "| new |") == f"intro\n\n{VERDICTS_MARK} -->\n| new |\n\nafter\n"
+    first = f"{VERDICTS_MARK} -->\n\npara one\n\npara two"  # no table yet: nothing else goes
+    assert with_verdict_table(first, "| new |") == f"{VERDICTS_MARK} -->\n| new |\n\npara one\n\npara two"
     with pytest.raises(TwoscaleError, match="no line starting"):
         with_verdict_table("no table here\n", "| new |")

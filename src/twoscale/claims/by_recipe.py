@@ -93,7 +93,7 @@ def _cell(text: Any) -> str:
 def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = (),
                 docs: str | None = None) -> str:
     """The claims per recipe (verdict and headline numbers with their spread over seeds), what computed them
-    (`tables.origins` entries), the tests, and every run's own measurements. With `docs` (the path of
+    (`report.tables.origins` entries), the tests, and every run's own measurements. With `docs` (the path of
     docs/claims.md from where the table is written) every claim's name links to its test there."""
     recipes = recipes_of(runs)
     lines = [
@@ -157,10 +157,13 @@ def verdict_table(summary: Sequence[Mapping[str, Any]], docs: str = "docs/claims
 
 
 def with_verdict_table(readme: str, table: str) -> str:
-    """The README with the table after VERDICTS_MARK (up to the next blank line) replaced by `table`."""
-    head, mark, rest = readme.partition(VERDICTS_MARK)
-    if not mark:
+    """The README with the table right after the line starting VERDICTS_MARK (its lines starting with "|", none if
+    there is no table yet) replaced by `table`."""
+    lines = readme.split("\n")
+    marks = [i for i, line in enumerate(lines) if line.startswith(VERDICTS_MARK)]
+    if not marks:
         raise TwoscaleError(f"no line starting {VERDICTS_MARK!r} to put the table of verdicts after")
-    mark_line, _, after = rest.partition("\n")
-    _, blank, tail = after.partition("\n\n")
-    return head + mark + mark_line + "\n" + table + blank + tail
+    end = start = marks[0] + 1
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join([*lines[:start], table, *lines[end:]])

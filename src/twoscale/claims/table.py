@@ -29,7 +29,7 @@ def claim(claim_id: str) -> Claim:
     """The record of a claim by its id ("C6b")."""
     found = [c for c in REGISTRY if c.id == claim_id]
     if not found:
-        raise KeyError(f"no claim {claim_id!r}; claims: {', '.join(c.id for c in REGISTRY)}")
+        raise TwoscaleError(f"no claim {claim_id!r} is registered (claims: {', '.join(c.id for c in REGISTRY)})")
     return found[0]
 
 
@@ -41,7 +41,7 @@ def rows(frames: Mapping[str, pl.DataFrame | None]) -> list[dict[str, Any]]:
 def claims_table(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     """A looped run's rows: C1-C5 from the geometry stage's frames (needs 'geometry', uses 'depth'/'trajectory' if
     given), led by the precondition S when 'loss_vs_loops' is given, C6 when the early-exit 'sweep' table is given,
-    and C7 when the sampler's 'sample' summary (`tables.sampling_summary`) has rows (its speed verdicts read the
+    and C7 when the sampler's 'sample' summary (`sampler.tables.sampling_summary`) has rows (its speed verdicts read the
     paired rounds of 'sample_speed'; without them they are inconclusive)."""
     if "geometry" not in frames:
         raise TwoscaleError("claims: no geometry table given")
@@ -56,7 +56,7 @@ def surrogate_claims(recovery: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def computations(tables: dict[str, pl.DataFrame], runs: list[tuple[str, int]]) -> list[dict]:
-    """What computed the numbers of every run (`tables.origins`), run by run (`runs`: the looped runs, then the
+    """What computed the numbers of every run (`report.tables.origins`), run by run (`runs`: the looped runs, then the
     teacher runs): the training, the geometry (with its precision floor), the early exit's quality and timings,
     the sampler where it ran, and the teachers' training and distillation ('recovery')."""
     geometry = tables["geometry"]

@@ -2,7 +2,7 @@
 position at a time. Autoregressive generation (one sequence, the next token picked from the logits) and the sweep's
 teacher-forced quality (a batch of held-out windows, the next token given) are this one computation, so the quality
 the sweep reports is the quality of the decoding whose latency it times (the sweep computes it on all positions at
-once where its rules allow: `early_exit`).
+once where its rules allow: `exits.teacher_forced`).
 
 KV-cache convention for exited positions (Geiping et al.): each layer keeps one cache entry per position for every
 time it ran (single-pass layers once, layers of a looped group once per loop step). A position that left group g

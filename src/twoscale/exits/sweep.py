@@ -23,7 +23,6 @@ from twoscale.decoding.rules import ExitRule, make_rule
 from twoscale.exits.teacher_forced import evaluate_settings
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline.params import ParamsError, SweepParams
-from twoscale.training.batches import evaluation_starts
 
 SWEPT_KEYS = {"fixed": "loops", "argmax": "hits"}
 
@@ -57,12 +56,6 @@ def check_strategies(sweep: SweepParams) -> None:
                 rules_at(strategy.spec, setting, 1, sweep.max_loops)
             except (ValueError, TypeError) as exc:
                 raise ParamsError(f"sweep.strategies.{name}: {exc}") from None
-
-
-def held_out_prompts(val_ids: np.ndarray, n_prompts: int, prompt_tokens: int) -> list[list[int]]:
-    """Prompts of `prompt_tokens` held-out tokens, spread evenly over the validation array."""
-    starts = evaluation_starts(len(val_ids), prompt_tokens, n_prompts)
-    return [val_ids[start : start + prompt_tokens].astype(np.int64).tolist() for start in starts]
 
 
 def latency_ms_per_token(

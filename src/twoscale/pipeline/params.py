@@ -208,15 +208,28 @@ class Recipe(Section):
 
 
 def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """base with changes applied key by key; nested mappings merge, everything else is replaced, and a mapping set
-    to null is removed (a parameter set's way to drop a recipe, teacher or strategy of the base; one the base lacks
-    stays absent, so an overlay applied to the set it resolves to gives that set again)."""
+    """base with changes applied key by key; nested mappings merge, everything else is replaced."""
     out = dict(base)
     for key, value in changes.items():
-        if value is None and (isinstance(out.get(key), dict) or key not in out):
-            out.pop(key, None)
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def overlaid(base: dict[str, Any], changes: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """An overlay's changes over its base, as `merge`, where a mapping set to null is removed (a parameter set's way
+    to drop a recipe, teacher or strategy of the base); null for a key the base lacks names nothing to drop, a
+    ParamsError."""
+    out = dict(base)
+    for key, value in changes.items():
+        name = f"{prefix}{key}"
+        if value is None and isinstance(out.get(key), dict):
+            del out[key]
+        elif value is None and key not in out:
+            raise ParamsError(f"{name}: null drops an entry of the base, which has none of this name")
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = overlaid(out[key], value, f"{name}.")
         else:
-            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+            out[key] = value
     return out
 
 
@@ -535,7 +548,7 @@ MOST_BASES = 8  # overlays over overlays, at most this deep
 
 def read_raw(path: str | Path, name: str | None = None) -> Any:
     """The parameter set a file holds, as parsed YAML: the file itself, or, for an overlay (a file with a `base`
-    key), its base with the overlay's changes merged in (`merge`). ParamsError in one line, naming it `name` (a
+    key), its base with the overlay's changes merged in (`overlaid`). ParamsError in one line, naming it `name` (a
     copy's original, say) or its path, if it or a base cannot be read or parsed."""
     return _resolved(Path(path), name or str(path), MOST_BASES)
 
@@ -557,7 +570,10 @@ def _resolved(path: Path, shown: str, depth: int) -> Any:
     base_raw = _resolved(base_path, f"{shown}: base {base_path}", depth - 1)
     if not isinstance(base_raw, dict):
         raise ParamsError(f"{shown}: base {base_path}: not a mapping of sections")
-    return merge(base_raw, raw)
+    try:
+        return overlaid(base_raw, raw)
+    except ParamsError as exc:
+        raise ParamsError(f"{shown}: {exc}") from None
 
 
 def _parsed(path: Path, shown: str) -> Any:

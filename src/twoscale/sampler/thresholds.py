@@ -1,6 +1,6 @@
 """The pre-registered thresholds of C7 and C7b on the parallel sampler, fixed from the sources' wording before
-looking at any measured number. The figures draw some of them as reference lines and the verdicts test against them,
-so this module imports nothing."""
+looking at any measured number. The verdicts test against them; no figure or measuring stage reads them, so an edit
+reruns the claims alone. This module imports nothing."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from twoscale.benchmark import sampler_medians, step_costs, strategy_latency, training_throughput
-from twoscale.exits.sweep import held_out_prompts, never_exit_setting
+from twoscale.exits.sweep import never_exit_setting
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.pipeline.params import Params, RunParams, results_root
@@ -28,6 +28,7 @@ from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument
 from twoscale.stages.validation import read_params
+from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import (
     configure_torch,
     datasheet_tflops,

@@ -15,11 +15,12 @@ from twoscale.claims.table import claims_table, computations, surrogate_claims
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import read_parquet, run_subdir, write_text
+from twoscale.pipeline.io import read_csv, read_parquet, run_subdir, write_text
 from twoscale.pipeline.params import params_hash
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
 from twoscale.stages.common import add_params_argument, load
+from twoscale.surrogates.tables import read_recovery
 
 HELP = "put the paper's findings beside our numbers, with verdicts"
 
@@ -62,10 +63,7 @@ def read_sample_table(directory: Path, runs: list[tuple[str, int]], name: str) -
     """One table of the sample stage (a file of SAMPLE_TABLES) of these runs, stacked."""
     frames = []
     for recipe, seed in runs:
-        path = directory / run_subdir(recipe, seed) / name
-        if not path.exists():
-            raise TwoscaleError(f"{path}: not found (run the sample stage first)")
-        frames.append(pl.read_csv(path))
+        frames.append(read_csv(directory / run_subdir(recipe, seed) / name, "the sample stage"))
     return pl.concat(frames, how="diagonal_relaxed")
 
 
@@ -78,9 +76,7 @@ def run(args: argparse.Namespace) -> None:
     runs = {(recipe, seed): claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()})
             for recipe, seed in params.runs()}
     if params.teachers:
-        if not args.recovery.exists():
-            raise TwoscaleError(f"{args.recovery}: not found (run the surrogates stage first)")
-        recovery = tables["recovery"] = pl.read_csv(args.recovery)
+        recovery = tables["recovery"] = read_recovery(args.recovery)
         runs |= {(teacher, seed): surrogate_claims(recovery.filter((pl.col("teacher") == teacher)
                                                                    & (pl.col("seed") == seed)))
                  for teacher, seed in params.teacher_runs()}

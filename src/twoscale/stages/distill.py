@@ -1,7 +1,7 @@
 """Stage `distill`: a k-block surrogate of one teacher run and its control (one job per teacher, seed and k).
 
 The surrogate gets one shared block per phase of the phases stage's max-cut for this k and is distilled in two
-stages (`training.distillation`); the control is a plain GPT of k layers trained from scratch on the same tokens
+stages (`surrogates.distillation`); the control is a plain GPT of k layers trained from scratch on the same tokens
 with the teacher's training parameters. Both are evaluated beside the teacher on held-out windows: cross-entropy,
 the recovered fraction of the teacher's improvement over the unigram baseline, KL to the teacher, and the
 surrogate's per-layer R².

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.exits.sweep import held_out_prompts, latency_ms_per_token, timed_rounds
+from twoscale.exits.sweep import latency_ms_per_token, timed_rounds
 from twoscale.exits.tables import compared_points
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet, write_parquet
@@ -20,6 +20,7 @@ from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, log_sections
 from twoscale.stages.validation import read_params
+from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
 
 HELP = "time every early-exit setting on the final checkpoint, in paired rounds"

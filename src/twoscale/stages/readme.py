@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from twoscale.claims.by_recipe import verdict_table, with_verdict_table
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_text
+from twoscale.report.claim import CLAIMS_DOC
 
 HELP = "write the README's table of verdicts from results/claims.json"
 
@@ -24,4 +26,5 @@ def run(args: argparse.Namespace) -> None:
         summary = json.loads(args.claims.read_text())["summary"]
     except (ValueError, KeyError, TypeError):
         raise TwoscaleError(f"{args.claims}: not a claims.json of the claims stage") from None
-    write_text(args.readme, with_verdict_table(args.readme.read_text(), verdict_table(summary)))
+    docs = Path(os.path.relpath(CLAIMS_DOC, args.readme.resolve().parent)).as_posix()
+    write_text(args.readme, with_verdict_table(args.readme.read_text(), verdict_table(summary, docs)))

@@ -15,7 +15,6 @@ from typing import Any
 import polars as pl
 from tqdm import tqdm
 
-from twoscale.exits.sweep import held_out_prompts
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
@@ -33,6 +32,7 @@ from twoscale.sampler.comparison import (
 from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, log_sections
+from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
 
 HELP = "the parallel sampler against ordinary cached decoding on one run's final checkpoint"
@@ -45,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out-dir", type=Path, required=True,
-                        help="writes sample.parquet (per prompt), summary.csv (per setting), speed.csv (the paired "
-                        "rounds) and tradeoff.png")
+                        help="writes sample.parquet (per prompt), summary.csv (per setting) and speed.csv (the "
+                        "paired rounds)")
 
 
 def paired_rounds(model: LoopedGPT, prompts: list[list[int]], sample: SampleParams, summary: pl.DataFrame

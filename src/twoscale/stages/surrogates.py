@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @torch.no_grad()
 def dynamics_rows(states_of: StatesOf, batches, labels: dict) -> list[dict]:
-    """One row per depth position: the three measures of `analysis.dynamics` (a measure of the step from this
+    """One row per depth position: the three measures of `surrogates.dynamics` (a measure of the step from this
     position to the next is NaN at the last position) and the relative depth position / (D − 1)."""
     dynamics = DepthDynamics()
     for idx, _ in batches:

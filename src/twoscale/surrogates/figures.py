@@ -122,7 +122,7 @@ def fig_surrogate_recovery(recovery: pl.DataFrame, layer_r2: pl.DataFrame, path:
 
 
 def fig_depth_dynamics(dynamics: pl.DataFrame, path: Path) -> None:
-    """The three measures of `analysis.dynamics` against relative depth, for the teachers (black), their
+    """The three measures of `surrogates.dynamics` against relative depth, for the teachers (black), their
     surrogates (by k) and the looped recipes (dashed); every seed a line of its own."""
     name = "fig_depth_dynamics"
     require(dynamics, "dynamics", ("model", "name", "seed", "blocks", "relative_depth", *MEASURES), name)

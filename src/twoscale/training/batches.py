@@ -55,3 +55,10 @@ def evaluate_loss(
         total += out.loss.item() * len(x)
     model.train(was_training)
     return total / n_windows
+
+
+def held_out_prompts(val_ids: np.ndarray, n_prompts: int, prompt_tokens: int) -> list[list[int]]:
+    """Prompts of `prompt_tokens` held-out tokens, spread evenly over the validation array (the latency, sample and
+    benchmark stages decode from them)."""
+    starts = evaluation_starts(len(val_ids), prompt_tokens, n_prompts)
+    return [val_ids[start : start + prompt_tokens].astype(np.int64).tolist() for start in starts]
