@@ -8,8 +8,6 @@ import argparse
 import logging
 from pathlib import Path
 
-import numpy as np
-
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_json, read_parquet
 from twoscale.pipeline.params import params_hash
@@ -35,6 +33,6 @@ def run(args: argparse.Namespace) -> None:
     distance = rows["distance"].to_numpy().reshape(layers, layers)
     phases = {int(k): [tuple(p) for p in v] for k, v in read_json(args.phases)["phases"].items()}
     with tracking.stage_run("phase_figures", params_hash(), run.tags):
-        figures.fig_teacher_phases(np.asarray(distance), phases, f"{run.recipe} (seed {run.seed})", args.out)
-        tracking.log_artifact(args.out)
+        figures.fig_teacher_phases(distance, phases, f"{run.recipe} (seed {run.seed})", args.out)
+        tracking.log_artifact(args.out, artifact_path="figures")
     log.info("phases figure of %s, seed %d: %s", run.recipe, run.seed, args.out)

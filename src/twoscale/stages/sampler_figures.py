@@ -29,5 +29,5 @@ def run(args: argparse.Namespace) -> None:
     summary = read_csv(args.summary, f"the sample stage for {run.recipe}, seed {run.seed}")
     with tracking.stage_run("sampler_figures", params_hash(), run.tags):
         figures.fig_sampler_tradeoff(summary, args.out)
-        tracking.log_artifact(args.out)
+        tracking.log_artifact(args.out, artifact_path="figures")
     log.info("sampler figure of %s, seed %d: %s", run.recipe, run.seed, args.out)
