@@ -558,9 +558,15 @@ def is_overlay(raw: Any) -> bool:
 
 
 def _resolved(path: Path, shown: str, depth: int) -> Any:
-    raw = _parsed(path, shown)
+    return resolved_from(_parsed(path, shown), path, shown, depth)
+
+
+def resolved_from(raw: Any, path: Path, shown: str, depth: int = MOST_BASES) -> Any:
+    """The set that `raw`, parsed from the file at `path`, holds: itself, or for an overlay its base (found from
+    `path`'s folder) with its changes merged in."""
     if not is_overlay(raw):
         return raw
+    raw = dict(raw)
     base = raw.pop(BASE)
     if not isinstance(base, str):
         raise ParamsError(f"{shown}: base = {base!r}: give the path of the parameter file this one changes")
