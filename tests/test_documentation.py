@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from workspace import ROOT, copy_repository, run
 
-from twoscale.claims.by_recipe import verdict_table, with_verdict_table
+from twoscale.claims.by_recipe import VERDICTS_MARK, verdict_table, with_verdict_table
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -68,6 +68,15 @@ def test_the_readme_verdicts_are_those_of_the_committed_claims():
     readme = (ROOT / "README.md").read_text()
     summary = json.loads((ROOT / "results/claims.json").read_text())["summary"]
     assert with_verdict_table(readme, verdict_table(summary)) == readme, "run: python -m twoscale readme"
+    # and, read back from the README itself, every cell is the committed verdict (not only what the writer writes)
+    table = readme.split(VERDICTS_MARK)[1].split("\n\n")[0].splitlines()[1:]
+    recipes = [cell.strip(" `") for cell in table[0].strip("|").split("|")][1:]
+    committed = {row["claim"]: row["recipes"] for row in summary}
+    shown = {re.match(r"\| \[(\w+)\]", row).group(1): [cell.strip() for cell in row.strip("|").split("|")][1:]
+             for row in table[2:]}
+    assert shown.keys() == committed.keys()
+    for claim, verdicts in shown.items():
+        assert verdicts == [committed[claim].get(recipe, {}).get("verdict", "not measured") for recipe in recipes]
 
 
 def needs_a_cluster(words: list[str]) -> bool:

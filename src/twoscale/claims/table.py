@@ -45,9 +45,10 @@ def claims_table(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     paired rounds of 'sample_speed'; without them they are inconclusive)."""
     if "geometry" not in frames:
         raise TwoscaleError("claims: no geometry table given")
-    sampled = frames.get("sample") is not None and frames["sample"].height > 0
-    return rows({name: frame for name, frame in frames.items()
-                 if name not in ("recovery", "sample") or (name == "sample" and sampled)})
+    looped = {name: frame for name, frame in frames.items() if name != "recovery"}  # the teachers' table: C8
+    if looped.get("sample") is not None and looped["sample"].height == 0:  # the sampler did not run on this recipe
+        del looped["sample"]
+    return rows(looped)
 
 
 def surrogate_claims(recovery: pl.DataFrame) -> list[dict[str, Any]]:

@@ -47,10 +47,6 @@ class Claim:
         """The anchor of its section in docs/claims.md: '#c6' for C6 and for its variant C6b."""
         return "#" + self.id.lower().removesuffix("b")
 
-    @property
-    def anchor(self) -> str:
-        return CLAIMS_DOC + self.section
-
     def applies(self, frames: Mapping[str, pl.DataFrame | None]) -> bool:
         return frames.get(self.reads[0]) is not None
 
