@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup setup-cluster reproduce study smoke gpu test benchmark report mlflow-ui schema dvc-yaml clean
+.PHONY: setup setup-cluster reproduce study smoke gpu test benchmark report mlflow-ui schema workflow clean
 
 # TORCH=system: reuse the torch that $(PYTHON) already has (a CUDA build, say) instead of the lock's torch==2.13.0
 TORCH ?= lock
@@ -82,8 +82,8 @@ mlflow-ui: setup
 schema: setup
 	$(RUN) python -m twoscale schema
 
-dvc-yaml: setup
-	$(RUN) python -m twoscale dvc
+workflow: setup
+	$(RUN) python -m twoscale workflow
 
 clean:
 	rm -rf data/raw data/prepared results/train/*/seed_*/checkpoints results/train/*/seed_*/history.parquet \

@@ -10,7 +10,15 @@ configfile: "params.yaml"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/stages.smk"
+# one file per system, written from src/twoscale/pipeline/stages.yaml (`python -m twoscale workflow`); a rule reads
+# the outputs of rules in files before its own
+include: "workflow/rules/data.smk"
+include: "workflow/rules/training.smk"
+include: "workflow/rules/geometry.smk"
+include: "workflow/rules/exits.smk"
+include: "workflow/rules/sampler.smk"
+include: "workflow/rules/surrogates.smk"
+include: "workflow/rules/claims.smk"
 
 
 onstart:
@@ -25,7 +33,13 @@ onerror:
     pipeline_finished("FAILED")
 
 
+# Everything: the claims table and every figure (the jobs they read from make every other output).
 rule all:
     default_target: True
     input:
-        [path for spec in RULES for path in spec.job_outputs()],
+        rules.claims.output,
+        rules.geometry_figures.output,
+        rules.exit_figures.output,
+        expand(rules.sampler_figures.output, recipe=config["sample"]["recipes"], seed=config["runtime"]["seeds"]),
+        expand(rules.phase_figures.output, recipe=config["teachers"], seed=config["runtime"]["seeds"]),
+        rules.surrogate_figures.output,

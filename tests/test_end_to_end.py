@@ -24,7 +24,7 @@ import pytest
 import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
-from twoscale.pipeline import snakemake_rules
+from twoscale.pipeline import jobs
 from twoscale.pipeline.params import read_raw
 
 pytestmark = pytest.mark.e2e
@@ -92,7 +92,7 @@ def test_snakemake_writes_every_output_and_benchmark_of_every_run(first_run):
 
 def test_every_output_lands_with_a_record_of_its_content_parameters_and_inputs(first_run):
     smoke = yaml.safe_load((first_run / "params.yaml").read_text())
-    outputs = [path for rule in snakemake_rules.rules(smoke) for path in rule.job_outputs()]
+    outputs = [path for stage in jobs.stages(smoke) for path in stage.job_outputs()]
     for output in outputs:
         record = json.loads((first_run / Path(output).parent / ".built" / f"{Path(output).name}.json").read_text())
         assert record["sha256"] == hashlib.sha256((first_run / output).read_bytes()).hexdigest(), output

@@ -23,7 +23,8 @@ import pytest
 import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
-from twoscale.pipeline import snakemake_rules
+from twoscale.pipeline import jobs
+from twoscale.pipeline.dependencies import declaration, lookup
 from twoscale.pipeline.params import read_raw
 
 pytestmark = pytest.mark.cluster
@@ -94,18 +95,21 @@ def test_the_smoke_workflow_through_slurm_gives_the_tables_of_a_local_run(throug
 
 
 def test_every_job_reaches_sbatch_with_its_rules_resources(through_slurm):
-    repo, jobs = through_slurm
-    rules = {rule.name: rule for rule in snakemake_rules.rules(yaml.safe_load((repo / "params.yaml").read_text()))}
-    planned = sum(len(rule.jobs()) for rule in rules.values())
-    assert len(jobs) == planned and {job["State"] for job in jobs} == {"COMPLETED"}
+    repo, submitted = through_slurm
+    config = yaml.safe_load((repo / "params.yaml").read_text())
+    planned = sum(len(stage.jobs()) for stage in jobs.stages(config))
+    assert len(submitted) == planned and {job["State"] for job in submitted} == {"COMPLETED"}
     profile = yaml.safe_load((ROOT / "profiles/slurm/profile.yaml").read_text())
-    for job in jobs:
-        rule = rules[job["Comment"].removeprefix("rule_").split("_wildcards_")[0]]
-        threads = profile["set-threads"].get(rule.name, rule.threads)
-        assert int(job["ReqCPUS"]) == threads, job
-        assert int(job["ReqMem"].removesuffix("M")) >= rule.memory_mb, job  # the executor adds its own share
+    declared = declaration()
+    for job in submitted:
+        name = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
+        stage = declared[name]
+        threads = stage.get("threads", 1)
+        threads = lookup(config, jobs.parameter_key(threads)) if isinstance(threads, str) else threads
+        assert int(job["ReqCPUS"]) == profile["set-threads"].get(name, threads), job
+        assert int(job["ReqMem"].removesuffix("M")) >= stage["memory_mb"], job  # the executor adds its own share
         hours, minutes, _ = job["Timelimit"].split(":")
-        assert int(hours) * 60 + int(minutes) == rule.runtime_min, job
+        assert int(hours) * 60 + int(minutes) == stage["runtime_min"], job
         assert "gres/gpu" not in job["ReqTRES"], job  # a CPU run asks for no GPU
 
 

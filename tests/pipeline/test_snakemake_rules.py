@@ -1,146 +1,161 @@
-"""The Snakemake rules made from the pipeline's declaration: wildcards, files, command, log and report, checked
-against paths written out by hand for a small parameter set."""
+"""Snakemake's rule files, written from the pipeline's declaration: committed as written, read as rules, their
+commands quoted, and another parameter set's jobs under its own root (test_pipeline_agreement checks that the rules
+plan exactly DVC's jobs)."""
 
 from __future__ import annotations
 
-import copy
 import re
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from twoscale.pipeline import snakemake_rules
-from twoscale.pipeline.params import read_raw
+from twoscale.pipeline.dependencies import declaration
+from twoscale.pipeline.snakemake_rules import RULES_DIR, path_expression, rule_files, writers
 
 ROOT = Path(__file__).resolve().parents[2]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
-@pytest.fixture(scope="module")
-def config() -> dict:
-    raw = read_raw(ROOT / "configs/smoke.yaml")
-    raw["runtime"]["seeds"] = [1, 2]
-    raw["train"]["steps"], raw["train"]["checkpoint_steps"] = 40, [20, 40]
-    raw["runtime"]["threads"] = 3
-    return raw
+def rule_text(name: str) -> str:
+    """The rule as the committed file holds it, from `rule NAME:` to the next rule."""
+    for path in (ROOT / RULES_DIR).glob("*.smk"):
+        found = re.search(rf"^rule {name}:\n.*?(?=\n\n\nrule |\Z)", path.read_text(), re.S | re.M)
+        if found:
+            return found.group(0).rstrip("\n") + "\n"
+    raise AssertionError(f"no rule {name}")
 
 
-def by_name(config: dict) -> dict[str, snakemake_rules.Rule]:
-    return {rule.name: rule for rule in snakemake_rules.rules(config)}
+def shell_command(name: str) -> str:
+    """The rule's shell command: its adjacent string literals joined."""
+    return "".join(re.findall(r'^        "(.*)"$', rule_text(name).split("    shell:\n")[1], re.M))
 
 
-def test_a_per_run_stage_has_one_job_per_recipe_and_seed(config):
-    train = by_name(config)["train"]
-    recipes = list(config["recipes"])
-    assert train.jobs() == [{"recipe": r, "seed": s} for r in recipes for s in ("1", "2")]
+def test_the_committed_rule_files_are_the_generated_ones():
+    written = rule_files(declaration())
+    for path, text in written.items():
+        assert (ROOT / path).read_text() == text, f"{path}: run: python -m twoscale workflow"
+    committed = {path.relative_to(ROOT).as_posix() for path in (ROOT / RULES_DIR).glob("*.smk")}
+    assert committed == {*written, (RULES_DIR / "common.smk").as_posix()}
 
 
-def test_a_file_per_checkpoint_step(config):
-    outputs = by_name(config)["train"].outputs
-    assert "results/train/{recipe}/seed_{seed}/checkpoints/step_20.pt" in outputs
-    assert "results/train/{recipe}/seed_{seed}/checkpoints/step_40.pt" in outputs
-    assert not any("{step}" in path for path in outputs)
-
-
-def test_the_command_log_and_benchmark_of_a_job(config):
-    sweep = by_name(config)["sweep"]
-    assert sweep.shell == (
+def test_a_rule_reads_as_a_rule():
+    """The sweep rule, written out by hand from its declaration."""
+    assert rule_text("sweep") == '''rule sweep:
+    input:
+        sources("sweep"),
+        DATA + "/prepared/val.npy",
+        DATA + "/prepared/stats.json",
+        checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
+    output:
+        out=RESULTS + "/sweep/strategies/{recipe}/seed_{seed}/{strategy}.parquet",
+    params:
+        values=param_values("sweep"),
+        file=PARAMS_PATH,
+        data_dir=DATA + "/prepared",
+    log:
+        LOGS + "/sweep/{recipe}/seed_{seed}/{strategy}.log",
+    benchmark:
+        RESULTS + "/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
+    threads: config["sweep"]["threads"]
+    resources:
+        mem_mb=2500,
+        runtime=30,
+        gpu=GPU_PER_JOB,
+    wildcard_constraints:
+        recipe=one_of(config["recipes"]),
+        seed=one_of(config["runtime"]["seeds"]),
+        strategy=one_of(config["sweep"]["strategies"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
         "python -m twoscale sweep --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --strategy {wildcards.strategy:q}"
-        " --checkpoint results/train/{wildcards.recipe:q}/seed_{wildcards.seed:q}/checkpoints/step_{params.step:q}.pt"
-        " --data-dir data/prepared --out results/sweep/strategies/{wildcards.recipe:q}/seed_{wildcards.seed:q}/"
-        "{wildcards.strategy:q}.parquet --log {log:q}")
-    assert sweep.command_params == (("step", 40),)
-    assert sweep.inputs[0] == "results/train/{recipe}/seed_{seed}/checkpoints/step_40.pt"
-    assert sweep.log == "logs/sweep/{recipe}/seed_{seed}/{strategy}.log"
-    assert sweep.benchmark == "results/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
+        " --strategy {wildcards.strategy:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
+        " --out {output.out:q} --log {log:q}"
+'''
 
 
-def test_another_parameter_set_s_job_reads_and_writes_under_its_root(config):
-    sweep = {rule.name: rule for rule in snakemake_rules.rules(config, "runs/smoke")}["sweep"]
-    assert sweep.shell == (
-        "python -m twoscale sweep --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --strategy {wildcards.strategy:q}"
-        " --checkpoint runs/smoke/results/train/{wildcards.recipe:q}/seed_{wildcards.seed:q}/checkpoints/"
-        "step_{params.step:q}.pt --data-dir runs/smoke/data/prepared --out runs/smoke/results/sweep/strategies/"
-        "{wildcards.recipe:q}/seed_{wildcards.seed:q}/{wildcards.strategy:q}.parquet --log {log:q}")
-    assert sweep.inputs[0] == "runs/smoke/results/train/{recipe}/seed_{seed}/checkpoints/step_40.pt"
-    assert sweep.log == "runs/smoke/logs/sweep/{recipe}/seed_{seed}/{strategy}.log"
-    assert sweep.benchmark == "runs/smoke/results/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
+def test_a_folder_input_is_the_output_of_the_rules_writing_inside_it():
+    latency, surrogates = rule_text("latency"), rule_text("surrogates")
+    # the job's own recipe and seed kept, every strategy of its run
+    assert ('strategies_dir=expand(rules.sweep.output, strategy=config["sweep"]["strategies"], allow_missing=True),'
+            in latency)
+    assert '''
+        train_dir=[
+            *expand(rules.train.output, recipe=config["recipes"], seed=config["runtime"]["seeds"]),
+            *expand(rules.train_teacher.output, recipe=config["teachers"], seed=config["runtime"]["seeds"]),
+        ],''' in surrogates
+    assert writers("results/train", declaration()) == ["train", "train_teacher"]
 
 
-def test_nothing_of_another_parameter_set_lies_outside_its_root(config):
-    """Every path of every rule, and every path a command names, under runs/smoke/, but the stages' source files;
-    the default set's rules are the same paths without that prefix."""
-    default, other = snakemake_rules.rules(config), snakemake_rules.rules(config, "runs/smoke")
-    for mine, theirs in zip(default, other, strict=True):
-        paths = [*mine.inputs, *mine.outputs, mine.log, mine.benchmark]
-        assert [*theirs.inputs, *theirs.outputs, theirs.log, theirs.benchmark] == [f"runs/smoke/{p}" for p in paths]
-        arguments = theirs.shell.split()
-        named = [arg for flag, arg in zip(arguments, arguments[1:]) if flag.startswith("--")
-                 and flag not in ("--params", "--recipe", "--seed", "--strategy", "--blocks", "--log")]
-        assert named and all(arg.startswith("runs/smoke/") for arg in named), (theirs.name, named)
-        assert theirs.shell.replace("runs/smoke/", "") == mine.shell
+def test_paths_under_the_run_s_root_with_wildcards_and_parameters():
+    assert path_expression("results") == "RESULTS"
+    assert path_expression("data/prepared/val.npy") == 'DATA + "/prepared/val.npy"'
+    assert path_expression("logs/measure/${item.recipe}/step_${item.step}.log") == \
+        'LOGS + "/measure/{recipe}/step_{step}.log"'
+    assert path_expression("results/train/${item.recipe}/step_${train.steps}.pt") == \
+        '''f"{RESULTS}/train/{{recipe}}/step_{config['train']['steps']}.pt"'''
+    assert path_expression("results/train/${item.recipe}/step_{step}.pt") == \
+        'expand(RESULTS + "/train/{{recipe}}/step_{step}.pt", step=config["train"]["checkpoint_steps"])'
 
 
-def test_threads_and_the_gpu_come_from_the_declaration(config):
-    rules = by_name(config)
-    assert rules["train"].threads == 3 and rules["train"].gpu
-    assert rules["geometry"].threads == 1 and not rules["geometry"].gpu
+def test_a_folder_input_stands_for_whole_stages_only():
+    declared = {"a": {"outs": ["results/x/one.csv", "results/y.csv"]}}
+    with pytest.raises(ValueError, match="writes inside results/x and outside it"):
+        writers("results/x", declared)
 
 
-def test_a_folder_input_is_every_output_of_every_job_inside_it(config):
-    geometry = by_name(config)["geometry"]
-    names = ["geometry.parquet", "loss_vs_loops.parquet", "depth.parquet", "similarity.parquet",
-             "trajectory.parquet", "summary.json"]
-    expected = {f"results/measure/{recipe}/seed_{seed}/step_{step}/{name}"
-                for recipe in config["recipes"] for seed in (1, 2) for step in (20, 40) for name in names}
-    assert set(geometry.inputs) == expected
+def test_a_stage_of_no_known_system_is_refused():
+    declared = declaration()
+    declared["corpus"]["system"] = "telepathy"
+    with pytest.raises(ValueError, match="telepathy"):
+        rule_files(declared)
 
 
-def test_a_folder_no_job_writes_to_is_no_input(config):
-    without_teachers = copy.deepcopy(config)
-    without_teachers["teachers"] = {}
-    surrogates = by_name(without_teachers)["surrogates"]
-    assert not any(path.startswith("results/distill") for path in surrogates.inputs)
-    assert "results/train/huginn/seed_1/checkpoints/step_40.pt" in surrogates.inputs
+def test_every_value_a_command_names_is_shell_quoted():
+    for name in declaration():
+        placeholders = re.findall(r"\{[^}]*\}", shell_command(name))
+        assert placeholders and all(p.endswith(":q}") for p in placeholders), name
 
 
-def test_the_report_shows_the_declared_files_with_the_job_s_labels(config):
-    figures = by_name(config)["sampler_figures"]
-    assert [path for path in figures.outputs if figures.report.shows(path)] == [
-        "results/figures/{recipe}/seed_{seed}/sampler_tradeoff.png"]
-    assert figures.report.subcategory == "{recipe}"
-    assert dict(figures.report.labels) == {"recipe": "{recipe}", "seed": "{seed}"}
-    assert by_name(config)["measure"].report is None
-    assert by_name(config)["sample"].report is None  # the timed stage draws nothing
-
-
-def test_a_command_naming_an_unknown_parameter_is_refused():
-    with pytest.raises(ValueError, match="sweep.max_loops"):
-        snakemake_rules._command({"cmd": "python -m twoscale x --params params.yaml --n ${sweep.max_loops}"
-                                         " --log logs/x.log"}, "")
-
-
-def test_every_value_a_command_names_is_shell_quoted(config):
-    for rule in snakemake_rules.rules(config):
-        placeholders = re.findall(r"\{[^}]*\}", rule.shell)
-        assert placeholders and all(p.endswith(":q}") for p in placeholders), rule.name
-
-
-def test_a_name_that_reaches_the_shell_runs_nothing(config, tmp_path):
+def test_a_name_that_reaches_the_shell_runs_nothing(tmp_path):
     """The sweep command formatted as Snakemake formats it, for a strategy named like a command substitution, run
     by bash with the stage replaced by printf: the name arrives as one literal argument and nothing is executed."""
     from snakemake.utils import format as snakemake_format
 
     hostile = "x$(touch PWNED)`touch PWNED2`;touch PWNED3"
-    shell = by_name(config)["sweep"].shell.replace("python -m twoscale sweep", "printf '%s\\n'")
-    command = snakemake_format(shell, wildcards=SimpleNamespace(recipe="paper", seed="1", strategy=hostile),
-                               params=SimpleNamespace(file=Path("my params.yaml"), step=40), log="logs/a b.log")
+    shell = shell_command("sweep").replace("python -m twoscale sweep", "printf '%s\\n'")
+    command = snakemake_format(
+        shell, wildcards=SimpleNamespace(recipe="paper", seed="1", strategy=hostile),
+        params=SimpleNamespace(file=Path("my params.yaml"), data_dir="data/prepared"),
+        input=SimpleNamespace(checkpoint="results/train/paper/seed_1/checkpoints/step_40.pt"),
+        output=SimpleNamespace(out=f"results/sweep/strategies/paper/seed_1/{hostile}.parquet"), log="logs/a b.log")
     printed = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert list(tmp_path.iterdir()) == []
     arguments = printed.stdout.splitlines()
     assert arguments[arguments.index("--strategy") + 1] == hostile
+    assert arguments[arguments.index("--out") + 1] == f"results/sweep/strategies/paper/seed_1/{hostile}.parquet"
     assert arguments[arguments.index("--params") + 1] == "my params.yaml"
     assert arguments[arguments.index("--log") + 1] == "logs/a b.log"
+
+
+def test_another_parameter_set_reads_and_writes_under_its_root():
+    """A forced dry run of configs/smoke.yaml: every file a job reads, writes or logs to, and every path its command
+    names, lies under runs/smoke/, but the stages' source files and the run's parameter snapshot."""
+    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--printshellcmds", "--nolock", "--cores", "1",
+                             "--configfile", "configs/smoke.yaml"], cwd=ROOT, capture_output=True, text=True,
+                            check=True)
+    blocks = re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]
+    assert len(blocks) > 20
+    for block in blocks:
+        if block.startswith("all:"):
+            continue
+        files = [path for field in re.findall(r"^    (?:input|output|log): (.*)$", block, re.M)
+                 for path in field.split(", ") if not path.startswith("src/")]
+        words = re.search(r"^Shell command: (.*)$", block, re.M).group(1).split()
+        named = [value for option, value in zip(words, words[1:]) if option.startswith("--")
+                 and option not in ("--params", "--recipe", "--seed", "--strategy", "--blocks")]
+        assert files and named, block
+        assert all(path.startswith("runs/smoke/") for path in [*files, *named]), block

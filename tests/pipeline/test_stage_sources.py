@@ -62,7 +62,7 @@ def test_a_stage_depends_on_its_own_cores_only():
 
 
 def test_the_committed_dvc_yaml_is_the_generated_one():
-    assert (ROOT / "dvc.yaml").read_text() == dependencies.dvc_yaml(), "run: python -m twoscale dvc"
+    assert (ROOT / "dvc.yaml").read_text() == dependencies.dvc_yaml(), "run: python -m twoscale workflow"
 
 
 def test_an_unknown_stage_has_no_sources():

@@ -1,7 +1,10 @@
-# Shared helpers: the parameter file in use, its validation, stage dependencies, the MLflow parent run and the
-# claim on the checkout against DVC.
+# What every rule file uses: the parameter file in use and its validation, where the run writes (DATA, RESULTS,
+# LOGS), each stage's source files and parameter values, the resources of its jobs; and the MLflow parent run and
+# the claim on the checkout against DVC.
 import contextlib
+import glob
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +13,7 @@ from pathlib import Path
 from snakemake.settings.enums import RerunTrigger
 
 from twoscale.pipeline import dependencies
+from twoscale.pipeline import jobs
 from twoscale.pipeline import orchestrators
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
@@ -46,6 +50,36 @@ validate(config, "../schemas/params.schema.json")
 PARAMS_PATH = Path(SNAPSHOT)
 
 os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
+
+
+# where the run writes: the checkout's data/, results/ and logs/ for params.yaml, under runs/<name>/ for another
+# parameter file (the declaration's paths, twoscale.pipeline.jobs)
+DATA, RESULTS, LOGS = (jobs.rooted(top, "" if RESULTS_ROOT == Path(".") else RESULTS_ROOT.as_posix())
+                       for top in jobs.ROOTED)
+
+# The files that data.source "text" names (paths or globs, `**` recursing) are the corpus stage's inputs, so an
+# edit to one reruns it; dvc.yaml cannot list them from a parameter. A pattern matching nothing adds nothing, and
+# the corpus job then fails naming it.
+TEXT_FILES = sorted({path for pattern in config["data"]["text_files"] for path in glob.glob(pattern, recursive=True)
+                     if os.path.isfile(path)}) if config["data"]["source"] == "text" else []
+
+
+def sources(stage):
+    """The stage's source files: its stage module and what that imports (a stage reruns when one changes)."""
+    return dependencies.sources(stage)
+
+
+def one_of(values):
+    """A wildcard constraint matching exactly these values (none: matching nothing)."""
+    return "|".join(re.escape(str(value)) for value in values) if values else "(?!)"
+
+
+def every_core(wildcards):
+    """A timed job's threads (latency, sample): every core Snakemake was given, so that no other job runs beside it
+    while it measures; its torch threads stay those of its parameters. (A function, so that commands that schedule
+    no job, such as --unlock, need no --cores.) The `timed` resource marks these jobs for a cluster profile, which
+    can ask for a node of their own."""
+    return workflow.cores
 
 
 def param_values(stage):

@@ -31,8 +31,8 @@ from typing import Any
 from twoscale.pipeline.dependencies import STAGE_MODULES, STAGES, input_options, inside, param_values
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path, finite_or_null, once_landed, sha256_file, write_json
+from twoscale.pipeline.jobs import ITEM, WILDCARD, stages
 from twoscale.pipeline.params import changed_keys, shown_keys
-from twoscale.pipeline.snakemake_rules import ITEM, WILDCARD, rules
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Record:
 def _files_read(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> Iterator[Path]:
     """The files the job reads: each file an input option names, and in a folder an option names, the inputs that
     the orchestrators give the job under `config` (the outputs of the jobs in force there)."""
-    rule = next(rule for rule in rules(config) if rule.name == job.stage)
+    stage = next(stage for stage in stages(config) if stage.name == job.stage)
 
     def of_job(path: str) -> str:  # the job's own wildcards filled in ({recipe}, and ${item.recipe} declared)
         return WILDCARD.sub(lambda match: str(job.keys.get(match.group(1), match.group(0))), ITEM.sub(r"{\1}", path))
@@ -162,7 +162,7 @@ def _files_read(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> I
         if given is None:
             continue
         folder = of_job(declared)
-        within = [path for path in map(of_job, rule.inputs) if inside(path, folder) and "{" not in path]
+        within = [path for path in map(of_job, stage.inputs) if inside(path, folder) and "{" not in path]
         yield from [given / PurePosixPath(path).relative_to(folder) for path in within] if within else [given]
 
 

@@ -1,182 +1,274 @@
-"""The Snakemake rules, read from the pipeline's declaration (stages.yaml) for one parameter file.
+"""The Snakemake rule files, written from the pipeline's declaration (stages.yaml): one file per system under
+workflow/rules/, each stage an explicit rule (`python -m twoscale workflow` writes them with dvc.yaml; a test fails
+when the committed files differ from what this writes).
 
-The declaration is written in DVC's syntax; this translates each stage to what a Snakemake rule needs: its
-wildcards and their values (a DVC matrix), input and output patterns, the shell command, log, benchmark, threads,
-whether it asks for the GPU, whether it times its work, and its report entries. workflow/rules/stages.smk turns each into a rule.
-
-Translation:
-  ${item.recipe}         the job's own wildcard: {recipe} in paths, {wildcards.recipe:q} (shell-quoted) in the command;
-  ${train.steps}         a parameter value: written into paths, {params.step:q} in the command (COMMAND_PARAMS);
-  .../step_{step}.pt     one file per checkpoint step (train.checkpoint_steps); DVC tracks its folder;
-  a folder input         every output of every job that lies inside it (DVC: the folder); a folder of the job's
-                         own wildcards, those outputs with the wildcards kept.
-
-The declaration's paths lie under data/, results/ and logs/ of the checkout, where the default parameter set
-(params.yaml) writes; the rules of any other set put them under its own root (runs/<name>/, params.results_root).
+A declared stage (DVC's syntax) becomes a rule:
+  ${item.recipe} in a path   the wildcard {recipe}; its values (the matrix) constrain it
+  ${train.steps} in a path   the parameter's value, read from `config` (an f-string)
+  .../step_{step}.pt         one file per step of train.checkpoint_steps (expand)
+  a folder input             the outputs of the rules that write inside it: expand(rules.<stage>.output, ...)
+  a command's option         {input.NAME:q} or {output.NAME:q} where it names a declared file, else a params
+                             entry (a folder); --params is the run's snapshot of the parameter file, --log the log
+Paths lie under DATA, RESULTS and LOGS, and the names the rules use (sources, param_values, one_of, ...) are
+defined in workflow/rules/common.smk: the checkout's data/, results/, logs/ for params.yaml, runs/<name>/... for
+another parameter file.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import itertools
+import json
 import re
-from dataclasses import dataclass, replace
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
-from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration, inside, lookup, output_paths
+from twoscale.pipeline.dependencies import DECLARATION, PER_CHECKPOINT, SOURCE_ROOT, output_paths
+from twoscale.pipeline.jobs import CHECKPOINT_STEPS, ITEM, PARAMETER, parameter_key
 
-ITEM = re.compile(r"\$\{item\.(\w+)\}")
-WILDCARD = re.compile(r"\{(\w+)\}")  # a job's own wildcard in a rule's path
-PARAMETER = re.compile(r"\$\{([\w.]+)\}")
-CHECKPOINT_STEPS = "train.checkpoint_steps"
-# Parameter values a command names, passed to the rule as params (the names are part of the recorded command).
-COMMAND_PARAMS = {"train.steps": "step"}
-ROOTED = ("data", "results", "logs")  # the top folders of what the stages write, moved under a parameter set's root
-ROOTED_ARGUMENT = re.compile(r"(?<=\s)(?=(?:%s)(?:/|\s|$))" % "|".join(ROOTED))
-
-
-@dataclass(frozen=True)
-class Report:
-    """How the Snakemake report shows some of a stage's outputs."""
-
-    files: tuple[str, ...]  # file-name patterns of the outputs shown
-    caption: str  # a file of workflow/report/
-    category: str
-    subcategory: str | None = None
-    labels: tuple[tuple[str, str], ...] = ()
-
-    def shows(self, path: str) -> bool:
-        return any(fnmatch.fnmatch(PurePosixPath(path).name, pattern) for pattern in self.files)
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    wildcards: tuple[tuple[str, tuple[str, ...]], ...]  # per wildcard, the values its jobs take
-    inputs: tuple[str, ...]  # files, as patterns of the wildcards
-    outputs: tuple[str, ...]
-    shell: str
-    log: str
-    benchmark: str
-    threads: int
-    gpu: bool  # asks for the GPU of a CUDA run
-    timed: bool  # times its work, so no other job may run beside it
-    memory_mb: int  # what a job may use, for a cluster's scheduler
-    runtime_min: int
-    command_params: tuple[tuple[str, Any], ...]
-    report: Report | None
-
-    def jobs(self) -> list[dict[str, str]]:
-        """Every job's wildcard values."""
-        names = [name for name, _ in self.wildcards]
-        return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in self.wildcards))]
-
-    def job_outputs(self) -> list[str]:
-        return [path.format(**job) for job in self.jobs() for path in self.outputs]
+RULES_DIR = PurePosixPath("workflow/rules")
+ROOTS = {"data": "DATA", "results": "RESULTS", "logs": "LOGS"}  # a path's top folder -> common.smk's prefix
+SYSTEMS = {  # each rule file, in the order the Snakefile includes them: a rule reads rules of files before its own
+    "data": "Raw text and its tokenization.",
+    "training": "Training of the looped GPTs and of the plain GPTs they are compared with (teachers), with "
+                "checkpoints across training.",
+    "geometry": "The geometry of the loop iterates: one measure job per checkpoint, gathered across runs.",
+    "exits": "Early exit on the final checkpoint of every run: quality per strategy and setting, timed latency, "
+             "the trade-off across runs.",
+    "sampler": "The parallel diffusion-forcing sampler against ordinary cached decoding.",
+    "surrogates": "Block-recurrent (Raptor) surrogates of the teachers: phases of depth, distillation, recovery.",
+    "claims": "The claims table: the paper's findings beside our numbers.",
+}
+LINE = 108  # the width a shell command's lines are wrapped to
+ROOM = 110  # the width of an entry of a rule's directive (indented by 8, a comma after it)
+HEADER = """# {about}
+#
+# Generated by `python -m twoscale workflow` from {source}: edit that file, not this one (a
+# test fails when the two differ). The path prefixes DATA, RESULTS and LOGS and the helpers the rules call
+# (sources, param_values, one_of, every_core) are defined in common.smk.
+"""
 
 
-def _values(config: dict[str, Any], expression: str) -> tuple[str, ...]:
-    """A matrix entry's values: ${recipes} -> the recipe names (a mapping's keys), ${runtime.seeds} -> '1337', ..."""
-    value = lookup(config, PARAMETER.fullmatch(expression).group(1))
-    return tuple(str(item) for item in value)
+def _config(key: str, quote: str = '"') -> str:
+    """'train.steps' -> config["train"]["steps"]."""
+    return "config" + "".join(f"[{quote}{part}{quote}]" for part in key.split("."))
 
 
-def _pattern(path: str, config: dict[str, Any]) -> str:
-    """A declared path as a Snakemake pattern: the job's wildcards in braces, parameter values written in."""
-    path = ITEM.sub(r"{\1}", path)
-    return PARAMETER.sub(lambda found: str(lookup(config, found.group(1))), path)
+def path_expression(path: str) -> str:
+    """A declared path as a Python expression of a rule file: under its root's prefix (DATA, RESULTS, LOGS),
+    ${item.x} the wildcard {x}, a parameter read from config; a path with {step}, one path per checkpoint step."""
+    top, _, rest = path.partition("/")
+    prefix = ROOTS.get(top)
+    body = rest if prefix else path
+    per_checkpoint, in_fstring = PER_CHECKPOINT in body, _names_parameter(body)
+    if per_checkpoint and in_fstring:
+        raise ValueError(f"{path}: a path per checkpoint step names no other parameter")
+    wildcard = "{{%s}}" if per_checkpoint or in_fstring else "{%s}"  # single braces are expand's or the f-string's
+
+    def part(found: re.Match) -> str:
+        key = found.group(1)
+        return wildcard % key.removeprefix("item.") if key.startswith("item.") else "{%s}" % _config(key, "'")
+
+    body = PARAMETER.sub(part, body)
+    if in_fstring:
+        expression = f'f"{{{prefix}}}/{body}"' if prefix else f'f"{body}"'
+    else:
+        expression = (f'{prefix} + "/{body}"' if body else prefix) if prefix else json.dumps(body)
+    if per_checkpoint:
+        return _call("expand", [expression, f"step={_config(CHECKPOINT_STEPS)}"], ROOM)
+    return expression
 
 
-def _outputs(stage: dict[str, Any], config: dict[str, Any], root: str) -> list[str]:
-    paths = []
-    for path in output_paths(stage):
-        pattern = _rooted(_pattern(path, config), root)
-        if PER_CHECKPOINT in path:  # not ${item.step}, which is the job's own step
-            steps = lookup(config, CHECKPOINT_STEPS)
-            paths += [pattern.replace(PER_CHECKPOINT, str(step)) for step in steps]
+def _names_parameter(path: str) -> bool:
+    """Whether a declared path names a parameter (not only the job's own ${item.x})."""
+    return any(not key.startswith("item.") for key in PARAMETER.findall(path))
+
+
+def _pattern(path: str) -> re.Pattern:
+    """A declared path as a pattern any job's path matches: each ${item.x} one path segment."""
+    return re.compile("[^/]+".join(map(re.escape, ITEM.split(path)[::2])))
+
+
+def writers(folder: str, declared: dict[str, dict[str, Any]]) -> list[str]:
+    """The declared stages that write inside a folder; each must write nothing outside it (its outputs stand for
+    the folder)."""
+    inside = _pattern(folder.rstrip("/") + "/")
+    found = []
+    for name, stage in declared.items():
+        paths = [ITEM.sub("x", path) for path in output_paths(stage)]
+        within = [bool(inside.match(path)) for path in paths]
+        if any(within) and not all(within):
+            raise ValueError(f"{name} writes inside {folder} and outside it: a folder input stands for whole stages")
+        if any(within):
+            found.append(name)
+    return found
+
+
+def _folder_files(folder: str, declared: dict[str, dict[str, Any]], name: str | None) -> str:
+    """A folder input (the input `name`, if named) as the outputs of every job that writes inside it; the folder's
+    own wildcards kept."""
+    own = set(ITEM.findall(folder))
+    parts = []
+    for writer in writers(folder, declared):
+        expanded = [f"{name}={_config(parameter_key(values))}"
+                    for name, values in declared[writer].get("matrix", {}).items() if name not in own]
+        keep = ["allow_missing=True"] if own else []
+        parts.append([f"rules.{writer}.output", *expanded, *keep] if expanded or keep else None)
+    if len(parts) == 1:
+        room = ROOM - len(f"{name}=") if name else ROOM
+        return _call("expand", parts[0], room) if parts[0] else f"rules.{writers(folder, declared)[0]}.output"
+    parts = [_call("expand", part, ROOM - 5) if part else f"rules.{writer}.output"
+             for part, writer in zip(parts, writers(folder, declared))]
+    return "[\n" + "".join(f"    *{part},\n" for part in parts) + "]"
+
+
+def _call(function: str, arguments: list[str], room: int) -> str:
+    """function(arguments) on one line where it fits in `room` characters, else one argument per line."""
+    line = f"{function}({', '.join(arguments)})"
+    return line if len(line) <= room else f"{function}(\n" + "".join(f"    {a},\n" for a in arguments) + ")"
+
+
+class _Rule:
+    """One declared stage as the parts of its rule, each a Python expression of the rule file."""
+
+    def __init__(self, name: str, stage: dict[str, Any], declared: dict[str, dict[str, Any]]) -> None:
+        self.name, self.stage, self.declared = name, stage, declared
+        self.named: dict[str, str] = {}  # a declared input or output the command names -> the option's name
+        self.params = ([f'values=param_values("{name}")'] if stage.get("params") else []) + ["file=PARAMS_PATH"]
+        self.shell = self._command()
+        self.log = path_expression(_log_path(stage["cmd"]))
+        self.inputs = [f'sources("{name}")', *([stage["also_reads"]] if "also_reads" in stage else []),
+                       *self._entries(stage["inputs"], self._input)]
+        self.outputs = self._entries(output_paths(stage), lambda path, _: self._in_report(path))
+
+    def _entries(self, paths: list[str], expression: Callable[[str, str | None], str]) -> list[str]:
+        """The files' expressions: those the command names after the others, under its options' names."""
+        unnamed = [expression(path, None) for path in paths if path not in self.named]
+        named = [f"{self.named[path]}={expression(path, self.named[path])}" for path in paths if path in self.named]
+        return unnamed + named
+
+    def _input(self, path: str, name: str | None) -> str:
+        return _folder_files(path, self.declared, name) if writers(path, self.declared) else path_expression(path)
+
+    def _in_report(self, path: str) -> str:
+        """The output, flagged for the Snakemake report where the stage's report shows it."""
+        expression = path_expression(path)
+        shown = self.stage.get("report")
+        if not shown or not any(fnmatch.fnmatch(PurePosixPath(path).name, pattern) for pattern in shown["files"]):
+            return expression
+        fields = [expression, f'caption="../report/{shown["caption"]}"', f'category="{shown["category"]}"']
+        if "subcategory" in shown:
+            fields.append(f"subcategory={_wildcards(shown['subcategory'])}")
+        if "labels" in shown:
+            labels = ", ".join(f"{json.dumps(key)}: {_wildcards(value)}" for key, value in shown["labels"].items())
+            fields.append(f"labels={{{labels}}}")
+        return "report(\n" + "".join(f"    {field},\n" for field in fields) + ")"
+
+    def _command(self) -> str:
+        """The command, each option's value a placeholder of the rule: a declared file it names is a named input or
+        output, a folder a params entry (and, if declared, an input standing for the files in it)."""
+        words = self.stage["cmd"].split()
+        start = next(i for i, word in enumerate(words) if word.startswith("--"))
+        options = words[start:]
+        if len(options) % 2 or not all(option.startswith("--") for option in options[::2]):
+            raise ValueError(f"{self.name}: a command of --option value pairs")
+        command = words[:start]
+        for option, value in zip(options[::2], options[1::2]):
+            name = option.removeprefix("--").replace("-", "_")
+            if option == "--params":
+                placeholder = "{params.file:q}"
+            elif option == "--log":
+                placeholder = "{log:q}"
+            elif ITEM.fullmatch(value):
+                placeholder = "{wildcards.%s:q}" % ITEM.fullmatch(value).group(1)
+            elif value in output_paths(self.stage):
+                self.named[value], placeholder = name, "{output.%s:q}" % name
+            elif value in self.stage["inputs"] and not writers(value, self.declared):
+                self.named[value], placeholder = name, "{input.%s:q}" % name
+            else:  # a folder
+                if _names_parameter(value):
+                    raise ValueError(f"{self.name}: {option} names a parameter outside a declared file")
+                if value in self.stage["inputs"]:
+                    self.named[value] = name
+                self.params.append(f"{name}={path_expression(value)}")
+                placeholder = "{params.%s:q}" % name
+            command += [option, placeholder]
+        return " ".join(command)
+
+    def benchmark(self) -> str:
+        log = _log_path(self.stage["cmd"])
+        return path_expression("results/benchmarks/" + log.removeprefix("logs/").removesuffix(".log") + ".tsv")
+
+    def threads(self) -> str | None:
+        if self.stage.get("timed"):
+            return "every_core"
+        threads = self.stage.get("threads")
+        return None if threads is None else str(threads) if isinstance(threads, int) else _config(
+            parameter_key(threads))
+
+    def resources(self) -> list[str]:
+        return [f"mem_mb={self.stage['memory_mb']}", f"runtime={self.stage['runtime_min']}",
+                *(["gpu=GPU_PER_JOB"] if self.stage.get("gpu") else []),
+                *(["timed=1"] if self.stage.get("timed") else [])]
+
+    def constraints(self) -> list[str]:
+        return [f"{name}=one_of({_config(parameter_key(values))})"
+                for name, values in self.stage.get("matrix", {}).items()]
+
+    def text(self) -> str:
+        sections = [
+            ("input", self.inputs),
+            ("output", self.outputs),
+            ("params", self.params),
+            ("log", [self.log]),
+            ("benchmark", [self.benchmark()]),
+        ]
+        lines = [f"rule {self.name}:"]
+        for directive, entries in sections:
+            lines.append(f"    {directive}:")
+            lines += [textwrap.indent(entry, " " * 8) + ("," if directive not in ("benchmark",) else "")
+                      for entry in entries]
+        if self.threads():
+            lines.append(f"    threads: {self.threads()}")
+        lines += ["    resources:", *(f"        {entry}," for entry in self.resources())]
+        if self.constraints():
+            lines += ["    wildcard_constraints:", *(f"        {entry}," for entry in self.constraints())]
+        lines += ["    conda:", '        "../envs/twoscale.yaml"', "    shell:", *_shell_lines(self.shell)]
+        return "\n".join(lines) + "\n"
+
+
+def _wildcards(text: str) -> str:
+    """A declared text of the job's ${item.x} as a string literal of its wildcards {x}."""
+    return json.dumps(ITEM.sub(r"{\1}", text))
+
+
+def _log_path(cmd: str) -> str:
+    return re.search(r"--log (\S+)", cmd).group(1)
+
+
+def _shell_lines(command: str) -> Iterator[str]:
+    """The command as adjacent string literals, each line within LINE, broken before an option."""
+    line = ""
+    for piece in re.split(r" (?=--)", command):
+        candidate = f"{line} {piece}" if line else piece
+        if line and len(candidate) > LINE:
+            yield f'        "{line}"'
+            line = " " + piece
         else:
-            paths.append(pattern)
-    return paths
+            line = candidate
+    yield f'        "{line}"'
 
 
-def _rooted(path: str, root: str) -> str:
-    """A declared path under the parameter set's root ('' for the checkout itself)."""
-    return f"{root}/{path}" if root and path.split("/", 1)[0] in ROOTED else path
-
-
-def _command(stage: dict[str, Any], root: str) -> tuple[str, str, tuple[str, ...]]:
-    """The shell command with Snakemake's placeholders and its paths under `root`, the log path (DVC syntax, not
-    yet rooted) and the command's params."""
-    cmd = stage["cmd"]
-    log = re.search(r"--log (\S+)", cmd).group(1)
-    cmd = cmd.replace(f"--log {log}", "--log {log:q}")
-    cmd = re.sub(r"--params \S+", "--params {params.file:q}", cmd)
-    cmd = ITEM.sub(r"{wildcards.\1:q}", cmd)
-    named = tuple(key for key in PARAMETER.findall(cmd))
-    unknown = set(named) - set(COMMAND_PARAMS)
+def rule_files(declared: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each system's rule file (workflow/rules/<system>.smk -> its text), the declared stages in their order."""
+    unknown = {stage.get("system") for stage in declared.values()} - set(SYSTEMS)
     if unknown:
-        raise ValueError(f"command names parameters with no rule param: {sorted(unknown)}")
-    cmd = PARAMETER.sub(lambda found: "{params.%s:q}" % COMMAND_PARAMS[found.group(1)], cmd)
-    if root:
-        cmd = ROOTED_ARGUMENT.sub(root + "/", cmd)
-    return cmd, log, named
-
-
-def _threads(stage: dict[str, Any], config: dict[str, Any]) -> int:
-    threads = stage.get("threads", 1)
-    return int(lookup(config, PARAMETER.fullmatch(threads).group(1))) if isinstance(threads, str) else threads
-
-
-def _report(stage: dict[str, Any]) -> Report | None:
-    declared = stage.get("report")
-    if declared is None:
-        return None
-    labels = tuple((name, ITEM.sub(r"{\1}", value)) for name, value in declared.get("labels", {}).items())
-    subcategory = declared.get("subcategory")
-    return Report(files=tuple(declared["files"]), caption=declared["caption"], category=declared["category"],
-                  subcategory=subcategory and ITEM.sub(r"{\1}", subcategory), labels=labels)
-
-
-def _rule(name: str, stage: dict[str, Any], config: dict[str, Any], root: str) -> Rule:
-    shell, log, named = _command(stage, root)
-    log = _pattern(log, config)
-    return Rule(
-        name=name,
-        wildcards=tuple((wildcard, _values(config, expression))
-                        for wildcard, expression in stage.get("matrix", {}).items()),
-        inputs=tuple(_rooted(_pattern(path, config), root) for path in stage["inputs"]),
-        outputs=tuple(_outputs(stage, config, root)),
-        shell=shell,
-        log=_rooted(log, root),
-        benchmark=_rooted("results/benchmarks/" + log.removeprefix("logs/").removesuffix(".log") + ".tsv", root),
-        threads=_threads(stage, config),
-        gpu=bool(stage.get("gpu", False)),
-        timed=bool(stage.get("timed", False)),
-        memory_mb=int(stage["memory_mb"]),
-        runtime_min=int(stage["runtime_min"]),
-        command_params=tuple((COMMAND_PARAMS[key], lookup(config, key)) for key in named),
-        report=_report(stage),
-    )
-
-
-def rules(config: dict[str, Any], root: str | PurePosixPath = ".") -> list[Rule]:
-    """Every stage's rule, its paths under `root` (the checkout itself by default), with a folder input replaced by
-    every output of every job inside that folder (none, when no job writes there: a stage with no teachers to
-    read)."""
-    root = "" if PurePosixPath(root) == PurePosixPath(".") else PurePosixPath(root).as_posix()
-    declared = [_rule(name, stage, config, root) for name, stage in declaration().items()]
-    patterns = [path for rule in declared for path in rule.outputs]
-    every_output = [path for rule in declared for path in rule.job_outputs()]
-
-    def files(path: str) -> list[str]:
-        if not any(inside(pattern, path) for pattern in patterns):
-            return [path]
-        if "{" not in path:
-            return [output for output in every_output if inside(output, path)]
-        # a folder of the job's own wildcards: the outputs inside it, its wildcards kept (the same for every job)
-        folder = re.compile("[^/]+".join(map(re.escape, WILDCARD.split(path)[::2])) + "/")
-        return list(dict.fromkeys(path + "/" + output[match.end():] for output in every_output
-                                  if (match := folder.match(output))))
-
-    return [replace(rule, inputs=tuple(f for path in rule.inputs for f in files(path))) for rule in declared]
+        raise ValueError(f"stages of no known system: {sorted(map(str, unknown))} (known: {', '.join(SYSTEMS)})")
+    source = DECLARATION.relative_to(SOURCE_ROOT.parent).as_posix()
+    files = {}
+    for system, about in SYSTEMS.items():
+        rules = [_Rule(name, stage, declared).text() for name, stage in declared.items() if stage["system"] == system]
+        header = HEADER.format(source=source, about="\n# ".join(textwrap.wrap(about, 114)))
+        files[(RULES_DIR / f"{system}.smk").as_posix()] = header + "".join("\n\n" + rule for rule in rules)
+    return files
