@@ -8,31 +8,31 @@
 rule claims:
     input:
         sources("claims"),
-        RESULTS + "/geometry/geometry.parquet",
-        RESULTS + "/geometry/loss_vs_loops.parquet",
-        RESULTS + "/geometry/depth.parquet",
-        RESULTS + "/geometry/similarity.parquet",
-        RESULTS + "/geometry/trajectory.parquet",
-        sweep=RESULTS + "/sweep/sweep.parquet",
-        latency=RESULTS + "/sweep/latency.parquet",
+        f"{RESULTS}/geometry/geometry.parquet",
+        f"{RESULTS}/geometry/loss_vs_loops.parquet",
+        f"{RESULTS}/geometry/depth.parquet",
+        f"{RESULTS}/geometry/similarity.parquet",
+        f"{RESULTS}/geometry/trajectory.parquet",
+        sweep=f"{RESULTS}/sweep/sweep.parquet",
+        latency=f"{RESULTS}/sweep/latency.parquet",
         sample_dir=expand(rules.sample.output, recipe=config["sample"]["recipes"], seed=config["runtime"]["seeds"]),
-        recovery=RESULTS + "/surrogates/recovery.csv",
+        recovery=f"{RESULTS}/surrogates/recovery.csv",
     output:
         report(
-            RESULTS + "/claims.md",
+            f"{RESULTS}/claims.md",
             caption="../report/claims.rst",
             category="Claims",
         ),
-        RESULTS + "/claims.json",
+        f"{RESULTS}/claims.json",
     params:
         file=PARAMS_PATH,
-        geometry_dir=RESULTS + "/geometry",
-        sample_dir=RESULTS + "/sample",
+        geometry_dir=f"{RESULTS}/geometry",
+        sample_dir=f"{RESULTS}/sample",
         out_dir=RESULTS,
     log:
-        LOGS + "/claims.log",
+        f"{LOGS}/claims.log",
     benchmark:
-        RESULTS + "/benchmarks/claims.tsv"
+        f"{RESULTS}/benchmarks/claims.tsv"
     resources:
         mem_mb=1000,
         runtime=10,

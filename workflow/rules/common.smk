@@ -1,6 +1,6 @@
-# What every rule file uses: the parameter file in use and its validation, where the run writes (DATA, RESULTS,
-# LOGS), each stage's source files and parameter values, the resources of its jobs; and the MLflow parent run and
-# the claim on the checkout against DVC.
+# Shared by the files of rules (the Snakefile includes this first): the parameter file in use and its validation,
+# where the run writes (DATA, RESULTS, LOGS), each stage's source files and parameter values, the resources of its
+# jobs; and the MLflow parent run and the claim on the checkout against DVC.
 import contextlib
 import glob
 import os

@@ -10,16 +10,16 @@ rule corpus:
         sources("corpus"),
         TEXT_FILES,
     output:
-        DATA + "/raw/corpus.txt",
-        DATA + "/raw/manifest.json",
+        f"{DATA}/raw/corpus.txt",
+        f"{DATA}/raw/manifest.json",
     params:
         values=param_values("corpus"),
         file=PARAMS_PATH,
-        out_dir=DATA + "/raw",
+        out_dir=f"{DATA}/raw",
     log:
-        LOGS + "/corpus.log",
+        f"{LOGS}/corpus.log",
     benchmark:
-        RESULTS + "/benchmarks/corpus.tsv"
+        f"{RESULTS}/benchmarks/corpus.tsv"
     resources:
         mem_mb=1000,
         runtime=10,
@@ -32,22 +32,22 @@ rule corpus:
 rule tokenize:
     input:
         sources("tokenize"),
-        DATA + "/raw/corpus.txt",
-        DATA + "/raw/manifest.json",
+        f"{DATA}/raw/corpus.txt",
+        f"{DATA}/raw/manifest.json",
     output:
-        DATA + "/prepared/tokenizer.json",
-        DATA + "/prepared/train.npy",
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
+        f"{DATA}/prepared/tokenizer.json",
+        f"{DATA}/prepared/train.npy",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
     params:
         values=param_values("tokenize"),
         file=PARAMS_PATH,
-        corpus_dir=DATA + "/raw",
-        out_dir=DATA + "/prepared",
+        corpus_dir=f"{DATA}/raw",
+        out_dir=f"{DATA}/prepared",
     log:
-        LOGS + "/tokenize.log",
+        f"{LOGS}/tokenize.log",
     benchmark:
-        RESULTS + "/benchmarks/tokenize.tsv"
+        f"{RESULTS}/benchmarks/tokenize.tsv"
     resources:
         mem_mb=1500,
         runtime=15,

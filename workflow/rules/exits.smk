@@ -9,19 +9,19 @@
 rule sweep:
     input:
         sources("sweep"),
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
         checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
     output:
-        out=RESULTS + "/sweep/strategies/{recipe}/seed_{seed}/{strategy}.parquet",
+        out=f"{RESULTS}/sweep/strategies/{{recipe}}/seed_{{seed}}/{{strategy}}.parquet",
     params:
         values=param_values("sweep"),
         file=PARAMS_PATH,
-        data_dir=DATA + "/prepared",
+        data_dir=f"{DATA}/prepared",
     log:
-        LOGS + "/sweep/{recipe}/seed_{seed}/{strategy}.log",
+        f"{LOGS}/sweep/{{recipe}}/seed_{{seed}}/{{strategy}}.log",
     benchmark:
-        RESULTS + "/benchmarks/sweep/{recipe}/seed_{seed}/{strategy}.tsv"
+        f"{RESULTS}/benchmarks/sweep/{{recipe}}/seed_{{seed}}/{{strategy}}.tsv"
     threads: config["sweep"]["threads"]
     resources:
         mem_mb=2500,
@@ -42,21 +42,21 @@ rule sweep:
 rule latency:
     input:
         sources("latency"),
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
         checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
         strategies_dir=expand(rules.sweep.output, strategy=config["sweep"]["strategies"], allow_missing=True),
     output:
-        out=RESULTS + "/sweep/latency/{recipe}/seed_{seed}.parquet",
+        out=f"{RESULTS}/sweep/latency/{{recipe}}/seed_{{seed}}.parquet",
     params:
         values=param_values("latency"),
         file=PARAMS_PATH,
-        data_dir=DATA + "/prepared",
-        strategies_dir=RESULTS + "/sweep/strategies/{recipe}/seed_{seed}",
+        data_dir=f"{DATA}/prepared",
+        strategies_dir=f"{RESULTS}/sweep/strategies/{{recipe}}/seed_{{seed}}",
     log:
-        LOGS + "/latency/{recipe}/seed_{seed}.log",
+        f"{LOGS}/latency/{{recipe}}/seed_{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/latency/{recipe}/seed_{seed}.tsv"
+        f"{RESULTS}/benchmarks/latency/{{recipe}}/seed_{{seed}}.tsv"
     threads: every_core
     resources:
         mem_mb=1500,
@@ -85,19 +85,19 @@ rule tradeoff:
         ),
         latency_dir=expand(rules.latency.output, recipe=config["recipes"], seed=config["runtime"]["seeds"]),
     output:
-        RESULTS + "/sweep/sweep.parquet",
-        RESULTS + "/sweep/latency.parquet",
-        RESULTS + "/sweep/summary.csv",
+        f"{RESULTS}/sweep/sweep.parquet",
+        f"{RESULTS}/sweep/latency.parquet",
+        f"{RESULTS}/sweep/summary.csv",
     params:
         values=param_values("tradeoff"),
         file=PARAMS_PATH,
-        strategies_dir=RESULTS + "/sweep/strategies",
-        latency_dir=RESULTS + "/sweep/latency",
-        out_dir=RESULTS + "/sweep",
+        strategies_dir=f"{RESULTS}/sweep/strategies",
+        latency_dir=f"{RESULTS}/sweep/latency",
+        out_dir=f"{RESULTS}/sweep",
     log:
-        LOGS + "/tradeoff.log",
+        f"{LOGS}/tradeoff.log",
     benchmark:
-        RESULTS + "/benchmarks/tradeoff.tsv"
+        f"{RESULTS}/benchmarks/tradeoff.tsv"
     resources:
         mem_mb=1500,
         runtime=15,
@@ -111,25 +111,25 @@ rule tradeoff:
 rule exit_figures:
     input:
         sources("exit_figures"),
-        sweep=RESULTS + "/sweep/sweep.parquet",
+        sweep=f"{RESULTS}/sweep/sweep.parquet",
     output:
         report(
-            RESULTS + "/figures/fig4_exit_sweep.png",
+            f"{RESULTS}/figures/fig4_exit_sweep.png",
             caption="../report/exits.rst",
             category="Early exit",
         ),
         report(
-            RESULTS + "/figures/exit_tradeoff.png",
+            f"{RESULTS}/figures/exit_tradeoff.png",
             caption="../report/exits.rst",
             category="Early exit",
         ),
     params:
         file=PARAMS_PATH,
-        figures_dir=RESULTS + "/figures",
+        figures_dir=f"{RESULTS}/figures",
     log:
-        LOGS + "/exit_figures.log",
+        f"{LOGS}/exit_figures.log",
     benchmark:
-        RESULTS + "/benchmarks/exit_figures.tsv"
+        f"{RESULTS}/benchmarks/exit_figures.tsv"
     resources:
         mem_mb=1500,
         runtime=15,

@@ -8,26 +8,26 @@
 rule measure:
     input:
         sources("measure"),
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
-        checkpoint=RESULTS + "/train/{recipe}/seed_{seed}/checkpoints/step_{step}.pt",
-        train_metrics=RESULTS + "/train/{recipe}/seed_{seed}/metrics.json",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
+        checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{{step}}.pt",
+        train_metrics=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
     output:
-        RESULTS + "/measure/{recipe}/seed_{seed}/step_{step}/geometry.parquet",
-        RESULTS + "/measure/{recipe}/seed_{seed}/step_{step}/loss_vs_loops.parquet",
-        RESULTS + "/measure/{recipe}/seed_{seed}/step_{step}/depth.parquet",
-        RESULTS + "/measure/{recipe}/seed_{seed}/step_{step}/similarity.parquet",
-        RESULTS + "/measure/{recipe}/seed_{seed}/step_{step}/trajectory.parquet",
-        RESULTS + "/measure/{recipe}/seed_{seed}/step_{step}/summary.json",
+        f"{RESULTS}/measure/{{recipe}}/seed_{{seed}}/step_{{step}}/geometry.parquet",
+        f"{RESULTS}/measure/{{recipe}}/seed_{{seed}}/step_{{step}}/loss_vs_loops.parquet",
+        f"{RESULTS}/measure/{{recipe}}/seed_{{seed}}/step_{{step}}/depth.parquet",
+        f"{RESULTS}/measure/{{recipe}}/seed_{{seed}}/step_{{step}}/similarity.parquet",
+        f"{RESULTS}/measure/{{recipe}}/seed_{{seed}}/step_{{step}}/trajectory.parquet",
+        f"{RESULTS}/measure/{{recipe}}/seed_{{seed}}/step_{{step}}/summary.json",
     params:
         values=param_values("measure"),
         file=PARAMS_PATH,
-        data_dir=DATA + "/prepared",
-        out_dir=RESULTS + "/measure/{recipe}/seed_{seed}/step_{step}",
+        data_dir=f"{DATA}/prepared",
+        out_dir=f"{RESULTS}/measure/{{recipe}}/seed_{{seed}}/step_{{step}}",
     log:
-        LOGS + "/measure/{recipe}/seed_{seed}/step_{step}.log",
+        f"{LOGS}/measure/{{recipe}}/seed_{{seed}}/step_{{step}}.log",
     benchmark:
-        RESULTS + "/benchmarks/measure/{recipe}/seed_{seed}/step_{step}.tsv"
+        f"{RESULTS}/benchmarks/measure/{{recipe}}/seed_{{seed}}/step_{{step}}.tsv"
     threads: config["measure"]["threads"]
     resources:
         mem_mb=3000,
@@ -55,21 +55,21 @@ rule geometry:
             step=config["train"]["checkpoint_steps"],
         ),
     output:
-        RESULTS + "/geometry/geometry.parquet",
-        RESULTS + "/geometry/loss_vs_loops.parquet",
-        RESULTS + "/geometry/depth.parquet",
-        RESULTS + "/geometry/similarity.parquet",
-        RESULTS + "/geometry/trajectory.parquet",
-        RESULTS + "/geometry/summary.csv",
+        f"{RESULTS}/geometry/geometry.parquet",
+        f"{RESULTS}/geometry/loss_vs_loops.parquet",
+        f"{RESULTS}/geometry/depth.parquet",
+        f"{RESULTS}/geometry/similarity.parquet",
+        f"{RESULTS}/geometry/trajectory.parquet",
+        f"{RESULTS}/geometry/summary.csv",
     params:
         values=param_values("geometry"),
         file=PARAMS_PATH,
-        measure_dir=RESULTS + "/measure",
-        out_dir=RESULTS + "/geometry",
+        measure_dir=f"{RESULTS}/measure",
+        out_dir=f"{RESULTS}/geometry",
     log:
-        LOGS + "/geometry.log",
+        f"{LOGS}/geometry.log",
     benchmark:
-        RESULTS + "/benchmarks/geometry.tsv"
+        f"{RESULTS}/benchmarks/geometry.tsv"
     resources:
         mem_mb=1500,
         runtime=15,
@@ -83,60 +83,60 @@ rule geometry:
 rule geometry_figures:
     input:
         sources("geometry_figures"),
-        RESULTS + "/geometry/geometry.parquet",
-        RESULTS + "/geometry/loss_vs_loops.parquet",
-        RESULTS + "/geometry/depth.parquet",
-        RESULTS + "/geometry/similarity.parquet",
-        RESULTS + "/geometry/trajectory.parquet",
+        f"{RESULTS}/geometry/geometry.parquet",
+        f"{RESULTS}/geometry/loss_vs_loops.parquet",
+        f"{RESULTS}/geometry/depth.parquet",
+        f"{RESULTS}/geometry/similarity.parquet",
+        f"{RESULTS}/geometry/trajectory.parquet",
     output:
         report(
-            RESULTS + "/figures/fig1_trajectory_pca.png",
+            f"{RESULTS}/figures/fig1_trajectory_pca.png",
             caption="../report/figures.rst",
             category="Geometry",
         ),
         report(
-            RESULTS + "/figures/fig2_drift_to_loop_ratio.png",
+            f"{RESULTS}/figures/fig2_drift_to_loop_ratio.png",
             caption="../report/figures.rst",
             category="Geometry",
         ),
         report(
-            RESULTS + "/figures/fig3a_step_size.png",
+            f"{RESULTS}/figures/fig3a_step_size.png",
             caption="../report/figures.rst",
             category="Geometry",
         ),
         report(
-            RESULTS + "/figures/fig3b_step_cosine.png",
+            f"{RESULTS}/figures/fig3b_step_cosine.png",
             caption="../report/figures.rst",
             category="Geometry",
         ),
         report(
-            RESULTS + "/figures/depth_similarity_phases.png",
+            f"{RESULTS}/figures/depth_similarity_phases.png",
             caption="../report/figures.rst",
             category="Geometry",
         ),
         report(
-            RESULTS + "/figures/loss_vs_loops.png",
+            f"{RESULTS}/figures/loss_vs_loops.png",
             caption="../report/figures.rst",
             category="Geometry",
         ),
         report(
-            RESULTS + "/figures/acceleration.png",
+            f"{RESULTS}/figures/acceleration.png",
             caption="../report/figures.rst",
             category="Geometry",
         ),
         report(
-            RESULTS + "/figures/diagnostics.png",
+            f"{RESULTS}/figures/diagnostics.png",
             caption="../report/figures.rst",
             category="Geometry",
         ),
     params:
         file=PARAMS_PATH,
-        geometry_dir=RESULTS + "/geometry",
-        figures_dir=RESULTS + "/figures",
+        geometry_dir=f"{RESULTS}/geometry",
+        figures_dir=f"{RESULTS}/figures",
     log:
-        LOGS + "/geometry_figures.log",
+        f"{LOGS}/geometry_figures.log",
     benchmark:
-        RESULTS + "/benchmarks/geometry_figures.tsv"
+        f"{RESULTS}/benchmarks/geometry_figures.tsv"
     resources:
         mem_mb=1500,
         runtime=15,

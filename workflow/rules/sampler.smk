@@ -8,22 +8,22 @@
 rule sample:
     input:
         sources("sample"),
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
         checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
     output:
-        RESULTS + "/sample/{recipe}/seed_{seed}/sample.parquet",
-        RESULTS + "/sample/{recipe}/seed_{seed}/speed.csv",
-        RESULTS + "/sample/{recipe}/seed_{seed}/summary.csv",
+        f"{RESULTS}/sample/{{recipe}}/seed_{{seed}}/sample.parquet",
+        f"{RESULTS}/sample/{{recipe}}/seed_{{seed}}/speed.csv",
+        f"{RESULTS}/sample/{{recipe}}/seed_{{seed}}/summary.csv",
     params:
         values=param_values("sample"),
         file=PARAMS_PATH,
-        data_dir=DATA + "/prepared",
-        out_dir=RESULTS + "/sample/{recipe}/seed_{seed}",
+        data_dir=f"{DATA}/prepared",
+        out_dir=f"{RESULTS}/sample/{{recipe}}/seed_{{seed}}",
     log:
-        LOGS + "/sample/{recipe}/seed_{seed}.log",
+        f"{LOGS}/sample/{{recipe}}/seed_{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/sample/{recipe}/seed_{seed}.tsv"
+        f"{RESULTS}/benchmarks/sample/{{recipe}}/seed_{{seed}}.tsv"
     threads: every_core
     resources:
         mem_mb=1500,
@@ -43,10 +43,10 @@ rule sample:
 rule sampler_figures:
     input:
         sources("sampler_figures"),
-        summary=RESULTS + "/sample/{recipe}/seed_{seed}/summary.csv",
+        summary=f"{RESULTS}/sample/{{recipe}}/seed_{{seed}}/summary.csv",
     output:
         out=report(
-            RESULTS + "/figures/{recipe}/seed_{seed}/sampler_tradeoff.png",
+            f"{RESULTS}/figures/{{recipe}}/seed_{{seed}}/sampler_tradeoff.png",
             caption="../report/sampler.rst",
             category="Parallel sampler",
             subcategory="{recipe}",
@@ -55,9 +55,9 @@ rule sampler_figures:
     params:
         file=PARAMS_PATH,
     log:
-        LOGS + "/sampler_figures/{recipe}/seed_{seed}.log",
+        f"{LOGS}/sampler_figures/{{recipe}}/seed_{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/sampler_figures/{recipe}/seed_{seed}.tsv"
+        f"{RESULTS}/benchmarks/sampler_figures/{{recipe}}/seed_{{seed}}.tsv"
     resources:
         mem_mb=1000,
         runtime=10,

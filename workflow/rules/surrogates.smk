@@ -8,21 +8,21 @@
 rule phases:
     input:
         sources("phases"),
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
         checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
     output:
-        RESULTS + "/distill/{recipe}/seed_{seed}/distance.parquet",
-        RESULTS + "/distill/{recipe}/seed_{seed}/phases.json",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/distance.parquet",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/phases.json",
     params:
         values=param_values("phases"),
         file=PARAMS_PATH,
-        data_dir=DATA + "/prepared",
-        out_dir=RESULTS + "/distill/{recipe}/seed_{seed}",
+        data_dir=f"{DATA}/prepared",
+        out_dir=f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}",
     log:
-        LOGS + "/phases/{recipe}/seed_{seed}.log",
+        f"{LOGS}/phases/{{recipe}}/seed_{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/phases/{recipe}/seed_{seed}.tsv"
+        f"{RESULTS}/benchmarks/phases/{{recipe}}/seed_{{seed}}.tsv"
     threads: config["distill"]["threads"]
     resources:
         mem_mb=1500,
@@ -41,11 +41,11 @@ rule phases:
 rule phase_figures:
     input:
         sources("phase_figures"),
-        distance=RESULTS + "/distill/{recipe}/seed_{seed}/distance.parquet",
-        phases=RESULTS + "/distill/{recipe}/seed_{seed}/phases.json",
+        distance=f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/distance.parquet",
+        phases=f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/phases.json",
     output:
         out=report(
-            RESULTS + "/figures/{recipe}/seed_{seed}/phases.png",
+            f"{RESULTS}/figures/{{recipe}}/seed_{{seed}}/phases.png",
             caption="../report/phases.rst",
             category="Block-recurrent surrogates",
             subcategory="{recipe}",
@@ -54,9 +54,9 @@ rule phase_figures:
     params:
         file=PARAMS_PATH,
     log:
-        LOGS + "/phase_figures/{recipe}/seed_{seed}.log",
+        f"{LOGS}/phase_figures/{{recipe}}/seed_{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/phase_figures/{recipe}/seed_{seed}.tsv"
+        f"{RESULTS}/benchmarks/phase_figures/{{recipe}}/seed_{{seed}}.tsv"
     resources:
         mem_mb=1000,
         runtime=10,
@@ -74,26 +74,26 @@ rule phase_figures:
 rule distill:
     input:
         sources("distill"),
-        DATA + "/prepared/train.npy",
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
+        f"{DATA}/prepared/train.npy",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
         checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
-        train_metrics=RESULTS + "/train/{recipe}/seed_{seed}/metrics.json",
-        phases=RESULTS + "/distill/{recipe}/seed_{seed}/phases.json",
+        train_metrics=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
+        phases=f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/phases.json",
     output:
-        RESULTS + "/distill/{recipe}/seed_{seed}/k_{blocks}/surrogate.pt",
-        RESULTS + "/distill/{recipe}/seed_{seed}/k_{blocks}/control.pt",
-        RESULTS + "/distill/{recipe}/seed_{seed}/k_{blocks}/history.parquet",
-        RESULTS + "/distill/{recipe}/seed_{seed}/k_{blocks}/evaluation.json",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}/surrogate.pt",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}/control.pt",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}/history.parquet",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}/evaluation.json",
     params:
         values=param_values("distill"),
         file=PARAMS_PATH,
-        data_dir=DATA + "/prepared",
-        out_dir=RESULTS + "/distill/{recipe}/seed_{seed}/k_{blocks}",
+        data_dir=f"{DATA}/prepared",
+        out_dir=f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}",
     log:
-        LOGS + "/distill/{recipe}/seed_{seed}/k_{blocks}.log",
+        f"{LOGS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}.log",
     benchmark:
-        RESULTS + "/benchmarks/distill/{recipe}/seed_{seed}/k_{blocks}.tsv"
+        f"{RESULTS}/benchmarks/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}.tsv"
     threads: config["distill"]["threads"]
     resources:
         mem_mb=2500,
@@ -114,8 +114,8 @@ rule distill:
 rule surrogates:
     input:
         sources("surrogates"),
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
         train_dir=[
             *expand(rules.train.output, recipe=config["recipes"], seed=config["runtime"]["seeds"]),
             *expand(rules.train_teacher.output, recipe=config["teachers"], seed=config["runtime"]["seeds"]),
@@ -130,20 +130,20 @@ rule surrogates:
         ),
         ],
     output:
-        RESULTS + "/surrogates/dynamics.parquet",
-        RESULTS + "/surrogates/recovery.csv",
-        RESULTS + "/surrogates/layer_r2.csv",
+        f"{RESULTS}/surrogates/dynamics.parquet",
+        f"{RESULTS}/surrogates/recovery.csv",
+        f"{RESULTS}/surrogates/layer_r2.csv",
     params:
         values=param_values("surrogates"),
         file=PARAMS_PATH,
-        train_dir=RESULTS + "/train",
-        distill_dir=RESULTS + "/distill",
-        data_dir=DATA + "/prepared",
-        out_dir=RESULTS + "/surrogates",
+        train_dir=f"{RESULTS}/train",
+        distill_dir=f"{RESULTS}/distill",
+        data_dir=f"{DATA}/prepared",
+        out_dir=f"{RESULTS}/surrogates",
     log:
-        LOGS + "/surrogates.log",
+        f"{LOGS}/surrogates.log",
     benchmark:
-        RESULTS + "/benchmarks/surrogates.tsv"
+        f"{RESULTS}/benchmarks/surrogates.tsv"
     threads: config["distill"]["threads"]
     resources:
         mem_mb=2000,
@@ -160,28 +160,28 @@ rule surrogates:
 rule surrogate_figures:
     input:
         sources("surrogate_figures"),
-        RESULTS + "/surrogates/recovery.csv",
-        RESULTS + "/surrogates/layer_r2.csv",
-        RESULTS + "/surrogates/dynamics.parquet",
+        f"{RESULTS}/surrogates/recovery.csv",
+        f"{RESULTS}/surrogates/layer_r2.csv",
+        f"{RESULTS}/surrogates/dynamics.parquet",
     output:
         report(
-            RESULTS + "/figures/surrogate_recovery.png",
+            f"{RESULTS}/figures/surrogate_recovery.png",
             caption="../report/surrogates.rst",
             category="Block-recurrent surrogates",
         ),
         report(
-            RESULTS + "/figures/depth_dynamics.png",
+            f"{RESULTS}/figures/depth_dynamics.png",
             caption="../report/surrogates.rst",
             category="Block-recurrent surrogates",
         ),
     params:
         file=PARAMS_PATH,
-        surrogates_dir=RESULTS + "/surrogates",
-        figures_dir=RESULTS + "/figures",
+        surrogates_dir=f"{RESULTS}/surrogates",
+        figures_dir=f"{RESULTS}/figures",
     log:
-        LOGS + "/surrogate_figures.log",
+        f"{LOGS}/surrogate_figures.log",
     benchmark:
-        RESULTS + "/benchmarks/surrogate_figures.tsv"
+        f"{RESULTS}/benchmarks/surrogate_figures.tsv"
     resources:
         mem_mb=1000,
         runtime=10,

@@ -9,19 +9,20 @@
 rule train:
     input:
         sources("train"),
-        DATA + "/prepared/train.npy",
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
-        DATA + "/prepared/tokenizer.json",
+        f"{DATA}/prepared/train.npy",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
+        f"{DATA}/prepared/tokenizer.json",
     output:
         expand(
-            RESULTS + "/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{step}.pt",
+            f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{{step}}.pt",
             step=config["train"]["checkpoint_steps"],
+            allow_missing=True,
         ),
-        RESULTS + "/train/{recipe}/seed_{seed}/history.parquet",
-        RESULTS + "/train/{recipe}/seed_{seed}/metrics.json",
+        f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.parquet",
+        f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
         report(
-            RESULTS + "/train/{recipe}/seed_{seed}/history.csv",
+            f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.csv",
             caption="../report/history.rst",
             category="Training",
             subcategory="{recipe}",
@@ -30,12 +31,12 @@ rule train:
     params:
         values=param_values("train"),
         file=PARAMS_PATH,
-        data_dir=DATA + "/prepared",
-        out_dir=RESULTS + "/train/{recipe}/seed_{seed}",
+        data_dir=f"{DATA}/prepared",
+        out_dir=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}",
     log:
-        LOGS + "/train/{recipe}/seed_{seed}.log",
+        f"{LOGS}/train/{{recipe}}/seed_{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/train/{recipe}/seed_{seed}.tsv"
+        f"{RESULTS}/benchmarks/train/{{recipe}}/seed_{{seed}}.tsv"
     threads: config["runtime"]["threads"]
     resources:
         mem_mb=3000,
@@ -54,19 +55,20 @@ rule train:
 rule train_teacher:
     input:
         sources("train_teacher"),
-        DATA + "/prepared/train.npy",
-        DATA + "/prepared/val.npy",
-        DATA + "/prepared/stats.json",
-        DATA + "/prepared/tokenizer.json",
+        f"{DATA}/prepared/train.npy",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
+        f"{DATA}/prepared/tokenizer.json",
     output:
         expand(
-            RESULTS + "/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{step}.pt",
+            f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{{step}}.pt",
             step=config["train"]["checkpoint_steps"],
+            allow_missing=True,
         ),
-        RESULTS + "/train/{recipe}/seed_{seed}/history.parquet",
-        RESULTS + "/train/{recipe}/seed_{seed}/metrics.json",
+        f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.parquet",
+        f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
         report(
-            RESULTS + "/train/{recipe}/seed_{seed}/history.csv",
+            f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.csv",
             caption="../report/history.rst",
             category="Training",
             subcategory="{recipe}",
@@ -75,12 +77,12 @@ rule train_teacher:
     params:
         values=param_values("train_teacher"),
         file=PARAMS_PATH,
-        data_dir=DATA + "/prepared",
-        out_dir=RESULTS + "/train/{recipe}/seed_{seed}",
+        data_dir=f"{DATA}/prepared",
+        out_dir=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}",
     log:
-        LOGS + "/train/{recipe}/seed_{seed}.log",
+        f"{LOGS}/train/{{recipe}}/seed_{{seed}}.log",
     benchmark:
-        RESULTS + "/benchmarks/train/{recipe}/seed_{seed}.tsv"
+        f"{RESULTS}/benchmarks/train/{{recipe}}/seed_{{seed}}.tsv"
     threads: config["runtime"]["threads"]
     resources:
         mem_mb=3000,

@@ -3,8 +3,9 @@ workflow/rules/, each stage an explicit rule (`python -m twoscale workflow` writ
 when the committed files differ from what this writes).
 
 A declared stage (DVC's syntax) becomes a rule:
-  ${item.recipe} in a path   the wildcard {recipe}; its values (the matrix) constrain it
-  ${train.steps} in a path   the parameter's value, read from `config` (an f-string)
+  a path                     an f-string (as Snakemake's linter asks) under the run's root (DATA, RESULTS, LOGS)
+  ${item.recipe} in a path   the wildcard {{recipe}}; its values (the matrix) constrain it
+  ${train.steps} in a path   the parameter's value, read from `config`
   .../step_{step}.pt         one file per step of train.checkpoint_steps (expand)
   a folder input             the outputs of the rules that write inside it: expand(rules.<stage>.output, ...)
   a command's option         {input.NAME:q} or {output.NAME:q} where it names a declared file, else a params
@@ -56,27 +57,24 @@ def _config(key: str, quote: str = '"') -> str:
 
 
 def path_expression(path: str) -> str:
-    """A declared path as a Python expression of a rule file: under its root's prefix (DATA, RESULTS, LOGS),
-    ${item.x} the wildcard {x}, a parameter read from config; a path with {step}, one path per checkpoint step."""
+    """A declared path as a Python expression of a rule file: an f-string under its root's prefix (DATA, RESULTS,
+    LOGS), ${item.x} the wildcard {{x}}, a parameter read from config; a path with {step}, one path per checkpoint
+    step (expand)."""
     top, _, rest = path.partition("/")
     prefix = ROOTS.get(top)
-    body = rest if prefix else path
-    per_checkpoint, in_fstring = PER_CHECKPOINT in body, _names_parameter(body)
-    if per_checkpoint and in_fstring:
+    if prefix and not rest:
+        return prefix
+    if PER_CHECKPOINT in path and _names_parameter(path):
         raise ValueError(f"{path}: a path per checkpoint step names no other parameter")
-    wildcard = "{{%s}}" if per_checkpoint or in_fstring else "{%s}"  # single braces are expand's or the f-string's
 
     def part(found: re.Match) -> str:
         key = found.group(1)
-        return wildcard % key.removeprefix("item.") if key.startswith("item.") else "{%s}" % _config(key, "'")
+        return "{{%s}}" % key.removeprefix("item.") if key.startswith("item.") else "{%s}" % _config(key, "'")
 
-    body = PARAMETER.sub(part, body)
-    if in_fstring:
-        expression = f'f"{{{prefix}}}/{body}"' if prefix else f'f"{body}"'
-    else:
-        expression = (f'{prefix} + "/{body}"' if body else prefix) if prefix else json.dumps(body)
-    if per_checkpoint:
-        return _call("expand", [expression, f"step={_config(CHECKPOINT_STEPS)}"], ROOM)
+    body = PARAMETER.sub(part, (rest if prefix else path).replace(PER_CHECKPOINT, "{{step}}"))
+    expression = f'f"{{{prefix}}}/{body}"' if prefix else f'f"{body}"'
+    if PER_CHECKPOINT in path:
+        return _call("expand", [expression, f"step={_config(CHECKPOINT_STEPS)}", "allow_missing=True"], ROOM)
     return expression
 
 
