@@ -122,6 +122,28 @@ def test_c2_faster_decay_and_smaller_steps_later_reproduce():
     assert g["mean_relative_first"] == pytest.approx(0.2) and g["mean_relative_last"] == pytest.approx(0.1)
 
 
+def test_c2_reads_the_first_checkpoint_after_warm_up_against_the_last():
+    """Inside warm-up (step 25) the loop barely decays (s(10)/s(1) = 0.9); by step 100, the first checkpoint after a
+    100-step warm-up, it decays to 0.05, and by the last to 0.1: against step 25 the steps "got smaller", against
+    step 100 they did not. The absolute sizes are reported beside."""
+    slow = [0.9 + 0.1 * (k == 1) if k <= 10 else 0.9 for k in range(1, K + 1)]
+    fast = [1.0 if k == 1 else 0.05 for k in range(1, K + 1)]
+    geometry = frame(checkpoint(25, {0: slow}, relative=0.3), checkpoint(100, {0: fast}, relative=0.05),
+                     checkpoint(600, {0: [1.0 if k == 1 else 0.1 for k in range(1, K + 1)]}, relative=0.04))
+    in_warmup = geometry_claims.C2.row(geometry)  # no schedule given: the first checkpoint is the baseline
+    assert in_warmup["detail"]["first_step"] == 25 and in_warmup["reproduced"] is True
+    row = geometry_claims.C2.row(geometry, pl.DataFrame({"warmup_steps": [100]}))
+    (g,) = row["detail"]["groups"]
+    assert (g["first_step"], g["last_step"]) == (100, 600) and row["detail"]["in_warmup"] == [25]
+    assert g["decay_ratio_first"] == pytest.approx(0.05) and g["decay_ratio_last"] == pytest.approx(0.1)
+    assert g["decays_faster"] is False and g["smaller"] is True and row["verdict"] == "not reproduced"
+    assert g["mean_step_first"] == pytest.approx((1 + 29 * 0.05) / 30) and g["first_step_size_last"] == 1.0
+    assert "25 inside it, not read" in row["measured"] and "absolute mean step" in row["measured"]
+    # a warm-up that reaches the last checkpoint leaves nothing to compare
+    late = geometry_claims.C2.row(geometry, pl.DataFrame({"warmup_steps": [400]}))
+    assert late["verdict"] == "inconclusive" and "after the warm-up (400 steps)" in late["detail"]["groups"][0]["reason"]
+
+
 def test_c2_reversed_mixed_and_single_checkpoint():
     early = checkpoint(100, {0: inverse(), 1: inverse()}, relative=0.1)
     # group 0 slows its decay and grows its steps; group 1 decays faster (1/k^2) with smaller steps
@@ -230,7 +252,7 @@ def test_c5_shrinking_turning_steps_and_big_jumps_reproduce():
     row = geometry_claims.C5.row(geometry, depth_frame(900, [0, 0, 1, 1], [0, 0, 1, 1]))
     assert row["reproduced"] is True
     harmonic = sum(inverse())
-    jump = 50.0 * sum(inverse(10)) / 10  # median DLR_10 x the mean of the first 10 step sizes
+    jump = 50.0 * sum(inverse()) / K  # median DLR_30 x the mean of all 30 step sizes (Eq. 2)
     assert row["detail"]["jumps"][0]["jump_estimate"] == pytest.approx(jump)
     for g in row["detail"]["groups"]:  # group 1 has no jump out: it is judged against the jump into it
         assert g["mean_turning_deg"] == pytest.approx(60.0)
@@ -266,7 +288,7 @@ def test_claims_table_rows_are_strict_json_with_hand_checked_headlines():
     headline = {r["claim"]: r["headline"] for r in rows}
     assert headline["C1"] == {"s(10)/s(1) g0": pytest.approx(0.1), "s(10)/s(1) g1": pytest.approx(0.1)}
     assert headline["C3"] == {"late cosine g0": pytest.approx(0.6), "late cosine g1": pytest.approx(0.6)}
-    assert headline["C4"] == {"median DLR_10 0->1": 50.0}
+    assert headline["C4"] == {"median DLR_30 0->1": 50.0, "median DLR_10 0->1": 50.0}
 
 
 def test_nan_becomes_null_in_json():
@@ -302,22 +324,26 @@ def paper_like() -> dict[str, list[tuple[float, float, float]]]:
         "acceleration": [  # flat over [1e-5, 1e-2]: 10.08 / 10.00 - 1 = 0.8%; best 1e-2 at 190 ms: cut 36.7%
             (0.0, 10.0, 300.0), (1e-5, 10.0, 290.0), (1e-4, 10.02, 260.0), (1e-3, 10.05, 200.0),
             (1e-2, 10.08, 190.0), (1.0, 11.0, 150.0), (INF, 20.0, 100.0)],  # 1.0 is faster but +10%: ignored
-        "step_norm": [  # within 1% up to 1e-3, +5% at 1e-2
+        "step_norm_relative": [  # within 1% up to 1e-3, +5% at 1e-2
             (0.0, 10.0, 300.0), (1e-4, 10.01, 280.0), (1e-3, 10.05, 250.0), (1e-2, 10.5, 200.0),
             (INF, 25.0, 100.0)],
+        "step_norm": [  # absolute, reported beside: never exits (30 loops) up to 1e-2, as on a large-scale state
+            (0.0, 10.0, 300.0, 30.0), (1e-3, 10.0, 300.0, 30.0), (1e-2, 10.0, 300.0, 30.0), (INF, 25.0, 100.0)],
         "kl_head": [(5e-4, 10.03, 240.0), (1e-2, 10.9, 150.0)],  # best 240 ms > 190
         "kl_rest": [(5e-4, 10.02, 400.0)],                      # best 400 ms > 190
         "argmax": [(2.0, 10.2, 120.0)],                         # nothing within 1%
     }
 
 
-def sweep_frame(points: dict[str, list[tuple[float, float, float]]]) -> pl.DataFrame:
+def sweep_frame(points: dict[str, list[tuple[float, ...]]]) -> pl.DataFrame:
+    """(setting, perplexity, ms/token[, mean loops per group]) per strategy; mean loops 1 unless given (the rule
+    exits)."""
     rows = [
         {"strategy": name, "criterion": CRITERION.get(name, name), "swept": SWEPT.get(name, "threshold"),
          "setting": setting, "cross_entropy": math.log(ppl), "perplexity": ppl, "compute_fraction": 1.0,
-         "mean_loops": 1.0, "gflops_per_token": ms / 1000, "ms_per_token": ms, "generated_mean_loops": 1.0,
-         "max_loops": MAX_LOOPS}
-        for name, pts in points.items() for setting, ppl, ms in pts
+         "mean_loops": loops[0] if loops else 1.0, "gflops_per_token": ms / 1000, "ms_per_token": ms,
+         "generated_mean_loops": 1.0, "max_loops": MAX_LOOPS}
+        for name, pts in points.items() for setting, ppl, ms, *loops in pts
     ]
     return pl.DataFrame(rows, schema={
         "strategy": pl.String, "criterion": pl.String, "swept": pl.String, "setting": pl.Float64,
@@ -388,12 +414,17 @@ def test_c6_paper_like_sweep_reproduces_with_hand_numbers():
     assert kl["kl_head"]["best"]["ms_per_token"] == 240.0 and kl["kl_rest"]["best"]["ms_per_token"] == 400.0
     # every strategy reported, not only the four tested
     best = {s["strategy"]: s["best"] for s in d["strategies"]}
-    assert set(best) == {"fixed", "acceleration", "step_norm", "kl_head", "kl_rest", "argmax"}
-    assert best["argmax"] is None and best["step_norm"]["setting"] == 1e-3
+    assert set(best) == {"fixed", "acceleration", "step_norm_relative", "step_norm", "kl_head", "kl_rest", "argmax"}
+    assert best["argmax"] is None and best["step_norm_relative"]["setting"] == 1e-3
+    # the absolute first-order exit beside: it never exits beyond 1e-3, so its (c) is undecided, and not scored
+    absolute = d["first_order_absolute"]
+    assert absolute["strategy"] == "step_norm" and absolute["passes"] is None
+    assert absolute["reason"] == ("'step_norm' never exits at τ ∈ (1e-3, 1e-2]: its fewest mean loops per group "
+                                  "there are 30.00 of 30, saving less than 1")
     m = row["measured"]
     assert "full depth (30 loops): 300 MFLOPs and 300 ms per token, ppl 10.000" in m
     assert "acceleration τ 0.01: 190 MFLOPs (0.63× in FLOPs), 190 ms, ppl 10.080" in m
-    assert "acceleration latency vs full depth: 0.63× (0.63–0.63)" in m
+    assert "latency vs full depth 0.63× (0.63–0.63)" in m
     assert "kl_rest slower: latency 2.11× (2.11–2.11), FLOPs 2.11×" in m
     assert "argmax: none within 1%" in m and "fixed loops 30" in m
     assert "spread +0.8%" in m and "+5.0% at τ 0.01" in m
@@ -409,11 +440,11 @@ def test_c6_each_sub_test_fails():
     bumpy = c6_with(acceleration=[(1e-5, 10.0, 290.0), (1e-3, 10.05, 200.0), (1e-2, 10.3, 150.0)])
     assert passes(bumpy)["flat"] is False  # 10.3 / 10.0 - 1 = 3%
     assert bumpy["detail"]["tests"]["flat"]["spread"] == pytest.approx(0.03)
-    no_knee = c6_with(step_norm=[(1e-4, 10.0, 290.0), (1e-3, 10.05, 250.0), (1e-2, 10.08, 200.0),
-                                 (INF, 25.0, 100.0)])  # flat through 1e-2: degrades only at inf
+    no_knee = c6_with(step_norm_relative=[(1e-4, 10.0, 290.0), (1e-3, 10.05, 250.0), (1e-2, 10.08, 200.0),
+                                          (INF, 25.0, 100.0)])  # flat through 1e-2: degrades only at inf
     assert passes(no_knee)["first_order"] is False
     assert no_knee["detail"]["tests"]["first_order"]["degrades_above"] is False
-    early_knee = c6_with(step_norm=[(1e-4, 10.5, 290.0), (1e-3, 10.6, 250.0), (1e-2, 11.0, 200.0)])
+    early_knee = c6_with(step_norm_relative=[(1e-4, 10.5, 290.0), (1e-3, 10.6, 250.0), (1e-2, 11.0, 200.0)])
     assert passes(early_knee)["first_order"] is False
     assert early_knee["detail"]["tests"]["first_order"]["within_below"] is False
     fast_kl = c6_with(kl_rest=[(5e-4, 10.05, 150.0)])  # 150 ms < acceleration's 190
@@ -424,12 +455,12 @@ def test_c6_each_sub_test_fails():
 
 def test_c6_nothing_holds_is_not_reproduced():
     row = c6_with(acceleration=[(1e-5, 10.0, 295.0), (1e-3, 10.05, 290.0), (1e-2, 10.09, 280.0)],  # cut 6.7%
-                  step_norm=[(1e-4, 10.0, 280.0), (1e-2, 10.0, 250.0)],                             # no knee
+                  step_norm_relative=[(1e-4, 10.0, 280.0), (1e-2, 10.0, 250.0)],                    # no knee
                   kl_head=[(5e-4, 10.0, 200.0)])                                                    # faster
     assert passes(row) == {"latency_cut": False, "flat": True, "first_order": False, "kl_slower": False}
     assert row["verdict"] == "mixed"
     row = c6_with(acceleration=[(1e-5, 10.0, 295.0), (1e-2, 10.5, 280.0)],  # cut 1/60; spread 5%
-                  step_norm=[(1e-4, 10.0, 280.0), (1e-2, 10.0, 250.0)],
+                  step_norm_relative=[(1e-4, 10.0, 280.0), (1e-2, 10.0, 250.0)],
                   kl_head=[(5e-4, 10.0, 200.0)])
     assert passes(row) == {"latency_cut": False, "flat": False, "first_order": False, "kl_slower": False}
     assert row["reproduced"] is False and row["verdict"] == "not reproduced"
@@ -442,14 +473,18 @@ def test_c6_undecided_sub_tests():
     assert none["reproduced"] is None and none["verdict"] == "inconclusive"
     # (b): thresholds only outside [1e-5, 1e-2], or a single one inside: nothing to call flat
     outside = c6_with(acceleration=[(0.0, 10.0, 300.0), (1.0, 10.05, 150.0), (INF, 20.0, 100.0)])
-    assert passes(outside)["flat"] is None and passes(outside)["latency_cut"] is True
+    assert passes(outside)["flat"] is None and passes(outside)["latency_cut"] is None
     assert "undecided, 0 swept acceleration threshold(s) in [1e-5, 1e-2]" in outside["measured"]
+    # (a) reads the paper's range only: τ = 1 would cut 50%, and is reported beside
+    cut = outside["detail"]["tests"]["latency_cut"]
+    assert cut["reason"] == "no acceleration threshold swept in [1e-5, 1e-2]"
+    assert cut["best_anywhere"]["setting"] == 1.0
     single = c6_with(acceleration=[(1e-3, 10.05, 200.0), (1.0, 10.5, 150.0)])
     assert passes(single)["flat"] is None
-    # (c): no step_norm threshold in (1e-3, 1e-2] (inf does not count), or none <= 1e-3, or no step_norm
+    # (c): no threshold in (1e-3, 1e-2] (inf does not count), or none <= 1e-3, or the strategy not swept
     for pts in ([(0.0, 10.0, 300.0), (1e-4, 10.0, 280.0), (INF, 25.0, 100.0)],
                 [(1e-2, 10.5, 200.0), (0.1, 12.0, 150.0)], None):
-        row = c6_with(step_norm=pts)
+        row = c6_with(step_norm_relative=pts)
         assert passes(row)["first_order"] is None and row["verdict"] == "inconclusive"
     # (d): no KL strategy; or one KL strategy without a point within 1%
     assert passes(c6_with(kl_head=None, kl_rest=None))["kl_slower"] is None
@@ -458,8 +493,39 @@ def test_c6_undecided_sub_tests():
     assert passes(c6_with(kl_head=[(5e-4, 10.0, 100.0)], kl_rest=[(5e-4, 10.5, 400.0)]))["kl_slower"] is False
 
 
+def test_c6_a_rule_that_never_exits_at_the_paper_s_thresholds_decides_neither_its_cut_nor_its_flatness():
+    """Acceleration at every τ in [1e-5, 1e-2] loops all 30 times (as on a model whose states move a lot): its
+    perplexity there is flat by construction and it cuts nothing, so (a) and (b) cannot decide; at τ = ∞ it exits
+    and is reported beside. One loop saved on average is enough to decide."""
+    idle = [(0.0, 10.0, 300.0, 30.0), (1e-5, 10.0, 300.0, 30.0), (1e-3, 10.0, 300.0, 30.0),
+            (1e-2, 10.0, 300.0, 30.0), (INF, 10.05, 100.0, 3.0)]
+    row = c6_with(acceleration=idle)
+    tests = row["detail"]["tests"]
+    assert passes(row)["latency_cut"] is None and passes(row)["flat"] is None
+    reason = ("'acceleration' never exits at τ ∈ [1e-5, 1e-2]: its fewest mean loops per group there are 30.00 of "
+              "30, saving less than 1")
+    assert tests["latency_cut"]["reason"] == tests["flat"]["reason"] == reason
+    assert tests["flat"]["spread"] == 0.0  # measured, and shown, but not read as "flat"
+    assert tests["latency_cut"]["best_anywhere"]["ms_per_token"] == 100.0  # τ = ∞ (JSON: null)
+    assert row["verdict"] == "inconclusive" and reason in row["measured"]
+    barely = c6_with(acceleration=[*idle[:3], (1e-2, 10.0, 290.0, 29.0), idle[4]])
+    assert passes(barely)["flat"] is True and passes(barely)["latency_cut"] is False  # 290 / 300: a 3% cut
+    # C6b reads acceleration at the same thresholds: never exiting there, its cut against K* is undecided
+    kstar = c6_rows({**paper_like(), "acceleration": idle}, claim=exit_claims.C6B.row)
+    assert kstar["detail"]["acceleration"] is None and kstar["detail"]["acceleration_exits"] is False
+    assert kstar["verdict"] == "inconclusive" and "never exits at τ ∈ [1e-5, 1e-2]" in kstar["measured"]
+
+
+def test_c6_a_first_order_rule_that_never_exits_beyond_the_knee_cannot_degrade_there():
+    row = c6_with(step_norm_relative=[(1e-4, 10.0, 300.0, 30.0), (1e-3, 10.0, 300.0, 30.0),
+                                      (1e-2, 10.0, 300.0, 29.5), (INF, 25.0, 100.0)])
+    first_order = row["detail"]["tests"]["first_order"]
+    assert first_order["passes"] is None and first_order["degrades_above"] is False
+    assert first_order["reason"].startswith("'step_norm_relative' never exits at τ ∈ (1e-3, 1e-2]")
+
+
 def test_c6_thresholds_forgive_round_off():
-    row = c6_with(step_norm=[(1.0000000000000002e-3, 10.05, 250.0), (9.999999999999998e-3, 10.5, 200.0)])
+    row = c6_with(step_norm_relative=[(1.0000000000000002e-3, 10.05, 250.0), (9.999999999999998e-3, 10.5, 200.0)])
     fo = row["detail"]["tests"]["first_order"]
     assert len(fo["below"]) == 1 and len(fo["above"]) == 1 and fo["passes"] is True
     assert len(row["detail"]["tests"]["flat"]["points"]) == 4
@@ -562,21 +628,26 @@ def test_c6_prime_fails_on_a_small_cut_and_a_faster_kl():
 # --- precision floor and DLR_K ---------------------------------------------------------------------------------
 
 
-def test_c4_and_c5_read_dlr_at_k_10_and_show_every_k():
-    # DLR_K = K (a converging loop's ratio grows with K): DLR_30 = 30 would pass, DLR_10 = 10 is the reading
-    rows = [dict(r, median=float(r["k"]), q10=0.5 * r["k"], q90=2.0 * r["k"]) if r["metric"] == "drift_to_loop_ratio"
+def test_c4_and_c5_read_dlr_by_eq_2_over_every_loop_step_and_k_10_beside():
+    # DLR_K = K / 2 (a converging loop's ratio grows with K): by Eq. 2, over all 30 loop steps, 15 >= 10 passes;
+    # the stricter reading at K = 10 gives 5, reported beside and not scored
+    rows = [dict(r, median=r["k"] / 2, q10=0.25 * r["k"], q90=float(r["k"])) if r["metric"] == "drift_to_loop_ratio"
             else r for r in checkpoint(900, {0: inverse(), 1: inverse()}, dlr=1.0)]
     c4 = geometry_claims.C4.row(frame(rows))
     (handoff,) = c4["detail"]["handoffs"]
-    assert c4["detail"]["loops"] == 10 and handoff["median"] == 10.0 and handoff["passes"] is True
-    assert handoff["by_loops"] == {"1": 1.0, "2": 2.0, "5": 5.0, "10": 10.0, str(K): float(K)}  # JSON keys
-    assert "K=1 1.00, K=2 2.00, K=5 5.00, K=10 10.00, K=30 30.00" in c4["measured"]
-    below = [dict(r, median=r["median"] - 0.5) if r["metric"] == "drift_to_loop_ratio" else r for r in rows]
-    assert geometry_claims.C4.row(frame(below))["reproduced"] is False  # 9.5 at K = 10, though 29.5 at K = 30
+    assert c4["detail"]["loops"] == K and handoff["median"] == 15.0 and handoff["passes"] is True
+    assert c4["verdict"] == "reproduced"
+    assert c4["detail"]["strict"] == {"loops": 10, "handoffs": [{"handoff": "0->1", "median": 5.0, "passes": False}]}
+    assert "Beside it, the stricter reading at K = 10: 0->1 5.00 (< 10.00)" in c4["measured"]
+    assert handoff["by_loops"] == {"1": 0.5, "2": 1.0, "5": 2.5, "10": 5.0, str(K): K / 2}  # JSON keys
+    assert "K=1 0.50, K=2 1.00, K=5 2.50, K=10 5.00, K=30 15.00" in c4["measured"]
+    below = [dict(r, median=r["median"] - 5.5) if r["metric"] == "drift_to_loop_ratio" else r for r in rows]
+    assert geometry_claims.C4.row(frame(below))["reproduced"] is False  # 9.5 over all 30 loop steps
     c5 = geometry_claims.C5.row(frame(rows))
-    assert c5["detail"]["jumps"][0]["median_dlr"] == 10.0
-    short = [r for r in rows if r["k"] is None or r["k"] <= 4]  # 4 loops measured: K = 4
-    assert geometry_claims.C4.row(frame(short))["detail"]["handoffs"][0]["median"] == 4.0
+    assert c5["detail"]["jumps"][0]["median_dlr"] == 15.0
+    short = [r for r in rows if r["k"] is None or r["k"] <= 4]  # 4 loops measured: K = 4, the strict reading too
+    short_c4 = geometry_claims.C4.row(frame(short))["detail"]
+    assert short_c4["handoffs"][0]["median"] == 2.0 and short_c4["strict"]["loops"] == 4
 
 
 def test_c2_c3_c5_report_how_many_steps_were_at_the_floor():
@@ -600,3 +671,25 @@ def test_c2_c3_c5_report_how_many_steps_were_at_the_floor():
     c5 = by_group(geometry_claims.C5.row(geometry)["detail"]["groups"])
     assert c5[0]["turns_above_floor"] == {"kept": 29 * 100 - 10 * 25, "of": 29 * 100}  # k = 2..30
     assert "1250/1500 cosines above the floor" in geometry_claims.C3.row(geometry)["measured"]
+
+
+def test_c3_a_late_cosine_of_steps_mostly_at_the_floor_decides_nothing():
+    """Group 0: at k >= 16 three tokens in four step at the floor, so its late cosine (in the band) is the mean of
+    a quarter of the tokens: undecided. Group 1 keeps all of them and decides."""
+    rows = []
+    for r in checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6):
+        late = r["group"] == 0 and r["k"] is not None and r["k"] >= 16
+        rows.append(dict(r, n=25) if late and r["metric"] in ("step_cosine", "turning_angle") else r)
+    row = geometry_claims.C3.row(frame(rows))
+    groups = by_group(row["detail"]["groups"])
+    assert groups[0]["in_band"] is True and groups[0]["passes"] is None
+    assert groups[0]["reason"].startswith("375 of 1500 late cosines above the precision floor: fewer than 50%")
+    assert groups[1]["passes"] is True and row["verdict"] == "inconclusive"
+
+
+def test_s_and_c1_premises_unmet_decide_nothing():
+    one_count = geometry_claims.S.row(loss_frame({900: {30: 4.0}}))  # one loop count: its own best
+    assert one_count["verdict"] == "inconclusive" and one_count["detail"]["reason"] == "one loop count measured (30)"
+    still = geometry_claims.C1.row(frame(checkpoint(900, {0: [0.0] * K})))  # s(1) = s(10) = 0: "halved"
+    (group,) = still["detail"]["groups"]
+    assert group["passes"] is None and group["reason"] == "the loop does not move at k = 1 (s(1) = 0)"

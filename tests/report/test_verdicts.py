@@ -146,13 +146,16 @@ def test_the_reference_points_of_the_sweep():
 
 def test_the_points_the_verdicts_compare_are_named_before_timing():
     # FLOPs follow ms here, but the points must come from quality and FLOPs alone: no latency in the table
-    sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, 15.0), (1e-2, 10.5, 12.0), (1.0, 13.0, 5.0)],
+    sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, 15.0), (1e-2, 10.5, 12.0), (1.0, 13.0, 5.0),
+                                                          (10.0, 10.0, 4.0)],
                          "kl_head": [(1e-4, 10.0, 30.0), (1e-2, 12.0, 6.0)]})
     untimed = sweep.with_columns(pl.lit(None, dtype=pl.Float64).alias("ms_per_token"))
-    # full depth 4 and K* 2; acceleration 1e-2 within 1% of full depth (ppl <= 11.11), 1e-3 within 1% of K*
-    # (<= 10.1); kl_head 1e-4 for both; fixed 2 for both (cheaper than 4 and within 1% of full depth)
-    assert exit_tables.compared_points(untimed) == {("fixed", 4.0), ("fixed", 2.0), ("acceleration", 1e-2),
-                                              ("acceleration", 1e-3), ("kl_head", 1e-4)}
+    # full depth 4 and K* 2; acceleration 10 is the cheapest within 1% of either at any threshold, and in the
+    # paper's range [1e-5, 1e-2] 1e-2 within 1% of full depth (ppl <= 11.11) and 1e-3 within 1% of K* (<= 10.1);
+    # kl_head 1e-4 for both; fixed 2 for both (cheaper than 4 and within 1% of full depth)
+    assert exit_tables.compared_points(untimed) == {("fixed", 4.0), ("fixed", 2.0), ("acceleration", 10.0),
+                                                    ("acceleration", 1e-2), ("acceleration", 1e-3),
+                                                    ("kl_head", 1e-4)}
 
 
 @pytest.mark.parametrize(("acceleration_ms", "kl_ms", "checks"), [
@@ -194,9 +197,10 @@ def test_c6b_is_undecided_when_the_latency_interval_straddles_the_line():
 
 def test_c6_flat_and_first_order_sub_tests_on_hand_numbers():
     # full depth ppl 11 (limit 11.11); acceleration over [1e-5, 1e-2]: 10.9 .. 11.0, spread 11/10.9 - 1 = 0.92%;
-    # step_norm within at 1e-3 (11.05), 11.2 at 1e-2: degrades beyond the knee
+    # step_norm_relative within at 1e-3 (11.05), 11.2 at 1e-2: degrades beyond the knee
     sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-5, 11.0, 39.0), (1e-2, 10.9, 25.0)],
-                         "step_norm": [(1e-3, 11.05, 30.0), (1e-2, 11.2, 20.0)], "kl_head": [(1e-3, 11.0, 30.0)]})
+                         "step_norm_relative": [(1e-3, 11.05, 30.0), (1e-2, 11.2, 20.0)],
+                         "kl_head": [(1e-3, 11.0, 30.0)]})
     verdict = exits.acceleration_exit(sweep, latency_rounds(sweep))
     tests = verdict.detail["tests"]
     assert tests["flat"]["spread"] == pytest.approx(11.0 / 10.9 - 1) and tests["flat"]["passes"] is True

@@ -8,17 +8,23 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.exits.tables import WITHIN, full_depth
+from twoscale.exits.tables import PAPER_RANGE, WITHIN, full_depth
 from twoscale.exits.thresholds import (
     C6_ACCELERATION,
     C6_FIRST_ORDER,
+    C6_FIRST_ORDER_ABSOLUTE,
     C6_FIRST_ORDER_KNEE,
     C6_KL_CRITERION,
     C6_MAX_FLAT_SPREAD,
     C6_MIN_LATENCY_CUT,
-    C6_PAPER_RANGE,
+    C6_MIN_SAVED_LOOPS,
 )
-from twoscale.exits.verdicts import acceleration_against_best_fixed_depth, acceleration_exit, power_of_ten
+from twoscale.exits.verdicts import (
+    PAPER_SPAN,
+    acceleration_against_best_fixed_depth,
+    acceleration_exit,
+    power_of_ten,
+)
 from twoscale.report.claim import Claim, Headline, fmt, pct, ratio_value, sci, speed_text
 from twoscale.report.verdicts import Verdict
 
@@ -37,27 +43,31 @@ def _best_point_text(name: str, best: Mapping[str, Any] | None, swept: str | Non
             f"ppl {fmt(best['perplexity'], 3)}")
 
 
-def _flat_text(flat: Mapping[str, Any], max_loops: int) -> str:
-    lo, hi = C6_PAPER_RANGE
-    span = f"{C6_ACCELERATION} ppl over τ ∈ [{power_of_ten(lo)}, {power_of_ten(hi)}]"
-    if flat["passes"] is None:
+def _undecided(test: Mapping[str, Any]) -> str:
+    return f" (undecided: {test['reason']})" if test["passes"] is None and "reason" in test else ""
+
+
+def _flat_text(flat: Mapping[str, Any]) -> str:
+    span = f"{C6_ACCELERATION} ppl over τ ∈ {PAPER_SPAN}"
+    if "spread" not in flat:
         return f"{span}: undecided, {flat['reason']}"
     return (f"{span} ({len(flat['points'])} thresholds): {fmt(flat['min'], 3)}–{fmt(flat['max'], 3)} (spread "
-            f"{pct(flat['spread'])}; mean loops per group {fmt(flat['loops'][0])}–{fmt(flat['loops'][1])}, so a "
-            f"flat stretch that never exits shows as {max_loops})")
+            f"{pct(flat['spread'])}; mean loops per group {fmt(flat['loops'][0])}–{fmt(flat['loops'][1])})"
+            + _undecided(flat))
 
 
-def _first_order_text(first_order: Mapping[str, Any], swept: bool) -> str:
-    if not swept:
-        return f"{C6_FIRST_ORDER}: not swept"
-    knee, hi = power_of_ten(C6_FIRST_ORDER_KNEE), power_of_ten(C6_PAPER_RANGE[1])
+def _first_order_text(first_order: Mapping[str, Any], swept_strategies: Sequence[str]) -> str:
+    strategy = first_order["strategy"]
+    if strategy not in swept_strategies:
+        return f"{strategy}: not swept"
+    knee, hi = power_of_ten(C6_FIRST_ORDER_KNEE), power_of_ten(PAPER_RANGE[1])
 
     def worst(p: Mapping[str, Any] | None) -> str:
         return "none swept" if p is None else (f"worst ppl {fmt(p['perplexity'], 3)} ({pct(p['increase'])} "
-                                                f"at τ {sci(p['setting'])})")
+                                                f"at τ {sci(p['setting'])}, {fmt(p['mean_loops'])} loops)")
 
-    return (f"{C6_FIRST_ORDER} at τ ≤ {knee}: {worst(first_order['worst_below'])}; "
-            f"at τ ∈ ({knee}, {hi}]: {worst(first_order['worst_above'])}")
+    return (f"{strategy} at τ ≤ {knee}: {worst(first_order['worst_below'])}; "
+            f"at τ ∈ ({knee}, {hi}]: {worst(first_order['worst_above'])}" + _undecided(first_order))
 
 
 _SLOWER = {True: "slower", False: "faster", None: "undecided"}
@@ -73,15 +83,18 @@ def _kl_text(kl: Sequence[Mapping[str, Any]]) -> str:
 def _c6_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame | None) -> tuple[str, Headline]:
     full, strategies, tests = (verdict.detail[key] for key in ("full_depth", "strategies", "tests"))
     cut = tests["latency_cut"]
-    first_order_swept = any(s["strategy"] == C6_FIRST_ORDER for s in strategies)
+    swept = [s["strategy"] for s in strategies]
     measured = (
         f"full depth ({full['max_loops']} loops): {fmt(full['gflops_per_token'] * 1e3)} MFLOPs and "
         f"{fmt(full['ms_per_token'])} ms per token, ppl {fmt(full['perplexity'], 3)}. Cheapest within 1% of "
-        f"full-depth ppl: "
+        f"full-depth ppl at any setting: "
         + "; ".join(_best_point_text(s["strategy"], s["best"], s["swept"]) for s in strategies)
-        + f". {C6_ACCELERATION} latency vs full depth: {speed_text(cut.get('ratio'))}. "
-        f"{_flat_text(tests['flat'], full['max_loops'])}. "
-        f"{_first_order_text(tests['first_order'], first_order_swept)}. "
+        + f". {C6_ACCELERATION} at τ ∈ {PAPER_SPAN}: "
+        + (_best_point_text(C6_ACCELERATION, cut.get("best")) if "best" in cut else "n/a")
+        + f", latency vs full depth {speed_text(cut.get('ratio'))}{_undecided(cut)}. "
+        f"{_flat_text(tests['flat'])}. "
+        f"{_first_order_text(tests['first_order'], swept)}; beside it, absolute: "
+        f"{_first_order_text(verdict.detail['first_order_absolute'], swept)}. "
         f"KL vs {C6_ACCELERATION} at matched quality: {_kl_text(tests['kl_slower']['kl'])}."
     )
     return measured, {
@@ -91,7 +104,9 @@ def _c6_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame | 
         f"{C6_ACCELERATION} ppl spread over the paper's τ": tests["flat"].get("spread")}
 
 
-_LO, _HI = C6_PAPER_RANGE
+_LO, _HI = PAPER_RANGE
+_EXITS = (f"a rule exits over a range of thresholds when at one of them it saves at least {C6_MIN_SAVED_LOOPS:g} "
+          f"loop per group on average against full depth")
 
 C6 = Claim(
     id="C6",
@@ -103,16 +118,18 @@ C6 = Claim(
     test=f"Sweep table; full depth = strategy 'fixed' at setting = max_loops; 'within 1%' = perplexity ≤ "
     f"{1 + WITHIN:g} × full-depth perplexity; a strategy's best point = its setting with the fewest "
     f"FLOPs per token within 1%; a latency ratio = ms/token of two points paired by timing round, with a 95% "
-    f"interval (docs/claims.md#speed-comparisons). (a) The '{C6_ACCELERATION}' strategy's best point cuts "
-    f"ms/token by ≥ "
+    f"interval (docs/claims.md#speed-comparisons); {_EXITS}. (a) The '{C6_ACCELERATION}' strategy's best point "
+    f"among its thresholds in the paper's range {PAPER_SPAN} cuts ms/token by ≥ "
     f"{100 * C6_MIN_LATENCY_CUT:.0f}% vs full depth (paper: up to 38%): its latency ratio's interval lies at or "
-    f"below {1 - C6_MIN_LATENCY_CUT:g} (all above: fails; straddling: undecided); no point within 1% fails. "
-    f"(b) Flat: over the swept '{C6_ACCELERATION}' thresholds in the paper's range "
-    f"[{power_of_ten(_LO)}, {power_of_ten(_HI)}], max/min perplexity − 1 ≤ {C6_MAX_FLAT_SPREAD:g} (fewer than "
-    f"two such thresholds: undecided). "
-    f"(c) '{C6_FIRST_ORDER}' is within 1% at every swept τ ≤ {power_of_ten(C6_FIRST_ORDER_KNEE)} and more than 1% "
-    f"above full depth at some swept τ ∈ ({power_of_ten(C6_FIRST_ORDER_KNEE)}, {power_of_ten(_HI)}] (no threshold "
-    f"on one side: undecided). "
+    f"below {1 - C6_MIN_LATENCY_CUT:g} (all above: fails; straddling: undecided); no point within 1% fails; the "
+    f"rule never exiting in the range: undecided (its best point at any threshold is reported beside). "
+    f"(b) Flat: over the swept '{C6_ACCELERATION}' thresholds in {PAPER_SPAN}, max/min perplexity − 1 ≤ "
+    f"{C6_MAX_FLAT_SPREAD:g} (fewer than two such thresholds, or the rule never exiting there: undecided). "
+    f"(c) '{C6_FIRST_ORDER}' (‖Δ^(k)‖ / ‖x^(k−1)‖ < τ, a threshold relative to the state's scale) is within 1% "
+    f"at every swept τ ≤ {power_of_ten(C6_FIRST_ORDER_KNEE)} and more than 1% above full depth at some swept "
+    f"τ ∈ ({power_of_ten(C6_FIRST_ORDER_KNEE)}, {power_of_ten(_HI)}] (no threshold on one side, or the rule never "
+    f"exiting in that interval: undecided); the absolute '{C6_FIRST_ORDER_ABSOLUTE}' (‖Δ^(k)‖ < τ) is reported "
+    f"beside, not scored. "
     f"(d) Every strategy with criterion '{C6_KL_CRITERION}' is slower at its best point than "
     f"'{C6_ACCELERATION}' at its best point: the latency ratio's interval lies above 1 (all below: fails; "
     f"straddling, no KL strategy or a missing best point: undecided). "
@@ -131,12 +148,15 @@ def _c6b_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame |
         text = _best_point_text(name, best)
         return text if best is None else f"{text}, {fmt(best['mean_loops'])} loops"
 
+    in_range = (point(f"{C6_ACCELERATION} at τ ∈ {PAPER_SPAN}", acceleration) if verdict.detail["acceleration_exits"]
+                else f"{C6_ACCELERATION} never exits at τ ∈ {PAPER_SPAN} (undecided)")
     measured = (
         f"K* = {reference['loops']} loops: ppl {fmt(reference['perplexity'], 3)}, "
         f"{fmt(reference['gflops_per_token'] * 1e3)} MFLOPs and {fmt(reference['ms_per_token'])} ms per token "
         f"(full depth {reference['max_loops']} loops: ppl {fmt(full_depth(sweep)['perplexity'], 3)}). Cheapest "
-        f"within 1% of K*: " + "; ".join([point(C6_ACCELERATION, acceleration), *(point(k["strategy"], k["best"])
-                                                                                for k in kl)])
+        f"within 1% of K*: " + "; ".join([in_range, point(f"{C6_ACCELERATION} at any τ",
+                                                          verdict.detail["acceleration_anywhere"]),
+                                          *(point(k["strategy"], k["best"]) for k in kl)])
         + f". {C6_ACCELERATION} latency vs K*: {speed_text(verdict.detail['ratio'])}. KL vs {C6_ACCELERATION}: "
         f"{_kl_text(kl)}."
     )
@@ -152,8 +172,9 @@ C6B = Claim(
     statement="The same claim, read against the best fixed depth (added after seeing the numbers).",
     test=f"Reference K* = the fixed loop count with the lowest perplexity; 'within 1%' = perplexity ≤ "
     f"{1 + WITHIN:g} × K*'s; best points and latency ratios as in C6. (a) '{C6_ACCELERATION}''s best "
-    f"point within 1% of K* cuts ms/token by ≥ {100 * C6_MIN_LATENCY_CUT:.0f}% vs K* (the latency ratio's "
-    f"interval at or below {1 - C6_MIN_LATENCY_CUT:g}). (d) every '{C6_KL_CRITERION}' strategy is slower "
+    f"point in {PAPER_SPAN} within 1% of K* cuts ms/token by ≥ {100 * C6_MIN_LATENCY_CUT:.0f}% vs K* (the latency "
+    f"ratio's interval at or below {1 - C6_MIN_LATENCY_CUT:g}; no such point, or the rule never exiting in "
+    f"the range: undecided). (d) every '{C6_KL_CRITERION}' strategy is slower "
     f"than '{C6_ACCELERATION}' at its best point within 1% of K*, or never comes within 1%. Not scored "
     f"before the data: this row was added once full depth turned out to be the worst setting.",
     reads=("sweep", "latency"),

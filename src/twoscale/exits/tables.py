@@ -13,6 +13,8 @@ from twoscale.report.tables import finite, require
 
 FULL_DEPTH = "fixed"  # the reference strategy: full depth = "fixed" at setting == max_loops (every group that often)
 WITHIN = 0.01  # C6's "within 1%" / "matched quality": perplexity <= 1.01 x the reference's
+PAPER_RANGE = (1e-5, 1e-2)  # the paper's threshold sweep: C6 reads the acceleration exit here
+ROUND_OFF = 1e-9  # relative slack comparing thresholds (1e-3 off a log grid may be 1.0000000000000002e-3)
 
 
 def full_depth_rows(sweep: pl.DataFrame) -> pl.DataFrame:
@@ -92,15 +94,30 @@ def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = WITHIN,
             "perplexity_increase": best["perplexity"] / full["perplexity"] - 1}
 
 
+def in_range(setting: float, low: float, high: float) -> bool:
+    return low * (1 - ROUND_OFF) <= setting <= high * (1 + ROUND_OFF)
+
+
+def in_paper_range(sweep: pl.DataFrame, strategy: str) -> pl.DataFrame:
+    """The sweep with `strategy`'s settings cut to the paper's threshold range (the other strategies' rows
+    kept)."""
+    low, high = PAPER_RANGE
+    setting = pl.col("setting")
+    return sweep.filter((pl.col("strategy") != strategy)
+                        | ((setting >= low * (1 - ROUND_OFF)) & (setting <= high * (1 + ROUND_OFF))))
+
+
 def compared_points(sweep: pl.DataFrame, tolerance: float = WITHIN) -> set[tuple[str, float]]:
     """The (strategy, setting) points of one run whose latencies the verdicts compare: full depth, the best fixed
-    depth K*, and every strategy's best point within `tolerance` of either. They follow from quality and FLOPs
-    alone, so the sweep table names them before anything is timed."""
+    depth K*, and every strategy's best point within `tolerance` of either, over all its settings and over those
+    in the paper's range. They follow from quality and FLOPs alone, so the sweep table names them before anything
+    is timed."""
     references = [full_depth(sweep), best_fixed_depth(sweep)]
     points = {(reference["strategy"], reference["setting"]) for reference in references}
     for name in sweep["strategy"].unique(maintain_order=True).to_list():
-        for reference in references:
-            best = best_within(sweep, name, tolerance, reference)
-            if best is not None:
-                points.add((name, best["setting"]))
+        for table in (sweep, in_paper_range(sweep, name)):
+            for reference in references:
+                best = best_within(table, name, tolerance, reference)
+                if best is not None:
+                    points.add((name, best["setting"]))
     return points

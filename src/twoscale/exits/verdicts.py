@@ -15,21 +15,31 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.exits.tables import WITHIN, best_fixed_depth, best_within, full_depth, sweep_points
+from twoscale.exits.tables import (
+    PAPER_RANGE,
+    ROUND_OFF,
+    WITHIN,
+    best_fixed_depth,
+    best_within,
+    full_depth,
+    in_paper_range,
+    in_range,
+    sweep_points,
+)
 from twoscale.exits.thresholds import (
     C6_ACCELERATION,
     C6_FIRST_ORDER,
+    C6_FIRST_ORDER_ABSOLUTE,
     C6_FIRST_ORDER_KNEE,
     C6_KL_CRITERION,
     C6_MAX_FLAT_SPREAD,
     C6_MIN_LATENCY_CUT,
-    C6_PAPER_RANGE,
+    C6_MIN_SAVED_LOOPS,
 )
 from twoscale.report.tables import require
 from twoscale.report.verdicts import Ratio, Verdict, at_most, ratio_by_round
 
 LATENCY_COLUMNS = ("strategy", "setting", "round", "ms_per_token")
-_ROUND_OFF = 1e-9  # relative slack comparing thresholds (1e-3 off a log grid may be 1.0000000000000002e-3)
 
 
 def power_of_ten(x: float) -> str:
@@ -48,7 +58,7 @@ def speed_ratio(latency: pl.DataFrame, point: dict[str, Any] | None, reference: 
 
     def rounds(p: dict[str, Any]) -> pl.DataFrame:
         setting = p["setting"]
-        same = ((pl.col("setting") - setting).abs() <= _ROUND_OFF * abs(setting) if math.isfinite(setting)
+        same = ((pl.col("setting") - setting).abs() <= ROUND_OFF * abs(setting) if math.isfinite(setting)
                 else pl.col("setting") == setting)
         return latency.filter((pl.col("strategy") == p["strategy"]) & same)
 
@@ -59,62 +69,92 @@ def _kl_strategies(sweep: pl.DataFrame) -> list[str]:
     return sorted(sweep.filter(pl.col("criterion") == C6_KL_CRITERION)["strategy"].unique().to_list())
 
 
-def _in_range(x: float, lo: float, hi: float) -> bool:
-    return lo * (1 - _ROUND_OFF) <= x <= hi * (1 + _ROUND_OFF)
+def _span(low: float, high: float, open_low: bool = False) -> str:
+    return f"{'(' if open_low else '['}{power_of_ten(low)}, {power_of_ten(high)}]"
+
+
+PAPER_SPAN = _span(*PAPER_RANGE)
+
+
+def exits_early(points: list[dict[str, Any]], max_loops: int) -> bool:
+    """Whether a rule exits at some of these settings: at one of them it saves at least C6_MIN_SAVED_LOOPS loops
+    per group on average against full depth."""
+    loops = [p["mean_loops"] for p in points if p["mean_loops"] is not None]
+    return bool(loops) and max_loops - min(loops) >= C6_MIN_SAVED_LOOPS
+
+
+def _never_exits(name: str, points: list[dict[str, Any]], max_loops: int, span: str) -> str:
+    """Why a check that reads a rule over a range of thresholds cannot decide: the rule never exits there."""
+    loops = [p["mean_loops"] for p in points if p["mean_loops"] is not None]
+    fewest = f"{min(loops):.2f}" if loops else "n/a"
+    return (f"'{name}' never exits at τ ∈ {span}: its fewest mean loops per group there are {fewest} of "
+            f"{max_loops}, saving less than {C6_MIN_SAVED_LOOPS:g}")
 
 
 def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
-    """(a) acceleration's best point within 1% cuts ms/token by >= 25%: its paired latency ratio to the reference
-    is at most 0.75, the whole interval."""
-    if not sweep_points(sweep, C6_ACCELERATION):
-        return {"passes": None, "reason": f"no {C6_ACCELERATION} rows"}
-    best = best_within(sweep, C6_ACCELERATION, reference=full)
+    """(a) acceleration's best point within 1% among the paper's thresholds cuts ms/token by >= 25%: its paired
+    latency ratio to the reference is at most 0.75, the whole interval. Undecided where the rule never exits at
+    those thresholds; its best point at any threshold is reported beside."""
+    ranged = in_paper_range(sweep, C6_ACCELERATION)
+    points = sweep_points(ranged, C6_ACCELERATION)
+    info: dict[str, Any] = {"best_anywhere": best_within(sweep, C6_ACCELERATION, reference=full)}
+    if not points:
+        return {**info, "passes": None, "reason": f"no {C6_ACCELERATION} threshold swept in {PAPER_SPAN}"}
+    if not exits_early(points, full["max_loops"]):
+        return {**info, "passes": None, "reason": _never_exits(C6_ACCELERATION, points, full["max_loops"], PAPER_SPAN)}
+    best = best_within(ranged, C6_ACCELERATION, reference=full)
     if best is None:
-        return {"passes": False, "best": None, "reason": "no threshold keeps perplexity within 1%"}
+        return {**info, "passes": False, "best": None, "reason": f"no threshold in {PAPER_SPAN} keeps perplexity "
+                "within 1%"}
     ratio = speed_ratio(latency, best, full)
     passes = at_most(ratio, 1 - C6_MIN_LATENCY_CUT)
-    info = {"passes": passes, "best": best, "ratio": ratio}
+    info.update(passes=passes, best=best, ratio=ratio)
     if ratio is None:
         return {**info, "reason": "no paired latency rounds"}
     return info if passes is not None else {**info, "reason": "the ratio's interval straddles the line"}
 
 
-def _flat(sweep: pl.DataFrame) -> dict[str, Any]:
-    """(b) over the swept acceleration thresholds in the paper's range, max/min perplexity - 1 <= 1%."""
+def _flat(sweep: pl.DataFrame, max_loops: int) -> dict[str, Any]:
+    """(b) over the swept acceleration thresholds in the paper's range, max/min perplexity - 1 <= 1%; undecided
+    where the rule never exits there (it would be flat by construction)."""
     points = [p for p in sweep_points(sweep, C6_ACCELERATION)
-              if p["perplexity"] is not None and _in_range(p["setting"], *C6_PAPER_RANGE)]
+              if p["perplexity"] is not None and in_range(p["setting"], *PAPER_RANGE)]
     info: dict[str, Any] = {"points": points}
     if len(points) < 2:
         return {**info, "passes": None, "reason": f"{len(points)} swept {C6_ACCELERATION} threshold(s) in "
-                f"[{power_of_ten(C6_PAPER_RANGE[0])}, {power_of_ten(C6_PAPER_RANGE[1])}]"}
+                f"{PAPER_SPAN}"}
     ppl = [p["perplexity"] for p in points]
     loops = [p["mean_loops"] for p in points if p["mean_loops"] is not None] or [math.nan]
     spread = max(ppl) / min(ppl) - 1
-    return {**info, "min": min(ppl), "max": max(ppl), "spread": spread, "loops": (min(loops), max(loops)),
-            "passes": spread <= C6_MAX_FLAT_SPREAD}
+    info.update(min=min(ppl), max=max(ppl), spread=spread, loops=(min(loops), max(loops)))
+    if not exits_early(points, max_loops):
+        return {**info, "passes": None, "reason": _never_exits(C6_ACCELERATION, points, max_loops, PAPER_SPAN)}
+    return {**info, "passes": spread <= C6_MAX_FLAT_SPREAD}
 
 
-def _first_order_knee(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
-    """(c) step_norm within 1% at every swept tau <= 1e-3, more than 1% above full depth at some tau in
-    (1e-3, 1e-2]."""
+def first_order_knee(sweep: pl.DataFrame, full: dict[str, Any], strategy: str = C6_FIRST_ORDER) -> dict[str, Any]:
+    """(c) a first-order strategy is within 1% at every swept tau <= 1e-3 and more than 1% above full depth at
+    some tau in (1e-3, 1e-2]; undecided where it never exits in (1e-3, 1e-2] (it could not degrade there)."""
     limit = (1 + WITHIN) * full["perplexity"]
-    knee, hi = C6_FIRST_ORDER_KNEE * (1 + _ROUND_OFF), C6_PAPER_RANGE[1] * (1 + _ROUND_OFF)
+    knee, high = C6_FIRST_ORDER_KNEE, PAPER_RANGE[1]
     points = [{**p, "increase": p["perplexity"] / full["perplexity"] - 1}
-              for p in sweep_points(sweep, C6_FIRST_ORDER) if p["perplexity"] is not None]
-    below = [p for p in points if p["setting"] <= knee]
-    above = [p for p in points if knee < p["setting"] <= hi]
+              for p in sweep_points(sweep, strategy) if p["perplexity"] is not None]
+    below = [p for p in points if p["setting"] <= knee * (1 + ROUND_OFF)]
+    above = [p for p in points if knee * (1 + ROUND_OFF) < p["setting"] <= high * (1 + ROUND_OFF)]
     info: dict[str, Any] = {
-        "below": below, "above": above,
+        "strategy": strategy, "below": below, "above": above,
         "worst_below": max(below, key=lambda p: p["perplexity"]) if below else None,
         "worst_above": max(above, key=lambda p: p["perplexity"]) if above else None,
     }
+    above_span = _span(knee, high, open_low=True)
     if not below or not above:
-        sides = ((f"≤ {power_of_ten(C6_FIRST_ORDER_KNEE)}", below),
-                 (f"in ({power_of_ten(C6_FIRST_ORDER_KNEE)}, {power_of_ten(C6_PAPER_RANGE[1])}]", above))
+        sides = ((f"≤ {power_of_ten(knee)}", below), (f"in {above_span}", above))
         missing = " or ".join(side for side, ps in sides if not ps)
-        return {**info, "passes": None, "reason": f"no swept {C6_FIRST_ORDER} threshold {missing}"}
+        return {**info, "passes": None, "reason": f"no swept {strategy} threshold {missing}"}
     info["within_below"] = all(p["perplexity"] <= limit for p in below)
     info["degrades_above"] = any(p["perplexity"] > limit for p in above)
+    if not exits_early(above, full["max_loops"]):
+        return {**info, "passes": None, "reason": _never_exits(strategy, above, full["max_loops"], above_span)}
     return {**info, "passes": info["within_below"] and info["degrades_above"]}
 
 
@@ -165,10 +205,12 @@ def _flop_ratio(point: dict[str, Any] | None, reference: dict[str, Any] | None) 
 
 
 def acceleration_exit(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
-    """C6 against full depth: (a) acceleration cuts ms/token by >= 25% within 1% of full-depth perplexity, (b) its
-    perplexity is flat (<= 1%) over the paper's thresholds, (c) step_norm is within 1% up to tau = 1e-3 and
-    degrades beyond, (d) every KL strategy is slower than acceleration at matched quality. Every strategy's best
-    point within 1% is reported."""
+    """C6 against full depth: (a) acceleration, at the paper's thresholds, cuts ms/token by >= 25% within 1% of
+    full-depth perplexity, (b) its perplexity is flat (<= 1%) over those thresholds, (c) the relative first-order
+    exit is within 1% up to tau = 1e-3 and degrades beyond, (d) every KL strategy is slower than acceleration at
+    matched quality. (a) and (b) are undecided where acceleration never exits at the paper's thresholds, (c) where
+    the first-order exit never exits beyond 1e-3. Every strategy's best point within 1% is reported, and the
+    absolute first-order exit's (c) beside."""
     full = full_depth(sweep)
     strategies = []
     for name in sweep["strategy"].unique(maintain_order=True).to_list():
@@ -176,18 +218,23 @@ def acceleration_exit(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
         strategies.append({"strategy": name, "criterion": rows["criterion"][0], "swept": rows["swept"][0],
                            "settings": rows.height, "best": best_within(sweep, name, reference=full)})
     latency_cut = _latency_cut(sweep, latency, full)
-    tests = {"latency_cut": latency_cut, "flat": _flat(sweep), "first_order": _first_order_knee(sweep, full),
+    tests = {"latency_cut": latency_cut, "flat": _flat(sweep, full["max_loops"]),
+             "first_order": first_order_knee(sweep, full),
              "kl_slower": _kl_slower(sweep, latency, full, latency_cut.get("best"))}
+    absolute = first_order_knee(sweep, full, C6_FIRST_ORDER_ABSOLUTE)  # reported, not scored
     return Verdict([t["passes"] for t in tests.values()],
-                   {"tolerance": WITHIN, "full_depth": full, "strategies": strategies, "tests": tests})
+                   {"tolerance": WITHIN, "full_depth": full, "strategies": strategies, "tests": tests,
+                    "first_order_absolute": absolute})
 
 
 def acceleration_against_best_fixed_depth(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
-    """C6b: C6's (a) and (d) read against the best fixed depth K* instead of full depth. Added after the numbers
-    showed that on our model full depth is the worst setting, which makes "within 1% of full depth" admit any
-    early exit."""
+    """C6b: C6's (a) and (d) read against the best fixed depth K* instead of full depth, acceleration at the paper's
+    thresholds (both undecided where it never exits there). Added after the numbers showed that on our model full
+    depth is the worst setting, which makes "within 1% of full depth" admit any early exit."""
     reference = best_fixed_depth(sweep)
-    acceleration = best_within(sweep, C6_ACCELERATION, reference=reference)
+    ranged = in_paper_range(sweep, C6_ACCELERATION)
+    fires = exits_early(sweep_points(ranged, C6_ACCELERATION), reference["max_loops"])
+    acceleration = best_within(ranged, C6_ACCELERATION, reference=reference) if fires else None
     ratio = speed_ratio(latency, acceleration, reference)
     cut = None if acceleration is None else at_most(ratio, 1 - C6_MIN_LATENCY_CUT)
     # a KL exit that never comes within 1% of K* cannot match acceleration's quality: it loses
@@ -199,4 +246,6 @@ def acceleration_against_best_fixed_depth(sweep: pl.DataFrame, latency: pl.DataF
     else:
         kl_slower = False if False in slower else (None if None in slower else True)
     return Verdict([cut, kl_slower], {"reference": reference, "acceleration": acceleration, "ratio": ratio,
-                                      "kl": kl})
+                                      "kl": kl, "acceleration_exits": fires,
+                                      "acceleration_anywhere": best_within(sweep, C6_ACCELERATION,
+                                                                           reference=reference)})

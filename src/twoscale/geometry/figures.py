@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from twoscale.geometry.tables import dlr_loops, metric_rows
-from twoscale.geometry.thresholds import C4_DLR_LOOPS, C4_MIN_DLR
+from twoscale.geometry.thresholds import C4_MIN_DLR
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.figures import (
     checkpoint_key,
@@ -129,7 +129,7 @@ def fig2_drift_to_loop(geometry: pl.DataFrame, path: Path) -> None:
     name = "fig2_drift_to_loop"
     recipes = figure_recipes(geometry, "geometry", name)
     every_k = metric_rows(geometry, "drift_to_loop_ratio", name).sort("recipe", "seed", "group", "step", "k")
-    loops = dlr_loops(geometry, C4_DLR_LOOPS)
+    loops = dlr_loops(geometry)
     rows = every_k.filter(pl.col("k") == loops)
     steps = training_steps(rows)
     handoffs = sorted(int(g) for g in rows["group"].unique())

@@ -27,8 +27,9 @@ def metric_rows(geometry: pl.DataFrame, metrics: str | Sequence[str], user: str)
     return rows
 
 
-def dlr_loops(geometry: pl.DataFrame, loops: int) -> int:
-    """The K at which C4, C5 and Fig. 2 read DLR_K: `loops` (C4_DLR_LOOPS), or the fewest loops any checkpoint
-    measured."""
+def dlr_loops(geometry: pl.DataFrame, at_most: int | None = None) -> int:
+    """The K at which C4, C5 and Fig. 2 read DLR_K: the loop count measured, every loop step of the group in the
+    denominator as the paper's Eq. 2 has it (the fewest any checkpoint measured), or `at_most` if fewer."""
     rows = metric_rows(geometry, "drift_to_loop_ratio", "dlr_loops")
-    return min(loops, *(int(k) for k in rows.group_by("step").agg(pl.col("k").max())["k"]))
+    measured = min(int(k) for k in rows.group_by("step").agg(pl.col("k").max())["k"])
+    return measured if at_most is None else min(at_most, measured)

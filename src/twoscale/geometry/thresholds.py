@@ -20,13 +20,16 @@ C2_K_SETTLED = 10        # decay measured as s(k)/s(1) at k = min(10, K)
 C3_BAND = (0.5, 0.65)    # the paper's range, inclusive
 C3_ORTHOGONAL_MAX = 0.2  # |cos| <= 0.2 (angle >= ~78 degrees) counts as "orthogonal"
 C3_TREND_TOLERANCE = 0.02  # a change of the late-k cosine smaller than this across training is "flat"
+C3_MIN_ABOVE_FLOOR = 0.5   # a group's late cosine decides only if at least half its late (token, k) steps are above
+                           # the precision floor (a step at the floor has no direction); else undecided
 
 # --- C4: DLR >> 1 at every hand-off -------------------------------------------------------------------------
 C4_MIN_DLR = 10.0        # ">> 1" read as at least one order of magnitude
-C4_DLR_LOOPS = C1_K_SETTLED  # DLR_K divides the jump by the mean of the group's first K steps, and grows with K for
-                         # a converging loop; read at K = 10, the k by which C1 says the steps have settled (also
-                         # the mean loop count of training), or at the most loops measured if fewer. Fixed from C1's
-                         # wording, not from any DLR_K; every K in DLR_SHOWN_LOOPS is printed beside it
+# DLR is read as the paper's Eq. 2 defines it: the jump over the mean of all the group's loop steps, at the loop
+# count measured (K = 30 by default). DLR_K grows with K for a converging loop, so the stricter reading at K = 10,
+# the k by which C1 says the steps have settled (also the mean loop count of training), is reported beside it,
+# with every K of DLR_SHOWN_LOOPS
+C4_STRICT_LOOPS = C1_K_SETTLED
 
 # --- C5: tight spirals within groups, large jumps between --------------------------------------------------
 C5_MIN_DLR = C4_MIN_DLR  # large jumps: the same order-of-magnitude reading as C4

@@ -4,7 +4,7 @@ checkpoints.
 
 Statistics used: step sizes, relative step sizes, cosines and turning angles are the per-k *mean over tokens*
 (column `mean`); the drift-to-loop ratio is the *median over tokens* (column `median`), with q10/q90 reported,
-read at K = `dlr_loops` loop steps (its row k = K). "First" and "last" checkpoint mean the smallest and largest
+read by the paper's Eq. 2, at K = the loop count measured (`dlr_loops`, its row k = K). "First" and "last" checkpoint mean the smallest and largest
 training `step` in the frame. Cosines and turning angles exist only for steps above the precision floor (the
 measurement leaves the others out); C2, C3 and C5 report how many there were (`_above_floor`).
 """
@@ -24,10 +24,11 @@ from twoscale.geometry.thresholds import (
     C1_MAX_RATIO,
     C2_K_SETTLED,
     C3_BAND,
+    C3_MIN_ABOVE_FLOOR,
     C3_ORTHOGONAL_MAX,
     C3_TREND_TOLERANCE,
-    C4_DLR_LOOPS,
     C4_MIN_DLR,
+    C4_STRICT_LOOPS,
     C5_MAX_PATH_TO_JUMP,
     C5_MIN_DLR,
     C5_MIN_TURNING_DEG,
@@ -111,12 +112,11 @@ def loop_stability(loss_vs_loops: pl.DataFrame) -> Verdict:
     rise = curve[most] - curve[best]
     at_most = {int(step): loss for step, loss in
                loss_vs_loops.filter(pl.col("loops") == most).sort("step").select("step", "val_loss").iter_rows()}
-    return Verdict(
-        [rise <= S_TOLERANCE],
-        {"step": last, "loss_vs_loops": curve, "best_loops": best, "most_loops": most, "rise": rise,
-         "loss_at_most_loops_by_step": at_most},
-        S_WORDS,
-    )
+    detail = {"step": last, "loss_vs_loops": curve, "best_loops": best, "most_loops": most, "rise": rise,
+              "loss_at_most_loops_by_step": at_most}
+    if len(curve) < 2:  # one loop count is its own best: nothing was compared
+        return Verdict([None], {**detail, "reason": f"one loop count measured ({most})"}, S_WORDS)
+    return Verdict([rise <= S_TOLERANCE], detail, S_WORDS)
 
 
 def _settles_by_k10(group: int, sizes: dict[int, float]) -> dict[str, Any]:
@@ -126,6 +126,9 @@ def _settles_by_k10(group: int, sizes: dict[int, float]) -> dict[str, Any]:
     if 1 not in sizes or C1_K_SETTLED not in sizes:
         return {**info, "passes": None, "reason": f"needs k = 1 and k = {C1_K_SETTLED}; has k = {min(sizes)}..{K}"}
     s1, s10, sK = sizes[1], sizes[C1_K_SETTLED], sizes[K]
+    if not s1 > 0:  # a loop that does not move at k = 1 has nothing to shrink: s(10) <= 0.5 s(1) would be vacuous
+        return {**info, "s1": s1, "ratio_10_to_1": math.nan, "passes": None,
+                "reason": "the loop does not move at k = 1 (s(1) = 0)"}
     info.update(
         s1=s1, s10=s10, sK=sK, ratio_10_to_1=_ratio(s10, s1),
         drop_before_10=s1 - s10, drop_after_10=s10 - sK,
@@ -141,9 +144,21 @@ def step_sizes_shrink(geometry: pl.DataFrame) -> Verdict:
     return Verdict([g["passes"] for g in groups], {"step": last, "groups": groups})
 
 
-def steps_shrink_over_training(geometry: pl.DataFrame) -> Verdict:
-    """C2: first vs last checkpoint, per group: s(k*)/s(1) lower and mean relative step size lower."""
+def _warmup_steps(schedule: pl.DataFrame | None) -> int:
+    """The run's learning-rate warm-up in training steps (the `schedule` table's one row; 0 without one)."""
+    if schedule is None:
+        return 0
+    require(schedule, "schedule", ("warmup_steps",), "C2")
+    return int(schedule["warmup_steps"][0])
+
+
+def steps_shrink_over_training(geometry: pl.DataFrame, schedule: pl.DataFrame | None = None) -> Verdict:
+    """C2: the first checkpoint after the learning-rate warm-up (`schedule`) against the last, per group:
+    s(k*)/s(1) lower and mean relative step size lower; the mean absolute step size and s(1) reported beside.
+    Undecided without a checkpoint after warm-up before the last (a baseline inside warm-up, where the model has
+    barely trained, would make "smaller later" close to certain)."""
     steps = training_steps(metric_rows(geometry, "step_size", "claims"))
+    warmup = _warmup_steps(schedule)
     per_checkpoint: list[dict[str, Any]] = []
     for step in steps:
         sizes = _curves(geometry, "step_size", step)
@@ -151,19 +166,22 @@ def steps_shrink_over_training(geometry: pl.DataFrame) -> Verdict:
         for g, s in sizes.items():
             k_ref = min(C2_K_SETTLED, max(s))
             per_checkpoint.append({
-                "step": step, "group": g, "k_ref": k_ref,
+                "step": step, "group": g, "k_ref": k_ref, "first_step_size": s.get(1, math.nan),
                 "decay_ratio": _ratio(s[k_ref], s[1]) if 1 in s and k_ref in s else math.nan,
+                "mean_step": _mean(list(s.values())),
                 "mean_relative_step": _mean(list(relative.get(g, {}).values())),
             })
-    first, last = steps[0], steps[-1]
+    after = [step for step in steps if step >= warmup]
+    first, last = (after[0] if after else steps[-1]), steps[-1]
     floored = {step: _floored_steps(geometry, step) for step in (first, last)}
     by = {(d["step"], d["group"]): d for d in per_checkpoint}
     groups = []
     for g in sorted({d["group"] for d in per_checkpoint if d["step"] == last}):
         a, b = by.get((first, g)), by.get((last, g))
         info: dict[str, Any] = {"group": g, "first_step": first, "last_step": last}
-        if len(steps) < 2 or a is None or b is None:
-            info.update(passes=None, reason="needs the group in two checkpoints")
+        if first == last or a is None or b is None:
+            info.update(passes=None, reason=f"needs the group in a checkpoint after the warm-up ({warmup} steps) "
+                        "before the last")
         elif not all(math.isfinite(x) for x in (a["decay_ratio"], b["decay_ratio"],
                                                  a["mean_relative_step"], b["mean_relative_step"])):
             info.update(passes=None, reason="step size at k=1 or relative step size missing")
@@ -173,13 +191,17 @@ def steps_shrink_over_training(geometry: pl.DataFrame) -> Verdict:
                 k_ref=b["k_ref"],
                 decay_ratio_first=a["decay_ratio"], decay_ratio_last=b["decay_ratio"],
                 mean_relative_first=a["mean_relative_step"], mean_relative_last=b["mean_relative_step"],
+                mean_step_first=a["mean_step"], mean_step_last=b["mean_step"],
+                first_step_size_first=a["first_step_size"], first_step_size_last=b["first_step_size"],
                 decays_faster=b["decay_ratio"] < a["decay_ratio"],
                 smaller=b["mean_relative_step"] < a["mean_relative_step"],
             )
             info["passes"] = bool(info["decays_faster"] and info["smaller"])
         groups.append(info)
     return Verdict([g["passes"] for g in groups],
-                   {"first_step": first, "last_step": last, "groups": groups, "per_checkpoint": per_checkpoint})
+                   {"first_step": first, "last_step": last, "warmup_steps": warmup,
+                    "in_warmup": [step for step in steps if step < warmup], "groups": groups,
+                    "per_checkpoint": per_checkpoint})
 
 
 def _first_late_k(loops: int) -> int:
@@ -231,10 +253,13 @@ def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
     counted = _above_floor(geometry, "step_cosine", last, {g: _first_late_k(K) for g, K in loops[last].items()})
     groups = []
     for d in (d for d in per_checkpoint if d["step"] == last):
-        c = d["late_cosine"]
+        c, above = d["late_cosine"], counted.get(d["group"])
         ok = None if not math.isfinite(c) else lo <= c <= hi
-        groups.append({"group": d["group"], "late_cosine": c, "in_band": ok, "passes": ok,
-                       "cosines_above_floor": counted.get(d["group"])})
+        group = {"group": d["group"], "late_cosine": c, "in_band": ok, "passes": ok, "cosines_above_floor": above}
+        if above and above["of"] and above["kept"] < C3_MIN_ABOVE_FLOOR * above["of"]:
+            group.update(passes=None, reason=f"{above['kept']} of {above['of']} late cosines above the precision "
+                         f"floor: fewer than {C3_MIN_ABOVE_FLOOR:.0%}, so their mean speaks for few tokens")
+        groups.append(group)
 
     def overall(step: int) -> float:
         return _mean([d["late_cosine"] for d in per_checkpoint if d["step"] == step])
@@ -249,21 +274,28 @@ def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
     )
 
 
+def _at_least(value: float | None, threshold: float) -> Check:
+    return None if value is None or not math.isfinite(value) else value >= threshold
+
+
 def drift_exceeds_loop(geometry: pl.DataFrame) -> Verdict:
-    """C4: median DLR_K >= 10 at every hand-off of the last checkpoint, K = `dlr_loops`; all checkpoints and the
-    medians at other K reported."""
+    """C4: median DLR >= 10 at every hand-off of the last checkpoint, read by the paper's Eq. 2 (K = the loop count
+    measured, `dlr_loops`); all checkpoints and the medians at other K reported, and beside the verdict the
+    stricter reading at K = 10 (`strict`), which a converging loop's late tiny steps do not inflate."""
     steps = training_steps(metric_rows(geometry, "drift_to_loop_ratio", "claims"))
-    loops = dlr_loops(geometry, C4_DLR_LOOPS)
+    loops, strict = dlr_loops(geometry), dlr_loops(geometry, C4_STRICT_LOOPS)
     per_checkpoint = [h for step in steps for h in _handoffs(geometry, step, loops)]
     last = steps[-1]
     handoffs = [dict(h) for h in per_checkpoint if h["step"] == last]
     for h in handoffs:
-        h["passes"] = None if h["median"] is None or not math.isfinite(h["median"]) else h["median"] >= C4_MIN_DLR
+        h["passes"] = _at_least(h["median"], C4_MIN_DLR)
+    strict_handoffs = [{"handoff": h["handoff"], "median": h["median"], "passes": _at_least(h["median"], C4_MIN_DLR)}
+                       for h in _handoffs(geometry, last, strict)]
     return Verdict(
         [h["passes"] for h in handoffs],
         {"step": last, "threshold": C4_MIN_DLR, "loops": loops, "handoffs": handoffs,
          "all_above_one": all(h["median"] is not None and h["median"] > 1 for h in handoffs),
-         "per_checkpoint": per_checkpoint},
+         "strict": {"loops": strict, "handoffs": strict_handoffs}, "per_checkpoint": per_checkpoint},
     )
 
 
@@ -300,7 +332,7 @@ def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
     sizes = _curves(geometry, "step_size", last)
     turning = _curves(geometry, "turning_angle", last)
     turns_counted = _above_floor(geometry, "turning_angle", last, {g: 2 for g in sizes})
-    loops = dlr_loops(geometry, C4_DLR_LOOPS)
+    loops = dlr_loops(geometry)
     handoffs = _handoffs(geometry, last, loops)
     checks: list[Check] = []
 

@@ -16,7 +16,7 @@ from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import read_csv, read_parquet, run_subdir, write_text
-from twoscale.pipeline.params import params_hash
+from twoscale.pipeline.params import TrainParams, params_hash
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
 from twoscale.stages.common import add_params_argument, load
@@ -67,13 +67,19 @@ def read_sample_table(directory: Path, runs: list[tuple[str, int]], name: str) -
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+def schedule(train: TrainParams) -> pl.DataFrame:
+    """The run's training schedule as the claims read it (C2 compares checkpoints after the warm-up)."""
+    return pl.DataFrame({"warmup_steps": [train.warmup_steps]})
+
+
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     tables = read_tables(args.geometry_dir, args.sweep, args.latency)
     sample_runs = params.sample_runs()
     if sample_runs:
         tables |= {key: read_sample_table(args.sample_dir, sample_runs, name) for key, name in SAMPLE_TABLES.items()}
-    runs = {(recipe, seed): claims_table({name: of_run(frame, recipe, seed) for name, frame in tables.items()})
+    runs = {(recipe, seed): claims_table({**{name: of_run(frame, recipe, seed) for name, frame in tables.items()},
+                                          "schedule": schedule(params.run(recipe, seed).train)})
             for recipe, seed in params.runs()}
     if params.teachers:
         recovery = tables["recovery"] = read_recovery(args.recovery)
