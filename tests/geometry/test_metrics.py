@@ -12,6 +12,8 @@ import torch
 from twoscale.geometry.metrics import (
     FIRST_K,
     FLOOR_EPS,
+    LAST_STEP,
+    REGIMES,
     MetricAccumulator,
     acceleration,
     acceleration_by_state,
@@ -26,6 +28,7 @@ from twoscale.geometry.metrics import (
     precision_floor,
     radial_fraction,
     radial_step,
+    regimes,
     relative_step_size,
     state_norm,
     step_cosine,
@@ -309,6 +312,72 @@ def test_accumulator_takes_measurements_and_keeps_no_states():
     assert rows[("drift_to_loop_ratio", 0, 4)]["n"] == 12 and ("drift_to_loop_ratio", 1, 1) not in rows
 
 
+# --- per-token regimes ----------------------------------------------------------------------------------------
+
+K_REGIMES = 12
+
+
+def converging() -> torch.Tensor:  # halves its step each time: the last step is 1/2048 of the first
+    return path(*[((1 - 0.5 ** k) * 3.0, (1 - 0.5 ** k) * 4.0) for k in range(K_REGIMES + 1)])
+
+
+def stopped() -> torch.Tensor:  # exactly still from k = 3 on: steps at the floor
+    return path(*[(min(k, 3) * 1.0, 0.0) for k in range(K_REGIMES + 1)])
+
+
+def period(points: list[tuple[float, float]]) -> torch.Tensor:  # from (5, 5) into a cycle through `points`
+    return path((5.0, 5.0), *[points[k % len(points)] for k in range(K_REGIMES)])
+
+
+def sliding() -> torch.Tensor:  # the same step every time
+    return path(*[(k * 1.0, k * 1.0) for k in range(K_REGIMES + 1)])
+
+
+def slow_spiral() -> torch.Tensor:  # turns 60° per step and shrinks 5% per step: still converging at k = 12
+    return path(*[(0.95 ** k * math.cos(k * math.pi / 3), 0.95 ** k * math.sin(k * math.pi / 3))
+                  for k in range(K_REGIMES + 1)])
+
+
+TRIANGLE = [(1.0, 0.0), (-0.5, math.sqrt(3) / 2), (-0.5, -math.sqrt(3) / 2)]
+
+
+def test_each_regime_on_a_hand_built_trajectory():
+    x = tokens(converging(), stopped(), period([(1.0, 0.0), (0.0, 1.0)]), period(TRIANGLE), sliding(),
+               slow_spiral())
+    code, periods = regimes(x, precision_floor(torch.float64))
+    assert [REGIMES[i] for i in code] == ["fixed_point", "fixed_point", "orbit", "orbit", "slider", "other"]
+    assert periods.tolist() == [0, 0, 2, 3, 0, 0]
+
+
+def test_a_slider_that_slows_down_or_wanders_is_not_one():
+    slowing = path(*[(sum(0.8 ** i for i in range(k)), 0.0) for k in range(K_REGIMES + 1)])  # tail shrinks to 0.26
+    zigzag = path(*[(k * 1.0, (k % 2) * 1.0) for k in range(K_REGIMES + 1)])  # cos 0 between steps
+    code, _ = regimes(tokens(slowing, zigzag), precision_floor(torch.float64))
+    assert [REGIMES[i] for i in code] == ["other", "other"]
+
+
+def test_too_short_a_loop_has_no_regime_but_other():
+    code, periods = regimes(sliding()[:4], precision_floor(torch.float64))  # K = 3
+    assert [REGIMES[i] for i in code] == ["other"] and periods.tolist() == [0]
+
+
+def test_regime_shares_and_per_regime_cosines_reach_the_accumulator_at_k_equals_K():
+    # tokens: two at a fixed point, one orbit of period 2, one slider, two others (B = 6, T = 1)
+    x = tokens(converging(), stopped(), period([(1.0, 0.0), (0.0, 1.0)]), sliding(), slow_spiral(),
+               slow_spiral())[:, :, None, :]
+    acc = MetricAccumulator()
+    acc.add_measurements(measure_trajectories([x]))
+    rows = {(r["metric"], r["k"]): r for r in acc.summary()}
+    shares = {regime: rows[(f"regime_{regime}", K_REGIMES)]["mean"] for regime in REGIMES}
+    assert shares == pytest.approx({"fixed_point": 2 / 6, "orbit": 1 / 6, "slider": 1 / 6, "other": 2 / 6})
+    assert (rows[("orbit_period", K_REGIMES)]["n"], rows[("orbit_period", K_REGIMES)]["mean"]) == (1, 2.0)
+    # the orbit reverses every step (cos −1), the slider goes straight (cos 1), the spirals turn 60° (cos 0.5)
+    assert rows[("step_cosine_orbit", 5)]["mean"] == pytest.approx(-1.0)
+    assert rows[("step_cosine_slider", 5)]["mean"] == pytest.approx(1.0)
+    assert rows[("step_cosine_other", 5)]["mean"] == pytest.approx(0.5) and rows[("step_cosine_other", 5)]["n"] == 2
+    assert rows[("turning_angle_slider", 5)]["mean"] == pytest.approx(0.0, abs=1e-5)  # arccos near 1: ~1e-6°
+
+
 # --- PCA ----------------------------------------------------------------------------------------------------
 
 
@@ -365,8 +434,10 @@ def test_measure_trajectories_on_a_tiny_looped_model():
     N = 2 * 9
     for name, per_group in m.items():
         measured = loops[:-1] if name == "drift_to_loop_ratio" else loops  # one per hand-off, K_g rows
-        rows = [K - FIRST_K[name] + 1 for K in measured]
+        rows = [1 if FIRST_K[name] == LAST_STEP else K - FIRST_K[name] + 1 for K in measured]
         assert [tuple(t.shape) for t in per_group] == [(r, N) for r in rows], name
+        if name == "orbit_period" or name.endswith(REGIMES):  # NaN for the tokens of other regimes
+            continue
         assert all(t.isfinite().all() for t in per_group), name
 
     for g, traj in enumerate(trajectories):  # step sizes and accelerations by explicit loops over (k, b, t)

@@ -687,6 +687,41 @@ def test_c3_a_late_cosine_of_steps_mostly_at_the_floor_decides_nothing():
     assert groups[1]["passes"] is True and row["verdict"] == "inconclusive"
 
 
+def with_regimes(rows: list[dict], shares: dict[str, float], cosine: dict[str, float]) -> list[dict]:
+    """A checkpoint's rows with per-token regimes for every group: each regime's share at k = K and its own
+    step cosine (and turning angle) at every k; NaN (no token) where its share is 0."""
+    step, groups = rows[0]["step"], sorted({r["group"] for r in rows})
+    out = list(rows)
+    for g in groups:
+        for regime in ("fixed_point", "orbit", "slider", "other"):
+            share = shares.get(regime, 0.0)
+            out += rows_for(step, g, f"regime_{regime}", [share], K)
+            cos = cosine.get(regime, math.nan) if share else math.nan
+            out += rows_for(step, g, f"step_cosine_{regime}", [cos] * (K - 1), 2)
+            angle = math.degrees(math.acos(cos)) if math.isfinite(cos) else math.nan
+            out += rows_for(step, g, f"turning_angle_{regime}", [angle] * (K - 1), 2)
+    return out
+
+
+def test_c3_and_c5_report_each_regime_s_share_and_reading_and_which_shows_the_band():
+    """Half the tokens at a fixed point (late cosine 0.99), half 'other' (0.6): the mixture's mean is no regime's,
+    and the band shows in the 'other' tokens alone. Reported beside the verdict, not scored."""
+    rows = with_regimes(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.795),
+                        {"fixed_point": 0.5, "other": 0.5}, {"fixed_point": 0.99, "other": 0.6})
+    c3 = geometry_claims.C3.row(frame(rows))
+    g = by_group(c3["detail"]["groups"])[0]
+    assert g["regimes"]["fixed_point"] == {"share": 0.5, "step_cosine": pytest.approx(0.99)}
+    assert g["regimes"]["orbit"]["share"] == 0.0 and g["regimes"]["orbit"]["step_cosine"] is None  # no token
+    assert g["regimes_in_band"] == ["other"] and c3["verdict"] == "not reproduced"  # the mean, 0.795, decides
+    assert "g0: fixed point 50% (0.990), orbit 0%, slider 0%, other 50% (0.600); in the band: other" in c3["measured"]
+    c5 = geometry_claims.C5.row(frame(rows))
+    turning = by_group(c5["detail"]["groups"])[0]["regimes"]
+    assert turning["other"]["turning_angle"] == pytest.approx(math.degrees(math.acos(0.6)))
+    assert "other 50% (53.13°)" in c5["measured"]
+    without = geometry_claims.C3.row(frame(checkpoint(900, {0: inverse(), 1: inverse()})))  # measured before regimes
+    assert "regimes" not in without["detail"]["groups"][0] and "Per-token regimes" not in without["measured"]
+
+
 def test_s_and_c1_premises_unmet_decide_nothing():
     one_count = geometry_claims.S.row(loss_frame({900: {30: 4.0}}))  # one loop count: its own best
     assert one_count["verdict"] == "inconclusive" and one_count["detail"]["reason"] == "one loop count measured (30)"

@@ -129,6 +129,11 @@ rule geometry_figures:
             caption="../report/figures.rst",
             category="Geometry",
         ),
+        report(
+            f"{RESULTS}/figures/regimes.png",
+            caption="../report/figures.rst",
+            category="Geometry",
+        ),
     params:
         file=PARAMS_PATH,
         geometry_dir=f"{RESULTS}/geometry",

@@ -3,7 +3,7 @@ each a `Claim` record of what the paper says, the test, its verdict (`geometry.v
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -127,6 +127,19 @@ C2 = Claim(
 )
 
 
+def regimes_text(groups: Sequence[Mapping[str, Any]], metric: str, digits: int = 3, unit: str = "") -> str:
+    """Each group's per-token regimes: share of the tokens and the regime's own reading of `metric`."""
+    def one(g: Mapping[str, Any]) -> str:
+        parts = ", ".join(f"{regime.replace('_', ' ')} {100 * r['share']:.0f}%"
+                          + (f" ({fmt(r[metric], digits)}{unit})" if r["share"] > 0 else "")
+                          for regime, r in g["regimes"].items())
+        band = g.get("regimes_in_band")
+        return f"g{g['group']}: {parts}" + ("" if band is None else f"; in the band: {', '.join(band) or 'none'}")
+
+    shown = [g for g in groups if "regimes" in g]
+    return f" Per-token regimes (share, and its own reading): {'; '.join(map(one, shown))}." if shown else ""
+
+
 def _c3_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headline]:
     d = verdict.detail
     first, last, groups = d["first_step"], d["last_step"], d["groups"]
@@ -137,6 +150,7 @@ def _c3_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
         + (f"; step {first} → {last} (mean over groups) {fmt(d['late_cosine_first'], 3)} → "
            f"{fmt(d['late_cosine_last'], 3)}, {d['trend']}" if first != last else "; one checkpoint, no trend")
         + f". Supports {d['supports']}."
+        + regimes_text(groups, "step_cosine")
     )
     return measured, {f"late cosine g{g['group']}": g["late_cosine"] for g in groups}
 
@@ -223,7 +237,8 @@ def _c5_measured(verdict: Verdict, *tables: pl.DataFrame | None) -> tuple[str, H
                                         f"({counted(g.get('turns_above_floor'), 'kept')} above the floor)"
                                         for g in groups)
         + "; path after k=1 / jump " + ", ".join(f"g{g['group']} {fmt(g['path_to_jump'])}" for g in groups)
-        + _phase_note(d)
+        + _phase_note(d) + "."
+        + regimes_text(groups, "turning_angle", 2, "°")
     )
     return measured, {**{f"turning g{g['group']} (deg)": g["mean_turning_deg"] for g in groups},
                       **{f"path/jump g{g['group']}": g["path_to_jump"] for g in groups}}

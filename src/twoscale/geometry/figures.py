@@ -23,6 +23,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from twoscale.geometry.metrics import REGIMES
 from twoscale.geometry.tables import dlr_loops, metric_rows
 from twoscale.geometry.thresholds import C4_MIN_DLR
 from twoscale.pipeline.errors import TwoscaleError
@@ -264,6 +265,36 @@ def fig3b_step_cosine(geometry: pl.DataFrame, path: Path) -> None:
         ], loc="lower right", fontsize=8)
         fig.suptitle("Fig. 3b — cosine between consecutive loop steps vs loop step, per recipe (mean over tokens; "
                      "one line per checkpoint and seed)")
+        save_figure(fig, path)
+
+
+def fig_regimes(geometry: pl.DataFrame, path: Path) -> None:
+    """The share of tokens in each per-token regime (fixed point, orbit, slider, other) across training, stacked,
+    per recipe and group (mean over seeds)."""
+    name = "fig_regimes"
+    recipes = figure_recipes(geometry, "geometry", name)
+    metrics = [f"regime_{regime}" for regime in REGIMES]
+    rows = (metric_rows(geometry, metrics, name).group_by("recipe", "group", "step", "metric")
+            .agg(pl.col("mean").mean()).sort("step"))
+    groups = sorted(int(g) for g in rows["group"].unique())
+    colours = dict(zip(REGIMES, sns.color_palette("deep", len(REGIMES)), strict=True))
+    with figure_style():
+        fig, axes = panel_grid(len(recipes), len(groups), sharey=True)
+        for recipe, row in zip(recipes, axes, strict=True):
+            for ax, g in zip(row, groups, strict=True):
+                own = rows.filter((pl.col("recipe") == recipe) & (pl.col("group") == g))
+                steps = training_steps(own)
+                shares = [[own.filter((pl.col("metric") == metric) & (pl.col("step") == step))["mean"].sum()
+                           for step in steps] for metric in metrics]
+                ax.stackplot(steps, shares, colors=[colours[r] for r in REGIMES], alpha=0.85)
+                ax.set_ylim(0, 1)
+                ax.set_title(f"{recipe} — group {g}")
+                step_axis(ax, steps)
+            row[0].set_ylabel("share of tokens")
+        axes[-1][-1].legend(handles=[Patch(color=colours[r], label=r.replace("_", " ")) for r in REGIMES],
+                            loc="lower right", fontsize=8)
+        fig.suptitle("Per-token regimes of each looped group across training (docs/methods.md#per-token-regimes; "
+                     "mean over seeds)")
         save_figure(fig, path)
 
 

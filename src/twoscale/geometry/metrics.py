@@ -184,6 +184,55 @@ def drift_to_loop_ratio(last_of_g: Tensor, first_of_h: Tensor, g_steps: Tensor) 
     return _ratio(_norm(first_of_h - last_of_g)[None], g_steps.cumsum(0) / counts)
 
 
+# --- per-token regimes: k = K, shape (N,) ---------------------------------------------------------------------
+# Each token's trajectory in a group is read over its tail, the last half of its K loop steps (at least 2), and
+# classified, in this order (docs/methods.md#per-token-regimes):
+#   fixed_point  its last step is at most CONVERGED_SHRINK of its largest step, or at the precision floor;
+#   orbit        it returns: for a period p in 2..ORBIT_MAX_PERIOD, ‖x^(K) − x^(K−p)‖ is at most ORBIT_RETURN of
+#                the tail's mean step (the smallest such p is its period);
+#   slider       a steady drift: the tail's consecutive steps are aligned (mean cosine >= SLIDER_COSINE) and do
+#                not shrink (the last step is at least SLIDER_KEEP of the tail's first);
+#   other        anything else (a loop still converging slowly, say).
+# A group of fewer than MIN_REGIME_LOOPS loop steps has too short a tail to tell them apart: every token "other".
+
+REGIMES = ("fixed_point", "orbit", "slider", "other")
+CONVERGED_SHRINK = 0.01
+ORBIT_RETURN = 0.1
+ORBIT_MAX_PERIOD = 8
+SLIDER_COSINE = 0.9
+SLIDER_KEEP = 0.5
+MIN_REGIME_LOOPS = 4
+BY_REGIME = ("step_cosine", "turning_angle")  # metrics also kept per regime, as <metric>_<regime>
+
+
+def regimes(x: Tensor, floor: float) -> tuple[Tensor, Tensor]:
+    """Each token's regime, an index into REGIMES, and its orbit's period (0 for the other regimes); both (N,)."""
+    K, n = x.shape[0] - 1, x.shape[1]
+    other = torch.full((n,), REGIMES.index("other"), dtype=torch.long, device=x.device)
+    period = torch.zeros(n, dtype=torch.long, device=x.device)
+    if K < MIN_REGIME_LOOPS:
+        return other, period
+    sizes = step_size(x)
+    tail = max(2, K // 2)
+    converged = (sizes[-1] <= CONVERGED_SHRINK * sizes.max(0).values) | at_floor(x, floor)[-1].bool()
+    typical = sizes[-tail:].mean(0)
+    for p in range(min(ORBIT_MAX_PERIOD, K), 1, -1):  # the smallest period that returns is the one kept
+        returns = _norm(x[-1] - x[-1 - p]) <= ORBIT_RETURN * typical
+        period = torch.where(returns, p, period)
+    orbit = ~converged & (period > 0)
+    aligned = torch.nanmean(step_cosine(x)[-(tail - 1):], 0) >= SLIDER_COSINE
+    slider = ~converged & ~orbit & aligned & (sizes[-1] >= SLIDER_KEEP * sizes[-tail])
+    code = torch.where(converged, REGIMES.index("fixed_point"),
+                       torch.where(orbit, REGIMES.index("orbit"), torch.where(slider, REGIMES.index("slider"), other)))
+    return code, torch.where(orbit, period, 0)
+
+
+def by_regime(values: Tensor, code: Tensor) -> dict[str, Tensor]:
+    """A metric's values (n_k, N) split by the tokens' regimes: for each regime the values with NaN for the tokens
+    in others."""
+    return {regime: values.masked_fill((code != i)[None], math.nan) for i, regime in enumerate(REGIMES)}
+
+
 # --- one batch, every metric -------------------------------------------------------------------------------
 
 METRICS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -202,6 +251,7 @@ METRICS: dict[str, Callable[[Tensor], Tensor]] = {
     "radial_fraction": radial_fraction,
     "at_fixed_point": at_fixed_point,
 }
+LAST_STEP = -1  # in FIRST_K: one row, at the group's last loop step k = K (the per-token regimes)
 FIRST_K: dict[str, int] = {
     "state_norm": 0, "cross_token_cosine": 0,
     "step_size": 1, "relative_step_size": 1, "radial_step": 1, "tangential_step": 1, "radial_fraction": 1,
@@ -209,6 +259,8 @@ FIRST_K: dict[str, int] = {
     "step_cosine": 2, "turning_angle": 2, "acceleration": 2, "acceleration_by_step": 2,
     "acceleration_by_state": 2, "step_size_difference": 2,
     "drift_to_loop_ratio": 1,  # k is K, the loop steps whose mean size the hand-off's jump is divided by
+    **{f"regime_{regime}": LAST_STEP for regime in REGIMES}, "orbit_period": LAST_STEP,
+    **{f"{metric}_{regime}": 2 for metric in BY_REGIME for regime in REGIMES},
 }
 # Metrics that read the direction of a step (of Δ^(k) for first order; of Δ^(k) or Δ^(k−1) for second order):
 # NaN where a step they read is at the precision floor
@@ -236,6 +288,8 @@ def measure_trajectories(trajectories: list[Tensor], floor: float | None = None)
     gives; floor: the relative step size of the floor, by default `precision_floor` of the states' dtype.
     Returns metric -> one tensor per group: (K_g, N) or (K_g−1, N) as in `FIRST_K`, N = B*T.
     "drift_to_loop_ratio" has one (K_g, N) tensor per hand-off: entry g is g -> g+1, so G−1 of them.
+    The per-token regimes are (1, N) indicators "regime_<regime>" (their mean over tokens is the regime's share)
+    and "orbit_period" (NaN off orbits); `BY_REGIME` metrics are also given per regime, NaN for other tokens.
     """
     xs = [_upcast(flatten_tokens(t)) for t in trajectories]
     floor = precision_floor(xs[0].dtype) if floor is None else floor
@@ -246,6 +300,13 @@ def measure_trajectories(trajectories: list[Tensor], floor: float | None = None)
     out["drift_to_loop_ratio"] = [
         drift_to_loop_ratio(xs[g][-1], xs[g + 1][1], out["step_size"][g]) for g in range(len(xs) - 1)
     ]
+    codes, periods = zip(*(regimes(x, floor) for x in xs))
+    for i, regime in enumerate(REGIMES):
+        out[f"regime_{regime}"] = [(code == i).to(x.dtype)[None] for code, x in zip(codes, xs)]
+    out["orbit_period"] = [torch.where(p > 0, p.to(x.dtype), math.nan)[None] for p, x in zip(periods, xs)]
+    for metric in BY_REGIME:
+        split = [by_regime(values, code) for values, code in zip(out[metric], codes)]
+        out |= {f"{metric}_{regime}": [parts[regime] for parts in split] for regime in REGIMES}
     return out
 
 
@@ -275,7 +336,10 @@ class MetricAccumulator:
         """Add one batch of `measure_trajectories` output (list entry g is group g, or hand-off g -> g+1)."""
         for metric, per_group in measurements.items():
             for group, values in enumerate(per_group):
-                self.add(metric, group, values, FIRST_K[metric])
+                first_k = FIRST_K[metric]
+                if first_k == LAST_STEP:
+                    first_k = len(measurements["step_size"][group])
+                self.add(metric, group, values, first_k)
 
     def summary(self) -> list[dict]:
         """One row per (metric, group, k): {metric, group, k, n, mean, median, q10, q90}, NaNs dropped first.

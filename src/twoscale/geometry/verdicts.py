@@ -12,12 +12,12 @@ measurement leaves the others out); C2, C3 and C5 report how many there were (`_
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import polars as pl
 
-from twoscale.geometry.metrics import DLR_SHOWN_LOOPS
+from twoscale.geometry.metrics import DLR_SHOWN_LOOPS, REGIMES
 from twoscale.geometry.tables import dlr_loops, metric_rows
 from twoscale.geometry.thresholds import (
     C1_K_SETTLED,
@@ -91,6 +91,20 @@ def _floored_steps(geometry: pl.DataFrame, step: int) -> dict[int, dict[str, int
     rows = geometry.filter((pl.col("metric") == "at_floor") & (pl.col("step") == step))
     return {int(g): {"at_floor": int(round(float((part["mean"] * part["n"]).sum()))), "of": int(part["n"].sum())}
             for (g,), part in rows.group_by("group", maintain_order=True)}
+
+
+def by_regime(geometry: pl.DataFrame, step: int, metric: str, reduce: Callable[[dict[int, float], int], float]
+              ) -> dict[int, dict[str, dict[str, float]]]:
+    """Per group, each per-token regime's share of the tokens and `reduce(curve, K)` of the regime's per-k curve
+    of `metric` (the metric over that regime's tokens alone); {} for a table measured without regimes."""
+    if f"regime_{REGIMES[0]}" not in set(geometry["metric"].unique()):
+        return {}
+    shares = {regime: _curves(geometry, f"regime_{regime}", step) for regime in REGIMES}
+    curves = {regime: _curves(geometry, f"{metric}_{regime}", step) for regime in REGIMES}
+    return {g: {regime: {"share": next(iter(shares[regime].get(g, {}).values()), math.nan),
+                         metric: reduce(curves[regime].get(g, {}), K)}
+                for regime in REGIMES}
+            for g, K in ((g, max(own)) for g, own in shares[REGIMES[0]].items())}
 
 
 def _ratio(num: float, den: float) -> float:
@@ -251,11 +265,16 @@ def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
     first, last = steps[0], steps[-1]
     lo, hi = C3_BAND
     counted = _above_floor(geometry, "step_cosine", last, {g: _first_late_k(K) for g, K in loops[last].items()})
+    regimes = by_regime(geometry, last, "step_cosine", _late_cosine)
     groups = []
     for d in (d for d in per_checkpoint if d["step"] == last):
         c, above = d["late_cosine"], counted.get(d["group"])
         ok = None if not math.isfinite(c) else lo <= c <= hi
         group = {"group": d["group"], "late_cosine": c, "in_band": ok, "passes": ok, "cosines_above_floor": above}
+        if d["group"] in regimes:  # reported, not scored: whether the tokens of some regime show the band
+            group["regimes"] = regimes[d["group"]]
+            group["regimes_in_band"] = [regime for regime, r in regimes[d["group"]].items() if r["share"] > 0
+                                        and math.isfinite(r["step_cosine"]) and lo <= r["step_cosine"] <= hi]
         if above and above["of"] and above["kept"] < C3_MIN_ABOVE_FLOOR * above["of"]:
             group.update(passes=None, reason=f"{above['kept']} of {above['of']} late cosines above the precision "
                          f"floor: fewer than {C3_MIN_ABOVE_FLOOR:.0%}, so their mean speaks for few tokens")
@@ -350,6 +369,7 @@ def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
     jump_out = {int(j["handoff"].split("->")[0]): j["jump_estimate"] for j in jumps}
     jump_in = {int(j["handoff"].split("->")[1]): j["jump_estimate"] for j in jumps}
 
+    regimes = by_regime(geometry, last, "turning_angle", lambda curve, _: _mean(list(curve.values())))
     groups = []
     for g in sorted(sizes):
         angles = list(turning.get(g, {}).values())
@@ -362,7 +382,8 @@ def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
         groups.append({"group": g, "mean_turning_deg": mean_turn, "bends": bends,
                        "turns_above_floor": turns_counted.get(g),
                        "path_after_first": path_after_first[g], "adjacent_jump": jump,
-                       "path_to_jump": path_to_jump, "tight": tight})
+                       "path_to_jump": path_to_jump, "tight": tight,
+                       **({"regimes": regimes[g]} if g in regimes else {})})
         checks += [bends, tight]
 
     detail: dict[str, Any] = {"step": last, "loops": loops, "jumps": jumps, "groups": groups,

@@ -28,6 +28,7 @@ FIGURES = {
     "loss_vs_loops.png": (figures.fig_loss_vs_loops, ("loss_vs_loops",)),
     "acceleration.png": (figures.fig_acceleration, ("geometry",)),
     "diagnostics.png": (figures.fig_diagnostics, ("geometry",)),
+    "regimes.png": (figures.fig_regimes, ("geometry",)),
 }
 
 
