@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from twoscale.geometry.measurement import (
+    PRECISIONS,
     boundary_offsets,
     contiguous_ranges,
+    geometry_in,
     layout_phases,
     measure_checkpoint,
 )
@@ -28,7 +30,7 @@ def tiny_model() -> LoopedGPT:
 
 def measure_params(**changes) -> MeasureParams:
     fields = dict(threads=1, n_sequences=5, batch_size=2, max_loops=3, loss_loops=[1, 3], n_phases=3,
-                  trajectory_token=2)
+                  trajectory_token=2, precisions=["float64", "float32", "bfloat16"], precision_sequences=2)
     return MeasureParams(**{**fields, **changes})
 
 
@@ -101,3 +103,22 @@ def test_measure_checkpoint_measures_a_float64_copy_and_leaves_the_model_alone()
     assert measured == pytest.approx(mean_last_step(torch.float64), rel=1e-13)
     assert abs(measured - mean_last_step(torch.float32)) > 1e-13 * measured  # float32 arithmetic would differ
     assert m.similarity.dtype == np.float64
+
+
+def test_the_same_checkpoint_read_in_each_precision_with_no_floor():
+    """The model run wholly in each dtype, on the first two windows: float32 agrees with float64 to its own
+    rounding, bfloat16 to its much coarser one, and no step is left out as at a floor (only an exact zero step
+    would be)."""
+    model, val = tiny_model(), np.arange(200) % 50
+    rows = {name: {(r["metric"], r["group"], r["k"]): r for r in geometry_in(model, val, measure_params(), 2,
+                                                                             torch.device("cpu"), dtype)}
+            for name, dtype in PRECISIONS.items()}
+    assert set(rows["float64"]) == set(rows["float32"]) == set(rows["bfloat16"])
+    for key, exact in rows["float64"].items():
+        if key[0] == "step_size":
+            assert rows["float32"][key]["mean"] == pytest.approx(exact["mean"], rel=1e-4)
+            assert rows["bfloat16"][key]["mean"] == pytest.approx(exact["mean"], rel=0.2)
+        if key[0] == "at_floor":
+            assert rows["bfloat16"][key]["mean"] == 0.0  # no floor: a bfloat16 step of one epsilon still counts
+    assert rows["float64"][("step_size", 1, 1)]["n"] == 2 * 8  # two windows of block_size 8 tokens
+    assert next(model.parameters()).dtype == torch.float32  # the model itself is left as it was

@@ -80,8 +80,15 @@ def frames() -> dict[str, pl.DataFrame]:
             for b in range(D):
                 similarity.append({"step": step, "i": a, "j": b,
                                    "similarity": 1.0 if layout[a] == layout[b] else 0.3 + 0.01 * abs(a - b)})
+    precision = [{"step": step, "precision": name, "eps": eps, "metric": metric, "group": g, "k": k, "n": 64,
+                  "mean": value, "median": value, "q10": value, "q90": value}
+                 for step in STEPS for name, eps in (("float64", 2.0 ** -52), ("bfloat16", 2.0 ** -7))
+                 for g in GROUPS for k in range(1, K + 1)
+                 for metric, value in (("relative_step_size", 1e-3 / k), ("step_cosine", 0.9))
+                 if metric == "relative_step_size" or k > 1]
     return {"geometry": with_runs(geometry), "loss_vs_loops": with_runs(loss), "depth": with_runs(depth),
-            "similarity": with_runs(similarity), "trajectory": with_runs(trajectory)}
+            "similarity": with_runs(similarity), "trajectory": with_runs(trajectory),
+            "precision": with_runs(precision)}
 
 
 FIGURES = {
@@ -94,6 +101,7 @@ FIGURES = {
     "fig_acceleration": ("geometry",),
     "fig_diagnostics": ("geometry",),
     "fig_regimes": ("geometry",),
+    "fig_precision": ("precision",),
 }
 
 
@@ -227,3 +235,18 @@ def test_strategy_colours_do_not_depend_on_order_and_fixed_is_black():
     assert forward == backward
     assert forward["fixed"]["color"] == "black"
     assert len({tuple(forward[n]["color"]) for n in names}) == len(names)
+
+
+def test_the_precision_points_by_hand():
+    """Late = k > K/2 = 4 (K = 8): the mean cosine 0.9 and the mean relative step over k = 5..8,
+    1e-3 x (1/5 + 1/6 + 1/7 + 1/8) / 4, in units of each precision's epsilon."""
+    table = pl.DataFrame([
+        {"recipe": "huginn", "seed": 1, "step": 400, "precision": name, "eps": eps, "group": 0, "k": k,
+         "metric": metric, "n": 64, "mean": value, "median": value, "q10": value, "q90": value}
+        for name, eps in (("float32", 2.0 ** -23), ("bfloat16", 2.0 ** -7)) for k in range(1, K + 1)
+        for metric, value in (("relative_step_size", 1e-3 / k), ("step_cosine", -1.0 if k <= 4 else 0.9))])
+    points = {row["precision"]: row for row in geometry_figures.precision_points(table).iter_rows(named=True)}
+    late_step = 1e-3 * (1 / 5 + 1 / 6 + 1 / 7 + 1 / 8) / 4
+    for name, eps in (("float32", 2.0 ** -23), ("bfloat16", 2.0 ** -7)):
+        assert points[name]["late_cosine"] == pytest.approx(0.9)
+        assert points[name]["step_in_eps"] == pytest.approx(late_step / eps)

@@ -45,6 +45,68 @@ rule measure:
         " --out-dir {params.out_dir:q} --log {log:q}"
 
 
+rule precision:
+    input:
+        sources("precision"),
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
+        checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{{step}}.pt",
+    output:
+        out=f"{RESULTS}/precision/{{recipe}}/seed_{{seed}}/step_{{step}}.parquet",
+    params:
+        values=param_values("precision"),
+        file=PARAMS_PATH,
+        data_dir=f"{DATA}/prepared",
+    log:
+        f"{LOGS}/precision/{{recipe}}/seed_{{seed}}/step_{{step}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/precision/{{recipe}}/seed_{{seed}}/step_{{step}}.tsv"
+    threads: config["measure"]["threads"]
+    resources:
+        mem_mb=3000,
+        runtime=30,
+        gpu=GPU_PER_JOB,
+    wildcard_constraints:
+        recipe=one_of(config["recipes"]),
+        seed=one_of(config["runtime"]["seeds"]),
+        step=one_of(config["train"]["checkpoint_steps"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale precision --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
+        " --out {output.out:q} --log {log:q}"
+
+
+rule precision_figures:
+    input:
+        sources("precision_figures"),
+        precision_dir=expand(
+            rules.precision.output,
+            recipe=config["recipes"],
+            seed=config["runtime"]["seeds"],
+            step=config["train"]["checkpoint_steps"],
+        ),
+    output:
+        out=f"{RESULTS}/figures/precision.png",
+    params:
+        values=param_values("precision_figures"),
+        file=PARAMS_PATH,
+        precision_dir=f"{RESULTS}/precision",
+    log:
+        f"{LOGS}/precision_figures.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/precision_figures.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale precision_figures --params {params.file:q} --precision-dir {params.precision_dir:q}"
+        " --out {output.out:q} --log {log:q}"
+
+
 rule geometry:
     input:
         sources("geometry"),
@@ -129,11 +191,7 @@ rule geometry_figures:
             caption="../report/figures.rst",
             category="Geometry",
         ),
-        report(
-            f"{RESULTS}/figures/regimes.png",
-            caption="../report/figures.rst",
-            category="Geometry",
-        ),
+        f"{RESULTS}/figures/regimes.png",
     params:
         file=PARAMS_PATH,
         geometry_dir=f"{RESULTS}/geometry",

@@ -23,7 +23,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from twoscale.geometry.metrics import REGIMES
+from twoscale.geometry.metrics import FLOOR_EPS, REGIMES
 from twoscale.geometry.tables import dlr_loops, metric_rows
 from twoscale.geometry.thresholds import C4_MIN_DLR
 from twoscale.pipeline.errors import TwoscaleError
@@ -295,6 +295,54 @@ def fig_regimes(geometry: pl.DataFrame, path: Path) -> None:
                             loc="lower right", fontsize=8)
         fig.suptitle("Per-token regimes of each looped group across training (docs/methods.md#per-token-regimes; "
                      "mean over seeds)")
+        save_figure(fig, path)
+
+
+def precision_points(precision: pl.DataFrame) -> pl.DataFrame:
+    """Per recipe, seed, checkpoint, precision and group: the late mean consecutive-step cosine and the late mean
+    relative step size in units of the precision's machine epsilon (late: k > K/2, K the loops measured)."""
+    rows = metric_rows(precision, ("step_cosine", "relative_step_size"), "fig_precision")
+    keys = ["recipe", "seed", "step", "precision", "group"]
+    late = rows.filter(pl.col("k") > pl.col("k").max().over(keys) // 2).with_columns(pl.col("mean").fill_nan(None))
+    wide = late.group_by(*keys, "eps").agg(
+        pl.col("mean").filter(pl.col("metric") == "step_cosine").mean().alias("late_cosine"),
+        pl.col("mean").filter(pl.col("metric") == "relative_step_size").mean().alias("late_relative_step"))
+    return wide.with_columns((pl.col("late_relative_step") / pl.col("eps")).alias("step_in_eps")).sort(*keys)
+
+
+def fig_precision(precision: pl.DataFrame, path: Path) -> None:
+    """The precision question: each group's late consecutive-step cosine against its late relative step size in
+    units of the measuring precision's epsilon, one panel per recipe, a colour per precision, every checkpoint and
+    seed a point (no floor: every step's direction counts); the paper's band and the float64 measurement's floor
+    (FLOOR_EPS epsilons) marked."""
+    name = "fig_precision"
+    recipes = figure_recipes(precision, "precision", name)
+    points = precision_points(precision).drop_nulls(["late_cosine", "step_in_eps"])
+    names = list(dict.fromkeys(precision["precision"]))
+    colours = dict(zip(names, sns.color_palette("deep", len(names)), strict=True))
+    lo, hi = PAPER_COSINE_BAND
+    with figure_style():
+        fig, axes = panel_grid(1, len(recipes), width=6.2, height=4.6, sharey=True)
+        for ax, recipe in zip(axes[0], recipes, strict=True):
+            ax.axhspan(lo, hi, color="tab:orange", alpha=0.2, lw=0, zorder=0)
+            ax.axvline(FLOOR_EPS, color="black", lw=1, ls=":", zorder=1)
+            own = points.filter(pl.col("recipe") == recipe)
+            for label in names:
+                part = own.filter(pl.col("precision") == label)
+                ax.scatter(log_safe(part["step_in_eps"].to_numpy()), part["late_cosine"].to_numpy(), s=22,
+                           color=colours[label], alpha=0.8, label=label)
+            ax.set_xscale("log")
+            ax.set_ylim(-1.05, 1.05)
+            ax.set_title(recipe)
+            ax.set_xlabel("late relative step size ‖Δ‖/‖x‖ in machine epsilons of the measuring precision")
+        axes[0][0].set_ylabel(f"late consecutive-step cosine\n{COSINE} (mean over k > K/2)")
+        axes[0][-1].legend(handles=[*(Patch(color=colours[n], label=n) for n in names),
+                                    Patch(color="tab:orange", alpha=0.3, label=f"paper: settles at {lo}–{hi}"),
+                                    Line2D([], [], color="black", ls=":",
+                                           label=f"the measure stage's floor ({FLOOR_EPS} eps)")],
+                           loc="lower left", fontsize=8)
+        fig.suptitle("The precision question: late step cosine vs step size in units of the measuring precision "
+                     "(one point per group, checkpoint and seed)")
         save_figure(fig, path)
 
 

@@ -23,6 +23,8 @@ from twoscale.pipeline.params import MeasureParams
 from twoscale.training.batches import held_out_batches
 
 MEASURE_DTYPE = torch.float64
+# the precision question (docs/methods.md#in-which-precision): the arithmetic a checkpoint may be measured in
+PRECISIONS = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -85,6 +87,22 @@ def losses_by_loop_count(model: LoopedGPT, recorded: ModelOutput, targets: torch
             logits = model.logits_of(model.run_segments(iterates[0], [n] * model.n_groups, first_group))
         losses.append(F.cross_entropy(at_least_float32(logits.flatten(0, 1)), targets.flatten()).item())
     return losses
+
+
+@torch.no_grad()
+def geometry_in(model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, n_sequences: int,
+                device: torch.device, dtype: torch.dtype) -> list[dict]:
+    """The loop geometry (`MetricAccumulator.summary` rows) of the model run wholly in `dtype` on the first
+    `n_sequences` held-out windows, every group looped measure.max_loops times, as a measurement in that precision
+    reads it without a floor: every step's direction counts, however close to rounding it is (a bfloat16 state is
+    upcast to float32 for the metrics, but was rounded at bfloat16's epsilon)."""
+    model = copy.deepcopy(model).to(dtype).eval()
+    loops = [measure.max_loops] * model.n_groups
+    metrics = MetricAccumulator()
+    for x, _ in held_out_batches(val_ids, n_sequences, measure.batch_size, model.config.block_size):
+        out = model(x.to(device), loops, record_trajectories=True)
+        metrics.add_measurements(measure_trajectories(out.trajectories, floor=0.0))
+    return metrics.summary()
 
 
 @torch.no_grad()

@@ -256,6 +256,11 @@ class MeasureParams(Section):
     loss_loops: list[PositiveInt] = Field(min_length=1, description="loop counts (all groups) for loss vs loops")
     n_phases: PositiveInt = Field(description="contiguous phases the unrolled depth is split into (max-cut)")
     trajectory_token: NonNegativeInt = Field(description="position in the first window whose path Fig. 1 draws")
+    precisions: list[Literal["float64", "float32", "bfloat16"]] = Field(
+        min_length=1, description="the arithmetic the precision stage runs each checkpoint in (the precision "
+        "question: docs/methods.md#in-which-precision)")
+    precision_sequences: PositiveInt = Field(description="held-out windows the precision stage measures per "
+                                             "checkpoint and precision (the first of measure's)")
 
 
 class SweepStrategy(Section):

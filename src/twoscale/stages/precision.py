@@ -1,0 +1,50 @@
+"""Stage `precision`: one checkpoint's loop geometry with the model run in each arithmetic of measure.precisions
+(float64, float32, bfloat16), read as a measurement in that precision would read it, with no floor: the precision
+question of docs/methods.md#in-which-precision. The `measure` stage's float64 tables, above their floor, stay what
+the claims read."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from twoscale.geometry.measurement import PRECISIONS, geometry_in
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import write_parquet
+from twoscale.pipeline.params import params_hash
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_run_arguments, load_run
+
+HELP = "measure one checkpoint's loop geometry in float64, float32 and bfloat16 (the precision question)"
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by the train stage")
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--out", type=Path, required=True, help="the checkpoint's table, every precision (Parquet)")
+
+
+def run(args: argparse.Namespace) -> None:
+    params, run = load_run(args)
+    measure = params.measure
+    model, meta, val_ids, device = open_checkpoint(args, params, run, measure.threads)
+    step = meta["step"]
+    with tracking.stage_run("precision", params_hash(measure), {**run.tags, "checkpoint": f"step_{step}"}):
+        frames = []
+        for name in measure.precisions:
+            log.info("%s, seed %d, step %d in %s: %d windows, every group looped %d times", run.recipe, run.seed,
+                     step, name, measure.precision_sequences, measure.max_loops)
+            dtype = PRECISIONS[name]
+            rows = geometry_in(model, val_ids, measure, measure.precision_sequences, device, dtype)
+            frames.append(pl.DataFrame(rows, schema_overrides={"k": pl.Int64}).select(
+                pl.lit(name).alias("precision"), pl.lit(torch.finfo(dtype).eps).alias("eps"), pl.all()))
+        table = pl.concat(frames).select(pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
+                                         pl.lit(step).cast(pl.Int64).alias("step"), pl.all())
+        write_parquet(args.out, table)

@@ -1,0 +1,37 @@
+"""Stage `precision_figures`: the late consecutive-step cosine against the step size in units of the measuring
+precision's epsilon, from every run's `precision` tables (the precision question). A stage of its own, so that
+editing the figure redraws it and reruns nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from twoscale.geometry import figures
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import read_parquet, run_subdir
+from twoscale.pipeline.params import params_hash
+from twoscale.stages.common import add_params_argument, draw_figures, load
+
+HELP = "draw the late step cosine against step size in each measuring precision"
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--precision-dir", type=Path, required=True,
+                        help="reads <recipe>/seed_<seed>/step_<step>.parquet of the precision stage")
+    parser.add_argument("--out", type=Path, required=True, help="the figure (PNG)")
+
+
+def run(args: argparse.Namespace) -> None:
+    params = load(args)
+    table = pl.concat([read_parquet(args.precision_dir / run_subdir(recipe, seed) / f"step_{step}.parquet",
+                                    "the precision stage")
+                       for recipe, seed in params.runs() for step in params.train.checkpoint_steps])
+    with tracking.stage_run("precision_figures", params_hash()):
+        draw_figures({args.out.name: lambda path: figures.fig_precision(table, path)}, args.out.parent)
+    log.info("precision figure: %s", args.out)
