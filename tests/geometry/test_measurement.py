@@ -29,8 +29,8 @@ def tiny_model() -> LoopedGPT:
 
 
 def measure_params(**changes) -> MeasureParams:
-    fields = dict(threads=1, n_sequences=5, batch_size=2, max_loops=3, loss_loops=[1, 3], n_phases=3,
-                  trajectory_token=2, precisions=["float64", "float32", "bfloat16"], precision_sequences=2)
+    fields = dict(threads=1, n_sequences=5, batch_size=2, max_loops=3, loss_loops=[1, 3], beyond_loops=[6],
+                  n_phases=3, trajectory_token=2, precisions=["float64", "float32", "bfloat16"], precision_sequences=2)
     return MeasureParams(**{**fields, **changes})
 
 
@@ -84,6 +84,17 @@ def test_loss_vs_loops_is_the_plain_forward_loss_at_each_loop_count():
     expected = [evaluate_loss(net, val, [n] * 3, 5, 2, torch.device("cpu")) for n in (1, 2, 3, 5)]
     assert [r["val_loss"] for r in m.loss_vs_loops] == expected
     assert len(set(expected)) == 4  # the loop counts give different losses: a wrong count could not pass
+
+
+def test_the_final_checkpoint_also_reads_the_loss_beyond_training_s_loops():
+    model, params = tiny_model(), measure_params(loss_loops=[1, 3], beyond_loops=[6])
+    val = (np.arange(200) * 7 % 50).astype(np.uint16)
+    earlier = measure_checkpoint(model, val, params, torch.device("cpu"))
+    final = measure_checkpoint(model, val, params, torch.device("cpu"), final=True)
+    assert [r["loops"] for r in earlier.loss_vs_loops] == [1, 3]
+    assert [r["loops"] for r in final.loss_vs_loops] == [1, 3, 6]
+    net = copy.deepcopy(model).double()
+    assert final.loss_vs_loops[-1]["val_loss"] == evaluate_loss(net, val, [6] * 3, 5, 2, torch.device("cpu"))
 
 
 def test_measure_checkpoint_measures_a_float64_copy_and_leaves_the_model_alone():

@@ -79,7 +79,8 @@ def test_an_output_lands_with_its_record(tmp_path, config):
     assert cache.read_text().startswith(f"5 {output.stat().st_mtime_ns} {output.stat().st_ino} ")
     assert cache.read_text().endswith(f" {digest}")
     assert record["stage"] == "measure" and record["job"] == {"recipe": "paper", "seed": 1337}
-    measure = ("threads", "n_sequences", "batch_size", "max_loops", "loss_loops", "n_phases", "trajectory_token")
+    measure = ("threads", "n_sequences", "batch_size", "max_loops", "loss_loops", "beyond_loops", "n_phases",
+               "trajectory_token")
     assert record["params"] == {"runtime.device": config["runtime"]["device"],
                                 **{f"measure.{key}": config["measure"][key] for key in measure}}
     assert record["inputs"] == {"../../../../in.pt": "ab" * 32}  # from the output's folder, whatever the cwd

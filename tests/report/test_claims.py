@@ -573,6 +573,18 @@ def test_s_compares_the_most_loops_with_the_best_loop_count(curve, rise, verdict
     assert "+ 0.05 nats" in row["test"]
 
 
+def test_s_reads_twice_the_loops_of_training_and_reports_the_trained_range_beside():
+    """Training drew at most 32 loops: the loss at 64 decides (0.20 nats above the best, at 16: does not hold);
+    within the trained range the rise to 30 loops is 0.02, reported beside."""
+    curve = {1: 5.0, 16: 4.0, 30: 4.02, 64: 4.2}
+    schedule = pl.DataFrame({"warmup_steps": [100], "most_trained_loops": [32]})
+    row = geometry_claims.S.row(loss_frame({900: curve}), schedule)
+    d = row["detail"]
+    assert row["verdict"] == "does not hold" and d["most_loops"] == 64 and d["beyond_training"] is True
+    assert d["rise_within_training"] == pytest.approx(0.02)
+    assert "Training drew at most 32 loops: 64 is beyond that range; within it the rise" in row["measured"]
+
+
 def test_claims_table_leads_with_s_given_the_loss_curves():
     geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
     rows = claims_table({"geometry": geometry, "loss_vs_loops": loss_frame({900: {1: 5.0, 30: 4.0}})})

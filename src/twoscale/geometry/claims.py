@@ -34,13 +34,19 @@ from twoscale.report.claim import Claim, Headline, counted, fmt
 from twoscale.report.verdicts import Verdict
 
 
-def _s_measured(verdict: Verdict, loss_vs_loops: pl.DataFrame) -> tuple[str, Headline]:
+def _s_measured(verdict: Verdict, loss_vs_loops: pl.DataFrame, schedule: pl.DataFrame | None = None
+                ) -> tuple[str, Headline]:
     d = verdict.detail
     curve, best, most, rise = d["loss_vs_loops"], d["best_loops"], d["most_loops"], d["rise"]
+    trained = d.get("most_trained_loops")
+    beside = ("" if trained is None else
+              f" Training drew at most {trained} loops: {most} is {'beyond' if d['beyond_training'] else 'within'} "
+              f"that range; within it the rise to the most loops is {fmt(d['rise_within_training'], 3)} nats.")
     measured = (
         f"step {d['step']}: {fmt(curve.get(1), 3)} at 1 loop, best {fmt(curve[best], 3)} "
         f"at {best}, {fmt(curve[most], 3)} at {most} ({rise:+.3f} nats over the best). At {most} loops over "
-        "steps " + ", ".join(f"{step}: {fmt(loss, 2)}" for step, loss in d["loss_at_most_loops_by_step"].items()))
+        "steps " + ", ".join(f"{step}: {fmt(loss, 2)}" for step, loss in d["loss_at_most_loops_by_step"].items())
+        + "." + beside)
     return measured, {"loss at 1 loop": curve.get(1), "best loss": curve[best], "best loop count": best,
                       f"loss at {most} loops": curve[most], "rise to the most loops": rise}
 
@@ -52,8 +58,10 @@ S = Claim(
     statement="Precondition, not a claim of the paper: more loops do not break the model, so its loop dynamics are "
     "worth measuring.",
     test=f"Last checkpoint, validation loss with every group looped K times: loss at the largest K measured <= "
-    f"the lowest loss over all K + {S_TOLERANCE} nats.",
-    reads=("loss_vs_loops",),
+    f"the lowest loss over all K + {S_TOLERANCE} nats. The largest K measured is twice the most loops training drew "
+    f"(64 by default: do more loops than trained degrade the model?); the same reading within training's range is "
+    f"reported beside.",
+    reads=("loss_vs_loops", "schedule"),
     verdict=loop_stability,
     measured=_s_measured,
 )

@@ -107,16 +107,19 @@ def geometry_in(model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, n
 
 @torch.no_grad()
 def measure_checkpoint(
-    model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, device: torch.device
+    model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, device: torch.device, final: bool = False
 ) -> CheckpointMeasurement:
+    """The checkpoint's loop geometry, depth similarity, one token's path and loss vs loops (at the final
+    checkpoint also at measure.beyond_loops), in float64."""
     model = copy.deepcopy(model).to(MEASURE_DTYPE).eval()
     loops = [measure.max_loops] * model.n_groups
+    loss_loops = measure.loss_loops + (measure.beyond_loops if final else [])
     metrics, similarity = MetricAccumulator(), SimilarityAccumulator()
     path = None
-    loss_sums = np.zeros(len(measure.loss_loops))
+    loss_sums = np.zeros(len(loss_loops))
     for x, y in held_out_batches(val_ids, measure.n_sequences, measure.batch_size, model.config.block_size):
         out = model(x.to(device), loops, record_trajectories=True)
-        loss_sums += len(x) * np.array(losses_by_loop_count(model, out, y.to(device), measure.loss_loops))
+        loss_sums += len(x) * np.array(losses_by_loop_count(model, out, y.to(device), loss_loops))
         metrics.add_measurements(measure_trajectories(out.trajectories))
         similarity.add(torch.stack(out.depth_states))
         if path is None:
@@ -131,7 +134,7 @@ def measure_checkpoint(
     ]
     matrix = similarity.matrix()
     loss_vs_loops = [{"loops": n, "val_loss": total / measure.n_sequences}
-                     for n, total in zip(measure.loss_loops, loss_sums, strict=True)]
+                     for n, total in zip(loss_loops, loss_sums, strict=True)]
     return CheckpointMeasurement(
         geometry=metrics.summary(),
         loss_vs_loops=loss_vs_loops,

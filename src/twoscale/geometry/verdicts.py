@@ -115,9 +115,10 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def loop_stability(loss_vs_loops: pl.DataFrame) -> Verdict:
+def loop_stability(loss_vs_loops: pl.DataFrame, schedule: pl.DataFrame | None = None) -> Verdict:
     """S on the last checkpoint: validation loss at the most loops measured is within S_TOLERANCE nats of the
-    lowest loss over all measured loop counts (flat or improving, not drifting away)."""
+    lowest loss over all measured loop counts (flat or improving, not drifting away). Given the run's `schedule`,
+    the most loops training ever drew (`most_trained_loops`) is reported, and the same reading within it beside."""
     require(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), "claims")
     last = training_steps(loss_vs_loops)[-1]
     curve = dict(loss_vs_loops.filter(pl.col("step") == last).sort("loops").select("loops", "val_loss").iter_rows())
@@ -128,6 +129,11 @@ def loop_stability(loss_vs_loops: pl.DataFrame) -> Verdict:
                loss_vs_loops.filter(pl.col("loops") == most).sort("step").select("step", "val_loss").iter_rows()}
     detail = {"step": last, "loss_vs_loops": curve, "best_loops": best, "most_loops": most, "rise": rise,
               "loss_at_most_loops_by_step": at_most}
+    if schedule is not None and "most_trained_loops" in schedule.columns:
+        trained = int(schedule["most_trained_loops"][0])
+        within = {loops: loss for loops, loss in curve.items() if loops <= trained}
+        detail |= {"most_trained_loops": trained, "beyond_training": most > trained,
+                   "rise_within_training": (within[max(within)] - min(within.values())) if within else math.nan}
     if len(curve) < 2:  # one loop count is its own best: nothing was compared
         return Verdict([None], {**detail, "reason": f"one loop count measured ({most})"}, S_WORDS)
     return Verdict([rise <= S_TOLERANCE], detail, S_WORDS)

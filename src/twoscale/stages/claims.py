@@ -68,8 +68,9 @@ def read_sample_table(directory: Path, runs: list[tuple[str, int]], name: str) -
 
 
 def schedule(train: TrainParams) -> pl.DataFrame:
-    """The run's training schedule as the claims read it (C2 compares checkpoints after the warm-up)."""
-    return pl.DataFrame({"warmup_steps": [train.warmup_steps]})
+    """The run's training schedule as the claims read it: C2 compares checkpoints after the warm-up, S reads loops
+    beyond the most training drew."""
+    return pl.DataFrame({"warmup_steps": [train.warmup_steps], "most_trained_loops": [train.loops.max]})
 
 
 def run(args: argparse.Namespace) -> None:

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> None:
              run.recipe, run.seed, step, source["precision"], params.measure.n_sequences, params.measure.max_loops)
     with tracking.stage_run("measure", params_hash(params.measure),
                             {**run.tags, "checkpoint": f"step_{step}"}, source):
-        m = measure_checkpoint(model, val_ids, params.measure, device)
+        m = measure_checkpoint(model, val_ids, params.measure, device, final=step == run.train.steps)
         summary = summarise(step, m, params.measure.max_loops)
         log_sections(params, "measure")
         tracking.log_metrics(summary, step=step)
