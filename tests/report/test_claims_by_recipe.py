@@ -48,7 +48,8 @@ def test_spread_is_mean_min_max_of_the_finite_values():
 
 def test_verdicts_agree_or_split_with_counts():
     assert recipe_verdict(["reproduced"]) == "reproduced"
-    assert recipe_verdict(["mixed", "mixed"]) == "mixed"
+    assert recipe_verdict(["mixed", "mixed"]) == "mixed 2/2"
+    assert recipe_verdict(["reproduced"] * 3) == "reproduced 3/3"
     assert recipe_verdict(["not reproduced", "not reproduced", "mixed"]) == "split: not reproduced 2/3, mixed 1/3"
 
 

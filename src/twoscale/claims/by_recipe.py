@@ -2,7 +2,8 @@
 and each headline number of a claim as its mean and min–max over the recipe's seeds.
 
 Input: the rows of `table.claims_table` for every run, {(recipe, seed): rows}, in run order. A recipe's verdict
-on a claim is the verdict of its seeds when they agree, else "split" with the count of each verdict. A headline
+on a claim is the verdict of its seeds with how many agree ("reproduced 3/3"), else "split" with the count of each
+verdict. A headline
 number that a seed could not compute (None) is left out of that number's spread and counted in `n`.
 """
 
@@ -30,9 +31,13 @@ def spread(values: Sequence[float | None]) -> dict[str, Any]:
 
 
 def recipe_verdict(verdicts: Sequence[str]) -> str:
-    """The seeds' common verdict, or 'split: reproduced 2/3, mixed 1/3' (most frequent first)."""
-    if len(set(verdicts)) == 1:
+    """The seeds' verdict with its count: one seed's alone ('reproduced'), the seeds' common one ('reproduced 3/3'),
+    or how they split ('split: reproduced 2/3, mixed 1/3', most frequent first; 'split', not 'mixed', which is a
+    single run's word for checks that disagree)."""
+    if len(verdicts) == 1:
         return verdicts[0]
+    if len(set(verdicts)) == 1:
+        return f"{verdicts[0]} {len(verdicts)}/{len(verdicts)}"
     counts = Counter(verdicts).most_common()
     return "split: " + ", ".join(f"{verdict} {n}/{len(verdicts)}" for verdict, n in counts)
 
