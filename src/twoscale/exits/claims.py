@@ -154,7 +154,7 @@ def _c6b_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame |
         f"K* = {reference['loops']} loops: ppl {fmt(reference['perplexity'], 3)}, "
         f"{fmt(reference['gflops_per_token'] * 1e3)} MFLOPs and {fmt(reference['ms_per_token'])} ms per token "
         f"(full depth {reference['max_loops']} loops: ppl {fmt(full_depth(sweep)['perplexity'], 3)}). Cheapest "
-        f"within 1% of K*: " + "; ".join([in_range, point(f"{C6_ACCELERATION} at any τ",
+        f"within 1% of K*: " + "; ".join([in_range, point(f"{C6_ACCELERATION} (any threshold)",
                                                           verdict.detail["acceleration_anywhere"]),
                                           *(point(k["strategy"], k["best"]) for k in kl)])
         + f". {C6_ACCELERATION} latency vs K*: {speed_text(verdict.detail['ratio'])}. KL vs {C6_ACCELERATION}: "

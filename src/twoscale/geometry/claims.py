@@ -196,11 +196,12 @@ def _c4_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
         + ", ".join(f"{h['handoff']} {fmt(h['median'])} (q10–q90 {fmt(h['q10'])}–{fmt(h['q90'])})"
                     for h in handoffs)
         + ("; all > 1" if d["all_above_one"] else "; some ≤ 1")
-        + f". Beside it, the stricter reading at K = {strict['loops']}: "
-        + ", ".join(f"{h['handoff']} {fmt(h['median'])} ({strict_words[h['passes']]} {fmt(d['threshold'])})"
-                    for h in strict["handoffs"])
-        + " (DLR_K grows with K for a converging loop: its late steps are tiny, so the mean step in the denominator "
-        "shrinks as K grows)"
+        + (f". Beside it, the stricter reading at K = {strict['loops']}: "
+           + ", ".join(f"{h['handoff']} {fmt(h['median'])} ({strict_words[h['passes']]} {fmt(d['threshold'])})"
+                       for h in strict["handoffs"])
+           + " (DLR_K grows with K for a converging loop: its late steps are tiny, so the mean step in the "
+           "denominator shrinks as K grows)" if strict["loops"] != K else
+           f". The stricter reading at K = {C4_STRICT_LOOPS} is this one: {K} loops were measured")
         + ". By K: " + "; ".join(f"{h['handoff']} " + ", ".join(f"K={k} {fmt(v)}" for k, v in h["by_loops"].items())
                                  for h in handoffs)
         + (f". DLR_{K} over steps {', '.join(map(str, steps))}: {history}" if len(steps) > 1 else "")
