@@ -94,10 +94,6 @@ def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = WITHIN,
             "perplexity_increase": best["perplexity"] / full["perplexity"] - 1}
 
 
-def in_range(setting: float, low: float, high: float) -> bool:
-    return low * (1 - ROUND_OFF) <= setting <= high * (1 + ROUND_OFF)
-
-
 def in_paper_range(sweep: pl.DataFrame, strategy: str) -> pl.DataFrame:
     """The sweep with `strategy`'s settings cut to the paper's threshold range (the other strategies' rows
     kept)."""

@@ -23,7 +23,6 @@ from twoscale.exits.tables import (
     best_within,
     full_depth,
     in_paper_range,
-    in_range,
     sweep_points,
 )
 from twoscale.exits.thresholds import (
@@ -117,8 +116,8 @@ def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any
 def _flat(sweep: pl.DataFrame, max_loops: int) -> dict[str, Any]:
     """(b) over the swept acceleration thresholds in the paper's range, max/min perplexity - 1 <= 1%; undecided
     where the rule never exits there (it would be flat by construction)."""
-    points = [p for p in sweep_points(sweep, C6_ACCELERATION)
-              if p["perplexity"] is not None and in_range(p["setting"], *PAPER_RANGE)]
+    points = [p for p in sweep_points(in_paper_range(sweep, C6_ACCELERATION), C6_ACCELERATION)
+              if p["perplexity"] is not None]
     info: dict[str, Any] = {"points": points}
     if len(points) < 2:
         return {**info, "passes": None, "reason": f"{len(points)} swept {C6_ACCELERATION} threshold(s) in "

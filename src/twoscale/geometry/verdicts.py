@@ -93,7 +93,7 @@ def _floored_steps(geometry: pl.DataFrame, step: int) -> dict[int, dict[str, int
             for (g,), part in rows.group_by("group", maintain_order=True)}
 
 
-def by_regime(geometry: pl.DataFrame, step: int, metric: str, reduce: Callable[[dict[int, float], int], float]
+def regime_readings(geometry: pl.DataFrame, step: int, metric: str, reduce: Callable[[dict[int, float], int], float]
               ) -> dict[int, dict[str, dict[str, float]]]:
     """Per group, each per-token regime's share of the tokens and `reduce(curve, K)` of the regime's per-k curve
     of `metric` (the metric over that regime's tokens alone); {} for a table measured without regimes."""
@@ -271,7 +271,7 @@ def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
     first, last = steps[0], steps[-1]
     lo, hi = C3_BAND
     counted = _above_floor(geometry, "step_cosine", last, {g: _first_late_k(K) for g, K in loops[last].items()})
-    regimes = by_regime(geometry, last, "step_cosine", _late_cosine)
+    regimes = regime_readings(geometry, last, "step_cosine", _late_cosine)
     groups = []
     for d in (d for d in per_checkpoint if d["step"] == last):
         c, above = d["late_cosine"], counted.get(d["group"])
@@ -375,7 +375,7 @@ def spirals_and_jumps(geometry: pl.DataFrame, depth: pl.DataFrame | None = None,
     jump_out = {int(j["handoff"].split("->")[0]): j["jump_estimate"] for j in jumps}
     jump_in = {int(j["handoff"].split("->")[1]): j["jump_estimate"] for j in jumps}
 
-    regimes = by_regime(geometry, last, "turning_angle", lambda curve, _: _mean(list(curve.values())))
+    regimes = regime_readings(geometry, last, "turning_angle", lambda curve, _: _mean(list(curve.values())))
     groups = []
     for g in sorted(sizes):
         angles = list(turning.get(g, {}).values())

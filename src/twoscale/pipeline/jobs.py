@@ -47,6 +47,11 @@ class Stage:
         return [path.format(**job) for job in self.jobs() for path in self.outputs]
 
 
+def segment_pattern(path: str, placeholder: re.Pattern) -> re.Pattern:
+    """A path as a pattern in which each `placeholder` ({recipe}, or ${item.recipe}) matches one path segment."""
+    return re.compile("[^/]+".join(map(re.escape, placeholder.split(path)[::2])))
+
+
 def matrix_values(config: dict[str, Any], expression: str) -> tuple[str, ...]:
     """A matrix entry's values: ${recipes} -> the recipe names (a mapping's keys), ${runtime.seeds} -> '1337', ..."""
     return tuple(str(item) for item in lookup(config, parameter_key(expression)))
@@ -104,7 +109,7 @@ def stages(config: dict[str, Any], root: str | PurePosixPath = ".") -> list[Stag
         if "{" not in path:
             return [output for output in every_output if inside(output, path)]
         # a folder of the job's own wildcards: the outputs inside it, its wildcards kept (the same for every job)
-        folder = re.compile("[^/]+".join(map(re.escape, WILDCARD.split(path)[::2])) + "/")
+        folder = segment_pattern(path + "/", WILDCARD)
         return list(dict.fromkeys(path + "/" + output[match.end():] for output in every_output
                                   if (match := folder.match(output))))
 

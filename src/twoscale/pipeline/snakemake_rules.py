@@ -26,7 +26,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from twoscale.pipeline.dependencies import DECLARATION, PER_CHECKPOINT, SOURCE_ROOT, output_paths
-from twoscale.pipeline.jobs import CHECKPOINT_STEPS, ITEM, PARAMETER, parameter_key
+from twoscale.pipeline.jobs import CHECKPOINT_STEPS, ITEM, PARAMETER, parameter_key, segment_pattern
 
 RULES_DIR = PurePosixPath("workflow/rules")
 ROOTS = {"data": "DATA", "results": "RESULTS", "logs": "LOGS"}  # a path's top folder -> common.smk's prefix
@@ -83,15 +83,10 @@ def _names_parameter(path: str) -> bool:
     return any(not key.startswith("item.") for key in PARAMETER.findall(path))
 
 
-def _pattern(path: str) -> re.Pattern:
-    """A declared path as a pattern any job's path matches: each ${item.x} one path segment."""
-    return re.compile("[^/]+".join(map(re.escape, ITEM.split(path)[::2])))
-
-
 def writers(folder: str, declared: dict[str, dict[str, Any]]) -> list[str]:
     """The declared stages that write inside a folder; each must write nothing outside it (its outputs stand for
     the folder)."""
-    inside = _pattern(folder.rstrip("/") + "/")
+    inside = segment_pattern(folder.rstrip("/") + "/", ITEM)
     found = []
     for name, stage in declared.items():
         paths = [ITEM.sub("x", path) for path in output_paths(stage)]
@@ -107,18 +102,19 @@ def _folder_files(folder: str, declared: dict[str, dict[str, Any]], name: str | 
     """A folder input (the input `name`, if named) as the outputs of every job that writes inside it; the folder's
     own wildcards kept."""
     own = set(ITEM.findall(folder))
-    parts = []
+    calls = []
     for writer in writers(folder, declared):
-        expanded = [f"{name}={_config(parameter_key(values))}"
-                    for name, values in declared[writer].get("matrix", {}).items() if name not in own]
+        expanded = [f"{wildcard}={_config(parameter_key(values))}"
+                    for wildcard, values in declared[writer].get("matrix", {}).items() if wildcard not in own]
         keep = ["allow_missing=True"] if own else []
-        parts.append([f"rules.{writer}.output", *expanded, *keep] if expanded or keep else None)
-    if len(parts) == 1:
-        room = ROOM - len(f"{name}=") if name else ROOM
-        return _call("expand", parts[0], room) if parts[0] else f"rules.{writers(folder, declared)[0]}.output"
-    parts = [_call("expand", part, ROOM - 5) if part else f"rules.{writer}.output"
-             for part, writer in zip(parts, writers(folder, declared))]
-    return "[\n" + "".join(f"    *{part},\n" for part in parts) + "]"
+        calls.append([f"rules.{writer}.output", *expanded, *keep] if expanded or keep else [f"rules.{writer}.output"])
+
+    def expression(arguments: list[str], room: int) -> str:
+        return _call("expand", arguments, room) if len(arguments) > 1 else arguments[0]
+
+    if len(calls) == 1:
+        return expression(calls[0], ROOM - len(f"{name}=") if name else ROOM)
+    return "[\n" + "".join(f"    *{expression(arguments, ROOM - 5)},\n" for arguments in calls) + "]"
 
 
 def _call(function: str, arguments: list[str], room: int) -> str:
@@ -133,6 +129,7 @@ class _Rule:
     def __init__(self, name: str, stage: dict[str, Any], declared: dict[str, dict[str, Any]]) -> None:
         self.name, self.stage, self.declared = name, stage, declared
         self.named: dict[str, str] = {}  # a declared input or output the command names -> the option's name
+        self.folders = {path for path in stage["inputs"] if writers(path, declared)}  # inputs standing for folders
         self.params = ([f'values=param_values("{name}")'] if stage.get("params") else []) + ["file=PARAMS_PATH"]
         self.shell = self._command()
         self.log = path_expression(_log_path(stage["cmd"]))
@@ -147,7 +144,7 @@ class _Rule:
         return unnamed + named
 
     def _input(self, path: str, name: str | None) -> str:
-        return _folder_files(path, self.declared, name) if writers(path, self.declared) else path_expression(path)
+        return _folder_files(path, self.declared, name) if path in self.folders else path_expression(path)
 
     def _in_report(self, path: str) -> str:
         """The output, flagged for the Snakemake report where the stage's report shows it."""
@@ -182,7 +179,7 @@ class _Rule:
                 placeholder = "{wildcards.%s:q}" % ITEM.fullmatch(value).group(1)
             elif value in output_paths(self.stage):
                 self.named[value], placeholder = name, "{output.%s:q}" % name
-            elif value in self.stage["inputs"] and not writers(value, self.declared):
+            elif value in self.stage["inputs"] and value not in self.folders:
                 self.named[value], placeholder = name, "{input.%s:q}" % name
             else:  # a folder
                 if _names_parameter(value):
