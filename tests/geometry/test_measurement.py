@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from twoscale.geometry.measurement import (
+    MEASURE_DTYPE,
     PRECISIONS,
     boundary_offsets,
     contiguous_ranges,
@@ -133,3 +134,20 @@ def test_the_same_checkpoint_read_in_each_precision_with_no_floor():
             assert rows["bfloat16"][key]["mean"] == 0.0  # no floor: a bfloat16 step of one epsilon still counts
     assert rows["float64"][("step_size", 1, 1)]["n"] == 2 * 8  # two windows of block_size 8 tokens
     assert next(model.parameters()).dtype == torch.float32  # the model itself is left as it was
+
+
+def test_the_geometry_looped_past_max_loops_extends_the_measure_stages_own():
+    """The beyond stage's reading (float64, the measure stage's floor): at measure.max_loops it is the measure
+    stage's geometry row for row; looped twice as far, the first group's first max_loops steps are the same steps
+    (later groups start from a different input) and every group has rows up to the new count."""
+    model, val, measure = tiny_model(), np.arange(200) % 50, measure_params()
+    cpu = torch.device("cpu")
+    measured = measure_checkpoint(model, val, measure, cpu).geometry
+    assert geometry_in(model, val, measure, measure.n_sequences, cpu, MEASURE_DTYPE, floor=None) == measured
+    longer = geometry_in(model, val, measure, measure.n_sequences, cpu, MEASURE_DTYPE, loops=6, floor=None)
+    by_key = {(r["metric"], r["group"], r["k"]): r for r in longer}
+    for row in measured:
+        if row["group"] == 0 and row["k"] is not None and row["metric"] in ("step_size", "state_norm"):
+            assert by_key[(row["metric"], 0, row["k"])] == row
+    assert {g: max(k for (metric, group, k) in by_key if metric == "step_size" and group == g) for g in range(3)} \
+        == {0: 6, 1: 6, 2: 6}

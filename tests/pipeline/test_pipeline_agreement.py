@@ -133,7 +133,7 @@ def planned_resources(*options: str) -> dict[str, set[str]]:
     return found
 
 
-MODEL_RULES = {"train", "train_teacher", "measure", "precision", "sweep", "latency", "sample", "phases", "distill",
+MODEL_RULES = {"train", "train_teacher", "measure", "precision", "beyond", "sweep", "latency", "sample", "phases", "distill",
                "surrogates"}
 
 

@@ -112,6 +112,27 @@ def test_s_compares_the_most_loops_with_the_best(loss_at_16, holds):
     assert verdict.verdict == ("holds" if holds else "does not hold")
 
 
+def test_s_reports_the_geometry_beyond_training_at_the_most_trained_and_the_most_measured_loops():
+    # group 0 converges past k = 4 (steps halve, cosine 1); group 1 drifts (steps stay 2, norm grows by 2 a step)
+    losses = pl.DataFrame({"step": [500] * 3, "loops": [1, 4, 8], "val_loss": [5.0, 4.0, 4.0]})
+    schedule = pl.DataFrame({"warmup_steps": [10], "most_trained_loops": [4]})
+    rows = [{"step": 500, "metric": "step_size", "group": 0, "k": k, "mean": 2.0 ** -k} for k in range(1, 9)]
+    rows += [{"step": 500, "metric": "step_size", "group": 1, "k": k, "mean": 2.0} for k in range(1, 9)]
+    rows += [{"step": 500, "metric": "state_norm", "group": g, "k": k, "mean": 10.0 + g * 2.0 * k}
+             for g in (0, 1) for k in range(9)]
+    rows += [{"step": 500, "metric": "step_cosine", "group": g, "k": k, "mean": 1.0 if g == 0 else 0.5 + k / 100}
+             for g in (0, 1) for k in range(2, 9)]
+    beyond = pl.DataFrame([{**r, "median": r["mean"], "q10": r["mean"], "q90": r["mean"], "n": 1} for r in rows])
+    detail = geometry.loop_stability(losses, schedule, beyond).detail
+    assert detail["beyond_geometry"] == [
+        {"group": 0, "step": 500, "loops": 8, "step_size_at_trained": 1 / 16, "step_size_at_most": 1 / 256,
+         "state_norm_at_trained": 10.0, "state_norm_at_most": 10.0, "cosine_beyond": 1.0},
+        {"group": 1, "step": 500, "loops": 8, "step_size_at_trained": 2.0, "step_size_at_most": 2.0,
+         "state_norm_at_trained": 18.0, "state_norm_at_most": 26.0,
+         "cosine_beyond": pytest.approx((0.55 + 0.56 + 0.57 + 0.58) / 4)}]
+    assert "beyond_geometry" not in geometry.loop_stability(losses, schedule).detail
+
+
 # --- exits: C6b against the best fixed depth --------------------------------------------------------------------
 
 

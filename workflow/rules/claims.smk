@@ -16,6 +16,7 @@ rule claims:
         sweep=f"{RESULTS}/sweep/sweep.parquet",
         latency=f"{RESULTS}/sweep/latency.parquet",
         sample_dir=expand(rules.sample.output, recipe=config["sample"]["recipes"], seed=config["runtime"]["seeds"]),
+        beyond_dir=expand(rules.beyond.output, recipe=config["recipes"], seed=config["runtime"]["seeds"]),
         recovery=f"{RESULTS}/surrogates/recovery.csv",
     output:
         report(
@@ -28,6 +29,7 @@ rule claims:
         file=PARAMS_PATH,
         geometry_dir=f"{RESULTS}/geometry",
         sample_dir=f"{RESULTS}/sample",
+        beyond_dir=f"{RESULTS}/beyond",
         out_dir=RESULTS,
     log:
         f"{LOGS}/claims.log",
@@ -41,4 +43,4 @@ rule claims:
     shell:
         "python -m twoscale claims --params {params.file:q} --geometry-dir {params.geometry_dir:q}"
         " --sweep {input.sweep:q} --latency {input.latency:q} --sample-dir {params.sample_dir:q}"
-        " --recovery {input.recovery:q} --out-dir {params.out_dir:q} --log {log:q}"
+        " --beyond-dir {params.beyond_dir:q} --recovery {input.recovery:q} --out-dir {params.out_dir:q} --log {log:q}"

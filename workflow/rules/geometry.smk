@@ -78,6 +78,37 @@ rule precision:
         " --out {output.out:q} --log {log:q}"
 
 
+rule beyond:
+    input:
+        sources("beyond"),
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
+        checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
+    output:
+        out=f"{RESULTS}/beyond/{{recipe}}/seed_{{seed}}/geometry.parquet",
+    params:
+        values=param_values("beyond"),
+        file=PARAMS_PATH,
+        data_dir=f"{DATA}/prepared",
+    log:
+        f"{LOGS}/beyond/{{recipe}}/seed_{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/beyond/{{recipe}}/seed_{{seed}}.tsv"
+    threads: config["measure"]["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=30,
+        gpu=GPU_PER_JOB,
+    wildcard_constraints:
+        recipe=one_of(config["recipes"]),
+        seed=one_of(config["runtime"]["seeds"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale beyond --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
+        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out {output.out:q} --log {log:q}"
+
+
 rule precision_figures:
     input:
         sources("precision_figures"),

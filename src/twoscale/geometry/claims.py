@@ -34,8 +34,19 @@ from twoscale.report.claim import Claim, Headline, counted, fmt
 from twoscale.report.verdicts import Verdict
 
 
-def _s_measured(verdict: Verdict, loss_vs_loops: pl.DataFrame, schedule: pl.DataFrame | None = None
-                ) -> tuple[str, Headline]:
+def _beyond_words(groups: list[dict], trained: int) -> str:
+    """What the loop does past the `trained` range, per group, in one sentence."""
+    if not groups:
+        return ""
+    parts = [f"group {g['group']} steps {fmt(g['step_size_at_trained'], 2)} at k = {trained}, "
+             f"{fmt(g['step_size_at_most'], 2)} at k = {g['loops']} (mean cosine {fmt(g['cosine_beyond'], 2)} "
+             f"between), state norm {fmt(g['state_norm_at_trained'], 3)} → {fmt(g['state_norm_at_most'], 3)}"
+             for g in groups]
+    return f" Its geometry looped to {groups[0]['loops']} (float64): " + "; ".join(parts) + "."
+
+
+def _s_measured(verdict: Verdict, loss_vs_loops: pl.DataFrame, schedule: pl.DataFrame | None = None,
+                beyond: pl.DataFrame | None = None) -> tuple[str, Headline]:
     d = verdict.detail
     curve, best, most, rise = d["loss_vs_loops"], d["best_loops"], d["most_loops"], d["rise"]
     trained = d.get("most_trained_loops")
@@ -46,7 +57,7 @@ def _s_measured(verdict: Verdict, loss_vs_loops: pl.DataFrame, schedule: pl.Data
         f"step {d['step']}: {fmt(curve.get(1), 3)} at 1 loop, best {fmt(curve[best], 3)} "
         f"at {best}, {fmt(curve[most], 3)} at {most} ({rise:+.3f} nats over the best). At {most} loops over "
         "steps " + ", ".join(f"{step}: {fmt(loss, 2)}" for step, loss in d["loss_at_most_loops_by_step"].items())
-        + "." + beside)
+        + "." + beside + _beyond_words(d.get("beyond_geometry", []), trained))
     return measured, {"loss at 1 loop": curve.get(1), "best loss": curve[best], "best loop count": best,
                       f"loss at {most} loops": curve[most], "rise to the most loops": rise}
 
@@ -60,8 +71,8 @@ S = Claim(
     test=f"Last checkpoint, validation loss with every group looped K times: loss at the largest K measured <= "
     f"the lowest loss over all K + {S_TOLERANCE} nats. The largest K measured is twice the most loops training drew "
     f"(64 by default: do more loops than trained degrade the model?); the same reading within training's range is "
-    f"reported beside.",
-    reads=("loss_vs_loops", "schedule"),
+    f"reported beside, and the geometry of the loop run that far (step sizes, cosine, state norm).",
+    reads=("loss_vs_loops", "schedule", "beyond"),
     verdict=loop_stability,
     measured=_s_measured,
 )

@@ -91,17 +91,19 @@ def losses_by_loop_count(model: LoopedGPT, recorded: ModelOutput, targets: torch
 
 @torch.no_grad()
 def geometry_in(model: LoopedGPT, val_ids: np.ndarray, measure: MeasureParams, n_sequences: int,
-                device: torch.device, dtype: torch.dtype) -> list[dict]:
+                device: torch.device, dtype: torch.dtype, loops: int | None = None, floor: float | None = 0.0
+                ) -> list[dict]:
     """The loop geometry (`MetricAccumulator.summary` rows) of the model run wholly in `dtype` on the first
-    `n_sequences` held-out windows, every group looped measure.max_loops times, as a measurement in that precision
-    reads it without a floor: every step's direction counts, however close to rounding it is (a bfloat16 state is
-    upcast to float32 for the metrics, but was rounded at bfloat16's epsilon)."""
+    `n_sequences` held-out windows, every group looped `loops` times (measure.max_loops by default). With the
+    default floor of 0 it reads as a measurement in that precision would: every step's direction counts, however
+    close to rounding it is (a bfloat16 state is upcast to float32 for the metrics, but was rounded at bfloat16's
+    epsilon); floor=None marks and leaves out the steps at `precision_floor(dtype)` as the measure stage does."""
     model = copy.deepcopy(model).to(dtype).eval()
-    loops = [measure.max_loops] * model.n_groups
+    counts = [measure.max_loops if loops is None else loops] * model.n_groups
     metrics = MetricAccumulator()
     for x, _ in held_out_batches(val_ids, n_sequences, measure.batch_size, model.config.block_size):
-        out = model(x.to(device), loops, record_trajectories=True)
-        metrics.add_measurements(measure_trajectories(out.trajectories, floor=0.0))
+        out = model(x.to(device), counts, record_trajectories=True)
+        metrics.add_measurements(measure_trajectories(out.trajectories, floor=floor))
     return metrics.summary()
 
 

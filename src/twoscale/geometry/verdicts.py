@@ -115,10 +115,12 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def loop_stability(loss_vs_loops: pl.DataFrame, schedule: pl.DataFrame | None = None) -> Verdict:
+def loop_stability(loss_vs_loops: pl.DataFrame, schedule: pl.DataFrame | None = None,
+                   beyond: pl.DataFrame | None = None) -> Verdict:
     """S on the last checkpoint: validation loss at the most loops measured is within S_TOLERANCE nats of the
     lowest loss over all measured loop counts (flat or improving, not drifting away). Given the run's `schedule`,
-    the most loops training ever drew (`most_trained_loops`) is reported, and the same reading within it beside."""
+    the most loops training ever drew (`most_trained_loops`) is reported, and the same reading within it beside;
+    given also the `beyond` stage's geometry, what the loop does past that range (`beyond_training`)."""
     require(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), "claims")
     last = training_steps(loss_vs_loops)[-1]
     curve = dict(loss_vs_loops.filter(pl.col("step") == last).sort("loops").select("loops", "val_loss").iter_rows())
@@ -134,9 +136,29 @@ def loop_stability(loss_vs_loops: pl.DataFrame, schedule: pl.DataFrame | None = 
         within = {loops: loss for loops, loss in curve.items() if loops <= trained}
         detail |= {"most_trained_loops": trained, "beyond_training": most > trained,
                    "rise_within_training": (within[max(within)] - min(within.values())) if within else math.nan}
+        if beyond is not None and beyond.height:
+            detail["beyond_geometry"] = beyond_training(beyond, trained)
     if len(curve) < 2:  # one loop count is its own best: nothing was compared
         return Verdict([None], {**detail, "reason": f"one loop count measured ({most})"}, S_WORDS)
     return Verdict([rise <= S_TOLERANCE], detail, S_WORDS)
+
+
+def beyond_training(beyond: pl.DataFrame, trained: int) -> list[dict[str, Any]]:
+    """Per group, the geometry of a checkpoint looped past the `trained` loops training drew at most (the beyond
+    stage's table): the mean step size and state norm at k = trained and at the most loops measured, and the mean
+    step cosine over the loop steps after `trained`. Steps that keep shrinking with cosine near 1 are a loop still
+    converging; steps that stop shrinking while the norm moves are a drift."""
+    step = training_steps(metric_rows(beyond, "step_size", "claims"))[-1]
+    sizes, norms = _curves(beyond, "step_size", step), _curves(beyond, "state_norm", step)
+    cosines = _curves(beyond, "step_cosine", step)
+    out = []
+    for g, own in sizes.items():
+        most = max(own)
+        late = [c for k, c in cosines.get(g, {}).items() if k > trained]
+        out.append({"group": g, "step": step, "loops": most, "step_size_at_trained": own.get(trained, math.nan),
+                    "step_size_at_most": own[most], "state_norm_at_trained": norms.get(g, {}).get(trained, math.nan),
+                    "state_norm_at_most": norms.get(g, {}).get(most, math.nan), "cosine_beyond": _mean(late)})
+    return out
 
 
 def _settles_by_k10(group: int, sizes: dict[int, float]) -> dict[str, Any]:

@@ -254,8 +254,9 @@ class MeasureParams(Section):
     batch_size: PositiveInt = Field(description="windows per forward pass (memory: all iterates of a batch are kept)")
     max_loops: PositiveInt = Field(description="every group is looped this many times while measuring")
     loss_loops: list[PositiveInt] = Field(min_length=1, description="loop counts (all groups) for loss vs loops")
-    beyond_loops: list[PositiveInt] = Field(description="more loop counts whose loss the final checkpoint alone "
-                                            "measures (beyond those of training, for S)")
+    beyond_loops: list[PositiveInt] = Field(min_length=1, description="more loop counts whose loss the final "
+                                            "checkpoint alone measures (beyond those of training, for S); the beyond "
+                                            "stage measures its geometry at the largest")
     n_phases: PositiveInt = Field(description="contiguous phases the unrolled depth is split into (max-cut)")
     trajectory_token: NonNegativeInt = Field(description="position in the first window whose path Fig. 1 draws")
     precisions: list[Literal["float64", "float32", "bfloat16"]] = Field(

@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-dir", type=Path, required=True,
                         help="reads <recipe>/seed_<seed>/summary.csv and speed.csv of the sample stage (the recipes "
                         "it ran on)")
+    parser.add_argument("--beyond-dir", type=Path, required=True,
+                        help="reads <recipe>/seed_<seed>/geometry.parquet of the beyond stage (S: the geometry "
+                        "looped past the trained range)")
     parser.add_argument("--recovery", type=Path, required=True,
                         help="recovery.csv of the surrogates stage (every teacher, seed and k)")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
@@ -59,11 +62,11 @@ def read_tables(directory: Path, sweep: Path | None, latency: Path | None) -> di
 SAMPLE_TABLES = {"sample": "summary.csv", "sample_speed": "speed.csv"}
 
 
-def read_sample_table(directory: Path, runs: list[tuple[str, int]], name: str) -> pl.DataFrame:
-    """One table of the sample stage (a file of SAMPLE_TABLES) of these runs, stacked."""
-    frames = []
-    for recipe, seed in runs:
-        frames.append(read_csv(directory / run_subdir(recipe, seed) / name, "the sample stage"))
+def read_run_tables(directory: Path, runs: list[tuple[str, int]], name: str, stage: str) -> pl.DataFrame:
+    """One table (a CSV or Parquet file `name`) that a per-run stage writes under <recipe>/seed_<seed>/, of these
+    runs, stacked."""
+    read = read_parquet if name.endswith(".parquet") else read_csv
+    frames = [read(directory / run_subdir(recipe, seed) / name, stage) for recipe, seed in runs]
     return pl.concat(frames, how="diagonal_relaxed")
 
 
@@ -76,9 +79,11 @@ def schedule(train: TrainParams) -> pl.DataFrame:
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     tables = read_tables(args.geometry_dir, args.sweep, args.latency)
+    tables["beyond"] = read_run_tables(args.beyond_dir, params.runs(), "geometry.parquet", "the beyond stage")
     sample_runs = params.sample_runs()
     if sample_runs:
-        tables |= {key: read_sample_table(args.sample_dir, sample_runs, name) for key, name in SAMPLE_TABLES.items()}
+        tables |= {key: read_run_tables(args.sample_dir, sample_runs, name, "the sample stage")
+                   for key, name in SAMPLE_TABLES.items()}
     runs = {(recipe, seed): claims_table({**{name: of_run(frame, recipe, seed) for name, frame in tables.items()},
                                           "schedule": schedule(params.run(recipe, seed).train)})
             for recipe, seed in params.runs()}

@@ -1,0 +1,49 @@
+"""Stage `beyond`: the final checkpoint's loop geometry with every group looped past the most loops training drew,
+to the largest of measure.beyond_loops (64 by default, twice train.loops.max), in float64 with the measure stage's
+precision floor. S reads it beside its loss at those loop counts: does the loop keep converging, or drift, once it
+runs longer than it was trained to?"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from twoscale.geometry.measurement import MEASURE_DTYPE, geometry_in
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import write_parquet
+from twoscale.pipeline.params import params_hash
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_run_arguments, load_run
+from twoscale.training.device import provenance
+
+HELP = "measure the final checkpoint's loop geometry looped beyond the trained range"
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="the run's final checkpoint")
+    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    parser.add_argument("--out", type=Path, required=True, help="the geometry table (Parquet)")
+
+
+def run(args: argparse.Namespace) -> None:
+    params, run = load_run(args)
+    measure = params.measure
+    model, meta, val_ids, device = open_checkpoint(args, params, run, measure.threads)
+    loops, step = max(measure.beyond_loops), meta["step"]
+    with tracking.stage_run("beyond", params_hash(measure), run.tags):
+        log.info("%s, seed %d, step %d: %d windows, every group looped %d times", run.recipe, run.seed, step,
+                 measure.n_sequences, loops)
+        rows = geometry_in(model, val_ids, measure, measure.n_sequences, device, MEASURE_DTYPE, loops=loops,
+                           floor=None)
+        source = provenance(device, MEASURE_DTYPE)
+        table = pl.DataFrame(rows, schema_overrides={"k": pl.Int64}).select(
+            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
+            pl.lit(step).cast(pl.Int64).alias("step"), pl.all(),
+            *(pl.lit(value).alias(key) for key, value in source.items()))
+        write_parquet(args.out, table)
