@@ -1,0 +1,163 @@
+"""The loop map's spectrum: why a group's late steps shrink and turn as they do.
+
+Near a fixed point x* of a group's loop map f (one loop step, the group input held), the steps obey
+Δ^(k+1) ≈ J Δ^(k) with J = ∂f/∂x at x*. The late step ratio ‖Δ^(k+1)‖ / ‖Δ^(k)‖ then tends to J's spectral radius,
+and the late consecutive-step cosine to cos(arg λ) of its dominant eigenvalue λ: 1 for a real positive one, −1 for
+a real negative one, cos θ for a complex pair ρe^{±iθ} (the steps turn by θ each loop; exactly so where J acts on
+that plane as a scaled rotation, approximately where it is close to one).
+
+Under causal attention one loop step over a sequence has a block lower-triangular Jacobian in the positions (token
+t's new state reads the states of tokens s <= t only), so its eigenvalues are those of the diagonal blocks
+J_tt = ∂f_t/∂x_t: each token's own block, the earlier positions' states and the group input held, carries the
+whole spectrum. It is computed exactly (`jacobian`, C backward passes) where the width allows, or its leading
+eigenvalues by Arnoldi iteration on Jacobian-vector products (`leading_eigenvalues_arnoldi`, no C x C matrix),
+and, as a second route needing no model call, from the recorded late steps themselves (`ritz_values`, a dynamic
+mode decomposition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from scipy.sparse.linalg import LinearOperator, eigs
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from twoscale.models.looped_gpt import LoopedGPT
+
+StepMap = Callable[[Tensor], Tensor]
+
+
+def token_step(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor) -> StepMap:
+    """One loop step of looped group `group` as a map of the last token's state alone, (C,) -> (C,): `states`
+    (T, C) are one sequence's states up to and including that token, `group_input` (T, C) the group's input for
+    the same positions; the earlier tokens' states and the group input are held. Later positions are left out:
+    under causal attention they do not reach this token."""
+    segment = next(s for s in model.segments if s.group == group)
+    held, inputs = states[:-1], group_input[None]
+
+    def step(x: Tensor) -> Tensor:
+        return model.apply_group(segment, torch.cat([held, x[None]])[None], inputs)[0, -1]
+
+    return step
+
+
+# the fused attention kernels have no forward-mode derivative and no batching rule for their backward: the
+# Jacobians go through attention's plain composite form, the same arithmetic op for op
+COMPOSITE_ATTENTION = SDPBackend.MATH
+
+
+def jacobian(step: StepMap, x: Tensor) -> Tensor:
+    """∂step/∂x at x, (C, C), by reverse mode."""
+    with sdpa_kernel(COMPOSITE_ATTENTION):
+        return torch.func.jacrev(step)(x)
+
+
+def by_modulus(values: np.ndarray) -> np.ndarray:
+    """Eigenvalues sorted by modulus, largest first (a conjugate pair: the one with positive imaginary part first)."""
+    values = np.asarray(values, dtype=complex)
+    return values[np.lexsort((-values.imag, -np.abs(values)))]
+
+
+def leading_eigenvalues(step: StepMap, x: Tensor, n: int) -> np.ndarray:
+    """The n eigenvalues of the Jacobian at x of largest modulus, from the exact matrix."""
+    return by_modulus(np.linalg.eigvals(jacobian(step, x).detach().cpu().numpy()))[:n]
+
+
+def leading_eigenvalues_arnoldi(step: StepMap, x: Tensor, n: int, tol: float = 1e-10) -> np.ndarray:
+    """The n eigenvalues of the Jacobian at x of largest modulus by implicitly restarted Arnoldi (ARPACK) on
+    Jacobian-vector products: memory and work grow with n, not with the width squared (n < width − 1)."""
+    width = x.numel()
+
+    def product(v: np.ndarray) -> np.ndarray:
+        tangent = torch.as_tensor(np.real_if_close(v).reshape(-1), dtype=x.dtype, device=x.device)
+        with sdpa_kernel(COMPOSITE_ATTENTION):
+            return torch.func.jvp(step, (x,), (tangent,))[1].detach().cpu().numpy()
+
+    operator = LinearOperator((width, width), matvec=product, dtype=np.float64)
+    # a fixed random start (the same eigenvalues on every run); not the all-ones vector, which a normalised state's
+    # Jacobian sends to zero (LayerNorm removes the mean)
+    start = np.random.default_rng(0).standard_normal(width)
+    return by_modulus(eigs(operator, k=n, which="LM", tol=tol, v0=start, return_eigenvectors=False))
+
+
+def ritz_values(steps: np.ndarray, rank: int | None = None, rcond: float = 1e-6) -> np.ndarray:
+    """The eigenvalues of the linear map that best carries each recorded step to the next (exact DMD): `steps` is
+    (m, C), rows Δ^(k0), ..., Δ^(k0+m−1). With X the first m−1 rows and Y the last m−1 (as columns), the map
+    Y X⁺ restricted to the span of X's leading `rank` singular vectors (those above rcond × the largest: a
+    converging token's late steps are nearly one direction, and the directions below that are rounding, whose
+    eigenvalues would be noise)."""
+    X, Y = steps[:-1].T, steps[1:].T
+    U, s, Vh = np.linalg.svd(X, full_matrices=False)
+    keep = int((s > rcond * s[0]).sum()) if s.size and s[0] > 0 else 0
+    keep = keep if rank is None else min(keep, rank)
+    if keep == 0:
+        return np.array([], dtype=complex)
+    reduced = U[:, :keep].conj().T @ Y @ Vh[:keep].conj().T / s[:keep]
+    return by_modulus(np.linalg.eigvals(reduced))
+
+
+def predicted_cosine(eigenvalue: complex) -> float:
+    """The late consecutive-step cosine that a dominant eigenvalue predicts: cos(arg λ)."""
+    return float(np.cos(np.angle(eigenvalue)))
+
+
+def late_dynamics(trajectory: Tensor, first_late_k: int) -> dict[str, float]:
+    """A token's measured late dynamics from its iterates x^(0..K) (K+1, C): the mean ratio of consecutive step
+    sizes over k >= first_late_k, (s(K) / s(first_late_k))^(1 / (K − first_late_k)) (a geometric mean), and the
+    mean cosine between consecutive steps over the same k."""
+    steps = trajectory[1:] - trajectory[:-1]
+    late = steps[first_late_k - 1:]  # rows k = first_late_k..K
+    sizes = late.norm(dim=-1)
+    ratio = (sizes[-1] / sizes[0]) ** (1.0 / (len(late) - 1))
+    cosines = (late[1:] * late[:-1]).sum(-1) / (sizes[1:] * sizes[:-1])  # no eps: late steps may be ~1e-12
+    return {"step_ratio": float(ratio), "step_cosine": float(cosines.mean())}
+
+
+def agreement(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+    """How well per-token predictions match measurements: Pearson correlation (NaN where either is constant),
+    median and largest absolute error, over the tokens where both are finite."""
+    predicted, measured = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    both = np.isfinite(predicted) & np.isfinite(measured)
+    p, m = predicted[both], measured[both]
+    if p.size == 0:
+        return {"n": 0, "correlation": float("nan"), "median_abs_error": float("nan"), "max_abs_error": float("nan")}
+    error = np.abs(p - m)
+    varies = p.size > 1 and p.std() > 0 and m.std() > 0
+    return {"n": int(p.size), "correlation": float(np.corrcoef(p, m)[0, 1]) if varies else float("nan"),
+            "median_abs_error": float(np.median(error)), "max_abs_error": float(error.max())}
+
+
+def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int], n_eigenvalues: int,
+                  arnoldi: bool = False) -> list[dict]:
+    """Per looped group, window of `idx` (B, T) and token position of `positions`: the leading eigenvalues of the
+    token's one-step Jacobian at its last iterate (every group looped `loops` times, the earlier positions at their
+    last iterates and the group input held), beside what the token's own trajectory measured over the late half
+    (k > loops / 2, as C3 reads it) and the dominant Ritz value of its late steps. The model runs as given: pass a
+    float64 copy for the arithmetic the geometry is measured in."""
+    with torch.no_grad():
+        trajectories = model(idx, [loops] * model.n_groups, record_trajectories=True).trajectories
+    first_late_k = loops // 2 + 1
+    eigenvalues_of = leading_eigenvalues_arnoldi if arnoldi else leading_eigenvalues
+    rows = []
+    for group, trajectory in enumerate(trajectories):  # (loops + 1, B, T, C)
+        group_input, last = trajectory[0], trajectory[-1]
+        for window in range(idx.shape[0]):
+            for position in positions:
+                step = token_step(model, group, last[window, : position + 1], group_input[window, : position + 1])
+                values = eigenvalues_of(step, last[window, position].clone(), n_eigenvalues)
+                path = trajectory[:, window, position]
+                late_steps = (path[first_late_k:] - path[first_late_k - 1: -1]).cpu().numpy()
+                ritz = ritz_values(late_steps)
+                rows.append({
+                    "group": group, "window": window, "position": position,
+                    "eigenvalues": values, "spectral_radius": float(np.abs(values[0])),
+                    "dominant_angle_deg": float(np.degrees(np.abs(np.angle(values[0])))),
+                    "predicted_cosine": predicted_cosine(values[0]),
+                    "ritz_radius": float(np.abs(ritz[0])) if ritz.size else float("nan"),
+                    "ritz_cosine": predicted_cosine(ritz[0]) if ritz.size else float("nan"),
+                    **{f"measured_{key}": value for key, value in late_dynamics(path, first_late_k).items()},
+                })
+    return rows
