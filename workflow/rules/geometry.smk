@@ -119,7 +119,11 @@ rule precision_figures:
             step=config["train"]["checkpoint_steps"],
         ),
     output:
-        out=f"{RESULTS}/figures/precision.png",
+        out=report(
+            f"{RESULTS}/figures/precision.png",
+            caption="../report/precision.rst",
+            category="Geometry",
+        ),
     params:
         values=param_values("precision_figures"),
         file=PARAMS_PATH,
@@ -222,7 +226,11 @@ rule geometry_figures:
             caption="../report/figures.rst",
             category="Geometry",
         ),
-        f"{RESULTS}/figures/regimes.png",
+        report(
+            f"{RESULTS}/figures/regimes.png",
+            caption="../report/figures.rst",
+            category="Geometry",
+        ),
     params:
         file=PARAMS_PATH,
         geometry_dir=f"{RESULTS}/geometry",
