@@ -1,0 +1,45 @@
+"""A logit lens across loop steps: what the model would predict if it stopped group g after k loop steps, against
+what it predicts at full depth.
+
+Each iterate x^(k) of group g is decoded as the early-exit rules decode it (docs/methods.md#early-exit): "head",
+the final norm and LM head on the state, or "rest", every later layer and group once, then the head. Per group and
+k: the fraction of tokens whose top-1 token is the full-depth prediction's, and the mean KL(p_full ‖ p_k) in nats.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from twoscale.decoding.rules import DECODES
+from twoscale.models.looped_gpt import LoopedGPT
+
+
+def decoded_logits(model: LoopedGPT, state: Tensor, group: int, decode: str) -> Tensor:
+    """The logits a state of looped group `group` decodes to: "head" (ln_f and the LM head on it) or "rest" (the
+    segments after the group, each group once, then ln_f and the LM head)."""
+    if decode not in DECODES:
+        raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
+    if decode == "head":
+        return model.logits_of(state)
+    segment = next(index for index, s in enumerate(model.segments) if s.group == group)
+    return model.logits_of(model.run_segments(state, [1] * model.n_groups, segment + 1))
+
+
+@torch.no_grad()
+def lens_sums(model: LoopedGPT, idx: Tensor, loops: int, decode: str) -> list[dict]:
+    """For one batch of windows `idx` (B, T), every group looped `loops` times: per group g and loop step
+    k = 1..loops, the number of tokens, how many agree at top 1 with the full-depth prediction, and the sum of
+    KL(p_full ‖ p_k) over tokens (sums, so that batches add up)."""
+    out = model(idx, [loops] * model.n_groups, record_trajectories=True)
+    full = F.log_softmax(out.logits.double(), dim=-1)
+    top = full.argmax(-1)
+    rows = []
+    for group, trajectory in enumerate(out.trajectories):
+        for k in range(1, trajectory.shape[0]):
+            logp = F.log_softmax(decoded_logits(model, trajectory[k], group, decode).double(), dim=-1)
+            kl = (full.exp() * (full - logp)).sum(-1)
+            rows.append({"group": group, "k": k, "tokens": top.numel(),
+                         "top1_agree": int((logp.argmax(-1) == top).sum()), "kl_sum": float(kl.sum())})
+    return rows
