@@ -81,10 +81,16 @@ def checkpoint_key(fig: plt.Figure, axes, colours: dict[int, tuple]) -> None:
         fig.colorbar(mappable, ax=axes, label="training step", shrink=0.9)
 
 
+STEP_TICKS = 8  # at most this many checkpoints: each is a labelled tick of the training-step axis
+
+
 def step_axis(ax: plt.Axes, steps: Sequence[int]) -> None:
     if min(steps) > 0:
         ax.set_xscale("log")
         plain_log_ticks(ax, "x")
+        if len(steps) <= STEP_TICKS:  # a log axis of 25-600 would label 100 alone
+            ax.set_xticks(list(steps), [f"{step:,}" for step in steps])
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("training step (optimizer updates, log scale)")
     else:
         positive = [s for s in steps if s > 0]
