@@ -320,7 +320,8 @@ def test_claims_without_the_sweeps_leave_the_exit_claims_out(first_run, tmp_path
     together."""
     results = first_run / "results"
     claims = [sys.executable, "-m", "twoscale", "claims", "--geometry-dir", str(results / "geometry"),
-              "--sample-dir", str(results / "sample"), "--recovery", str(results / "surrogates/recovery.csv")]
+              "--sample-dir", str(results / "sample"), "--beyond-dir", str(results / "beyond"),
+              "--recovery", str(results / "surrogates/recovery.csv")]
     env = environment() | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}  # not the run's store
 
     def claims_run(*arguments: str) -> subprocess.CompletedProcess:
