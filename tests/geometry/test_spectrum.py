@@ -18,6 +18,7 @@ from twoscale.geometry.spectrum import (
     leading_eigenvalues,
     leading_eigenvalues_arnoldi,
     predicted_cosine,
+    prefix_radii,
     ritz_values,
     token_spectra,
     token_step,
@@ -209,3 +210,21 @@ def test_three_routes_agree_on_a_contracting_loop():
             assert row["ritz_radius"] == pytest.approx(row["spectral_radius"], abs=0.005)
             assert row["predicted_cosine"] == pytest.approx(1.0, abs=1e-3)
             assert row["measured_step_cosine"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_prefix_radius_is_the_spectral_radius_of_the_prefix_s_whole_jacobian():
+    model = tiny_model(norm="sandwich", injection="adapter")
+    with torch.no_grad():
+        group_input, states = group_states(model, 4, tokens=5)
+    segment = model.segments[1]
+    radii = prefix_radii(model, 0, states, group_input)
+    for t in range(states.shape[0]):
+        T, C = t + 1, states.shape[1]
+
+        def prefix(flat: torch.Tensor, T: int = T, C: int = C) -> torch.Tensor:
+            return model.apply_group(segment, flat.view(1, T, C), group_input[None, :T]).reshape(-1)
+
+        with sdpa_kernel(COMPOSITE_ATTENTION):
+            whole = torch.func.jacrev(prefix)(states[:T].reshape(-1)).detach().numpy()
+        assert radii[t] == pytest.approx(np.abs(np.linalg.eigvals(whole)).max(), rel=1e-9)
+    assert np.all(np.diff(radii) >= 0)

@@ -130,13 +130,26 @@ def agreement(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
             "median_abs_error": float(np.median(error)), "max_abs_error": float(error.max())}
 
 
+def prefix_radii(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor) -> np.ndarray:
+    """For every position t of one window's states (T, C) and group input (T, C): the spectral radius of the
+    one-step Jacobian of positions 0..t together. It is block lower-triangular, so this is the largest radius of
+    the token blocks J_ss, s <= t (a running maximum). Asymptotically a token's steps decay no faster than that:
+    a slower transient of an earlier token reaches it through attention. Over a few dozen loops a weak coupling
+    may leave the token's own block in charge, so both are reported."""
+    radii = [float(np.abs(leading_eigenvalues(token_step(model, group, states[: t + 1], group_input[: t + 1]),
+                                              states[t].clone(), 1)[0]))
+             for t in range(states.shape[0])]
+    return np.maximum.accumulate(np.array(radii))
+
+
 def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int], n_eigenvalues: int,
                   arnoldi: bool = False) -> list[dict]:
     """Per looped group, window of `idx` (B, T) and token position of `positions`: the leading eigenvalues of the
     token's one-step Jacobian at its last iterate (every group looped `loops` times, the earlier positions at their
     last iterates and the group input held), beside what the token's own trajectory measured over the late half
-    (k > loops / 2, as C3 reads it) and the dominant Ritz value of its late steps. The model runs as given: pass a
-    float64 copy for the arithmetic the geometry is measured in."""
+    (k > loops / 2, as C3 reads it), the dominant Ritz value of its late steps, and the largest radius over the
+    token's prefix (`prefix_radii`). The model runs as given: pass a float64 copy for
+    the arithmetic the geometry is measured in."""
     with torch.no_grad():
         trajectories = model(idx, [loops] * model.n_groups, record_trajectories=True).trajectories
     first_late_k = loops // 2 + 1
@@ -145,6 +158,8 @@ def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int
     for group, trajectory in enumerate(trajectories):  # (loops + 1, B, T, C)
         group_input, last = trajectory[0], trajectory[-1]
         for window in range(idx.shape[0]):
+            prefix = prefix_radii(model, group, last[window, : max(positions) + 1],
+                                  group_input[window, : max(positions) + 1])
             for position in positions:
                 step = token_step(model, group, last[window, : position + 1], group_input[window, : position + 1])
                 values = eigenvalues_of(step, last[window, position].clone(), n_eigenvalues)
@@ -154,6 +169,7 @@ def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int
                 rows.append({
                     "group": group, "window": window, "position": position,
                     "eigenvalues": values, "spectral_radius": float(np.abs(values[0])),
+                    "prefix_radius": float(prefix[position]),
                     "dominant_angle_deg": float(np.degrees(np.abs(np.angle(values[0])))),
                     "predicted_cosine": predicted_cosine(values[0]),
                     "ritz_radius": float(np.abs(ritz[0])) if ritz.size else float("nan"),
