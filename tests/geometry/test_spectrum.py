@@ -22,6 +22,7 @@ from twoscale.geometry.spectrum import (
     ritz_values,
     token_spectra,
     token_step,
+    window_spectra,
 )
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 
@@ -217,7 +218,7 @@ def test_the_prefix_radius_is_the_spectral_radius_of_the_prefix_s_whole_jacobian
     with torch.no_grad():
         group_input, states = group_states(model, 4, tokens=5)
     segment = model.segments[1]
-    radii = prefix_radii(model, 0, states, group_input)
+    radii = prefix_radii(window_spectra(model, 0, states, group_input, n=1))
     for t in range(states.shape[0]):
         T, C = t + 1, states.shape[1]
 

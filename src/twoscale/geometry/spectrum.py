@@ -25,6 +25,7 @@ from scipy.sparse.linalg import LinearOperator, eigs
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from twoscale.geometry.metrics import step_cosine, step_size, steps
 from twoscale.models.looped_gpt import LoopedGPT
 
 StepMap = Callable[[Tensor], Tensor]
@@ -107,12 +108,10 @@ def predicted_cosine(eigenvalue: complex) -> float:
 def late_dynamics(trajectory: Tensor, first_late_k: int) -> dict[str, float]:
     """A token's measured late dynamics from its iterates x^(0..K) (K+1, C): the mean ratio of consecutive step
     sizes over k >= first_late_k, (s(K) / s(first_late_k))^(1 / (K − first_late_k)) (a geometric mean), and the
-    mean cosine between consecutive steps over the same k."""
-    steps = trajectory[1:] - trajectory[:-1]
-    late = steps[first_late_k - 1:]  # rows k = first_late_k..K
-    sizes = late.norm(dim=-1)
-    ratio = (sizes[-1] / sizes[0]) ** (1.0 / (len(late) - 1))
-    cosines = (late[1:] * late[:-1]).sum(-1) / (sizes[1:] * sizes[:-1])  # no eps: late steps may be ~1e-12
+    mean cosine between consecutive steps over the same k (the geometry's own `step_size` and `step_cosine`)."""
+    sizes = step_size(trajectory)[first_late_k - 1:]  # k = first_late_k..K
+    cosines = step_cosine(trajectory)[first_late_k - 1:]  # cos(Δ^(k), Δ^(k−1)) for k = first_late_k + 1..K
+    ratio = (sizes[-1] / sizes[0]) ** (1.0 / (len(sizes) - 1))
     return {"step_ratio": float(ratio), "step_cosine": float(cosines.mean())}
 
 
@@ -130,16 +129,22 @@ def agreement(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
             "median_abs_error": float(np.median(error)), "max_abs_error": float(error.max())}
 
 
-def prefix_radii(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor) -> np.ndarray:
-    """For every position t of one window's states (T, C) and group input (T, C): the spectral radius of the
-    one-step Jacobian of positions 0..t together. It is block lower-triangular, so this is the largest radius of
-    the token blocks J_ss, s <= t (a running maximum). Asymptotically a token's steps decay no faster than that:
-    a slower transient of an earlier token reaches it through attention. Over a few dozen loops a weak coupling
-    may leave the token's own block in charge, so both are reported."""
-    radii = [float(np.abs(leading_eigenvalues(token_step(model, group, states[: t + 1], group_input[: t + 1]),
-                                              states[t].clone(), 1)[0]))
-             for t in range(states.shape[0])]
-    return np.maximum.accumulate(np.array(radii))
+def window_spectra(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor, n: int,
+                   arnoldi: bool = False) -> list[np.ndarray]:
+    """The n leading eigenvalues of every position's token block J_tt of one window (states and group input
+    (T, C) each; `leading_eigenvalues`, or `leading_eigenvalues_arnoldi`)."""
+    eigenvalues_of = leading_eigenvalues_arnoldi if arnoldi else leading_eigenvalues
+    return [eigenvalues_of(token_step(model, group, states[: t + 1], group_input[: t + 1]), states[t].clone(), n)
+            for t in range(states.shape[0])]
+
+
+def prefix_radii(spectra: list[np.ndarray]) -> np.ndarray:
+    """From a window's `window_spectra`, for every position t: the spectral radius of the one-step Jacobian of
+    positions 0..t together. It is block lower-triangular, so this is the largest radius of the token blocks J_ss,
+    s <= t (a running maximum). Asymptotically a token's steps decay no faster than that: a slower transient of
+    an earlier token reaches it through attention. Over a few dozen loops a weak coupling may leave the token's
+    own block in charge, so both are reported."""
+    return np.maximum.accumulate(np.array([float(np.abs(values[0])) for values in spectra]))
 
 
 def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int], n_eigenvalues: int,
@@ -153,23 +158,22 @@ def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int
     with torch.no_grad():
         trajectories = model(idx, [loops] * model.n_groups, record_trajectories=True).trajectories
     first_late_k = loops // 2 + 1
-    eigenvalues_of = leading_eigenvalues_arnoldi if arnoldi else leading_eigenvalues
     rows = []
     for group, trajectory in enumerate(trajectories):  # (loops + 1, B, T, C)
         group_input, last = trajectory[0], trajectory[-1]
         for window in range(idx.shape[0]):
-            prefix = prefix_radii(model, group, last[window, : max(positions) + 1],
-                                  group_input[window, : max(positions) + 1])
+            prefix = slice(0, max(positions) + 1)  # every position a sampled one attends to
+            spectra = window_spectra(model, group, last[window, prefix], group_input[window, prefix],
+                                     n_eigenvalues, arnoldi)
+            radii = prefix_radii(spectra)
             for position in positions:
-                step = token_step(model, group, last[window, : position + 1], group_input[window, : position + 1])
-                values = eigenvalues_of(step, last[window, position].clone(), n_eigenvalues)
+                values = spectra[position]
                 path = trajectory[:, window, position]
-                late_steps = (path[first_late_k:] - path[first_late_k - 1: -1]).cpu().numpy()
-                ritz = ritz_values(late_steps)
+                ritz = ritz_values(steps(path)[first_late_k - 1:].cpu().numpy())  # Δ^(k), k >= first_late_k
                 rows.append({
                     "group": group, "window": window, "position": position,
                     "eigenvalues": values, "spectral_radius": float(np.abs(values[0])),
-                    "prefix_radius": float(prefix[position]),
+                    "prefix_radius": float(radii[position]),
                     "dominant_angle_deg": float(np.degrees(np.abs(np.angle(values[0])))),
                     "predicted_cosine": predicted_cosine(values[0]),
                     "ritz_radius": float(np.abs(ritz[0])) if ritz.size else float("nan"),
