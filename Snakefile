@@ -40,6 +40,7 @@ rule all:
         rules.claims.output,
         rules.geometry_figures.output,
         rules.precision_figures.output,
+        rules.mechanism_figures.output,
         rules.exit_figures.output,
         expand(rules.sampler_figures.output, recipe=config["sample"]["recipes"], seed=config["runtime"]["seeds"]),
         expand(rules.phase_figures.output, recipe=config["teachers"], seed=config["runtime"]["seeds"]),

@@ -321,7 +321,7 @@ def test_claims_without_the_sweeps_leave_the_exit_claims_out(first_run, tmp_path
     results = first_run / "results"
     claims = [sys.executable, "-m", "twoscale", "claims", "--geometry-dir", str(results / "geometry"),
               "--sample-dir", str(results / "sample"), "--beyond-dir", str(results / "beyond"),
-              "--recovery", str(results / "surrogates/recovery.csv")]
+              "--spectrum-dir", str(results / "spectrum"), "--recovery", str(results / "surrogates/recovery.csv")]
     env = environment() | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}  # not the run's store
 
     def claims_run(*arguments: str) -> subprocess.CompletedProcess:
@@ -452,6 +452,7 @@ def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
     teachers = len(raw["teachers"])
     sampled = len(raw["sample"]["recipes"])
     assert plan == {"train": recipes, "measure": recipes * steps, "precision": recipes * steps,
+                    "spectrum": recipes * steps, "lens": recipes * steps, "mechanism_figures": 1,
                     "beyond": recipes, "precision_figures": 1, "sweep": recipes * (strategies + done),
                     "latency": recipes * (1 + done), "sample": sampled, "sampler_figures": sampled, "geometry": 1,
                     "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1, "claims": 1, "train_teacher": teachers,
@@ -487,17 +488,20 @@ def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_
     smoke = read_raw(ROOT / "configs/smoke.yaml")
     steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
     assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "precision": len(steps),
-                                                     "beyond": 1, "precision_figures": 1, "sweep": len(strategies),
+                                                     "spectrum": len(steps), "lens": len(steps),
+                                                     "mechanism_figures": 1, "beyond": 1, "precision_figures": 1, "sweep": len(strategies),
                                                      "latency": 1, "sample": 1, "sampler_figures": 1, "geometry": 1,
                                                      "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1,
                                                      "surrogates": 1, "surrogate_figures": 1, "claims": 1}
     # DVC lists the stages whose own parameters changed; those after them follow in repro
-    assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "precision_figures", "tradeoff",
-                                               "surrogates"}
+    assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "precision_figures",
+                                               "mechanism_figures", "tradeoff", "surrogates"}
     out = after_recipe_change["dvc_repro"]
     reran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
     assert reran == {"train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
                      *(f"precision@huginn-1337-{step}" for step in steps), "precision_figures",
+                     *(f"spectrum@huginn-1337-{step}" for step in steps),
+                     *(f"lens@huginn-1337-{step}" for step in steps), "mechanism_figures",
                      "beyond@huginn-1337",
                      *(f"sweep@huginn-1337-{name}" for name in strategies), "latency@huginn-1337",
                      "sample@huginn-1337", "sampler_figures@huginn-1337", "geometry", "geometry_figures", "tradeoff",
@@ -523,8 +527,8 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     smoke = read_raw(ROOT / "configs/smoke.yaml")  # the copy's own overlay would read the resolved set as its base
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
-    per_run = ["train", *["measure", "precision"] * n_checkpoints, "beyond", *["sweep"] * n_strategies, "latency"]
-    gathering = ["geometry", "geometry_figures", "precision_figures", "tradeoff", "exit_figures", "surrogates",
+    per_run = ["train", *["measure", "precision", "spectrum", "lens"] * n_checkpoints, "beyond", *["sweep"] * n_strategies, "latency"]
+    gathering = ["geometry", "geometry_figures", "precision_figures", "mechanism_figures", "tradeoff", "exit_figures", "surrogates",
                  "surrogate_figures", "claims"]
     sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
     per_teacher = ["train", "phases", "phase_figures", *["distill"] * len(smoke["distill"]["blocks"])]

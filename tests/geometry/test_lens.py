@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoscale.geometry.lens import decoded_logits, lens_sums
+from twoscale.geometry.lens import decoded_logits, lens_means, lens_sums
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 
 LOOPS = 3
@@ -53,3 +53,16 @@ def test_the_lens_counts_top1_agreement_and_kl_to_the_full_depth_prediction():
         assert row["kl_sum"] == pytest.approx(float(kl), rel=1e-9, abs=1e-12)
     last = rows[(2, LOOPS)]  # the last group at full depth, then the last layer: the full prediction itself
     assert last["top1_agree"] == 16 and last["kl_sum"] == pytest.approx(0.0, abs=1e-12)
+
+
+@torch.no_grad()
+def test_lens_means_over_batches_equal_the_sums_of_one_batch_of_all_windows():
+    model, idx = tiny_model(), windows()
+    whole = {(r["group"], r["k"]): r for r in lens_sums(model, idx, LOOPS, "head")}
+    means = lens_means(model, [idx[:1], idx[1:]], LOOPS, ["head"])
+    assert {r["decode"] for r in means} == {"head"} and len(means) == len(whole)
+    for row in means:
+        one = whole[(row["group"], row["k"])]
+        assert row["tokens"] == one["tokens"] == 16
+        assert row["top1_agreement"] == one["top1_agree"] / 16
+        assert row["mean_kl"] == pytest.approx(one["kl_sum"] / 16, rel=1e-12)

@@ -133,8 +133,8 @@ def planned_resources(*options: str) -> dict[str, set[str]]:
     return found
 
 
-MODEL_RULES = {"train", "train_teacher", "measure", "precision", "beyond", "sweep", "latency", "sample", "phases", "distill",
-               "surrogates"}
+MODEL_RULES = {"train", "train_teacher", "measure", "precision", "spectrum", "lens", "beyond", "sweep", "latency",
+               "sample", "phases", "distill", "surrogates"}
 
 
 def test_every_job_that_loads_a_model_asks_for_the_gpu_of_a_cuda_run():

@@ -133,6 +133,31 @@ def test_s_reports_the_geometry_beyond_training_at_the_most_trained_and_the_most
     assert "beyond_geometry" not in geometry.loop_stability(losses, schedule).detail
 
 
+def test_the_spectrum_reading_puts_predictions_beside_measurements_per_group():
+    # group 0: two real dominant eigenvalues (0° and 0.5°); group 1: a pair at 55° (cos 0.574, in the band) and a
+    # negative real one at 179.5° (within 1° of the axis: real); a row of another checkpoint is not read
+    def token(group, radius, prefix, ratio, angle, measured_cosine, step=500):
+        return {"step": step, "group": group, "spectral_radius": radius, "prefix_radius": prefix,
+                "measured_step_ratio": ratio, "dominant_angle_deg": angle,
+                "predicted_cosine": math.cos(math.radians(angle)), "measured_step_cosine": measured_cosine}
+
+    spectrum = pl.DataFrame([token(0, 0.6, 0.7, 0.62, 0.0, 0.99), token(0, 0.8, 0.8, 0.78, 0.5, 0.97),
+                             token(1, 0.9, 0.9, 0.85, 55.0, 0.60), token(1, 0.5, 0.9, 0.45, 179.5, -0.9),
+                             token(1, 5.0, 5.0, 5.0, 90.0, 0.0, step=100)])
+    g0, g1 = geometry.spectrum_reading(spectrum, 500)
+    assert (g0["tokens"], g0["median_radius"], g0["median_prefix_radius"]) == (2, pytest.approx(0.7),
+                                                                               pytest.approx(0.75))
+    assert g0["median_measured_ratio"] == pytest.approx(0.70)
+    assert g0["radius_vs_ratio"]["median_abs_error"] == pytest.approx(0.02)  # |0.6 - 0.62|, |0.8 - 0.78|
+    assert g0["prefix_vs_ratio"]["max_abs_error"] == pytest.approx(0.08)  # |0.7 - 0.62|
+    assert (g0["real_share"], g0["band_share"]) == (1.0, 0.0)
+    assert (g1["real_share"], g1["band_share"]) == (0.5, 0.5)
+    assert g1["median_predicted_cosine"] == pytest.approx((math.cos(math.radians(55)) - math.cos(math.radians(0.5))) / 2)
+    assert g1["median_measured_cosine"] == pytest.approx((0.60 - 0.9) / 2)
+    assert geometry.spectrum_reading(None, 500) == []
+    assert geometry.spectrum_reading(spectrum, 600) == []
+
+
 # --- exits: C6b against the best fixed depth --------------------------------------------------------------------
 
 

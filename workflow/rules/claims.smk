@@ -17,6 +17,12 @@ rule claims:
         latency=f"{RESULTS}/sweep/latency.parquet",
         sample_dir=expand(rules.sample.output, recipe=config["sample"]["recipes"], seed=config["runtime"]["seeds"]),
         beyond_dir=expand(rules.beyond.output, recipe=config["recipes"], seed=config["runtime"]["seeds"]),
+        spectrum_dir=expand(
+            rules.spectrum.output,
+            recipe=config["recipes"],
+            seed=config["runtime"]["seeds"],
+            step=config["train"]["checkpoint_steps"],
+        ),
         recovery=f"{RESULTS}/surrogates/recovery.csv",
     output:
         report(
@@ -30,6 +36,7 @@ rule claims:
         geometry_dir=f"{RESULTS}/geometry",
         sample_dir=f"{RESULTS}/sample",
         beyond_dir=f"{RESULTS}/beyond",
+        spectrum_dir=f"{RESULTS}/spectrum",
         out_dir=RESULTS,
     log:
         f"{LOGS}/claims.log",
@@ -43,4 +50,5 @@ rule claims:
     shell:
         "python -m twoscale claims --params {params.file:q} --geometry-dir {params.geometry_dir:q}"
         " --sweep {input.sweep:q} --latency {input.latency:q} --sample-dir {params.sample_dir:q}"
-        " --beyond-dir {params.beyond_dir:q} --recovery {input.recovery:q} --out-dir {params.out_dir:q} --log {log:q}"
+        " --beyond-dir {params.beyond_dir:q} --spectrum-dir {params.spectrum_dir:q} --recovery {input.recovery:q}"
+        " --out-dir {params.out_dir:q} --log {log:q}"

@@ -109,6 +109,121 @@ rule beyond:
         " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out {output.out:q} --log {log:q}"
 
 
+rule spectrum:
+    input:
+        sources("spectrum"),
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
+        checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{{step}}.pt",
+    output:
+        out=f"{RESULTS}/spectrum/{{recipe}}/seed_{{seed}}/step_{{step}}.parquet",
+    params:
+        values=param_values("spectrum"),
+        file=PARAMS_PATH,
+        data_dir=f"{DATA}/prepared",
+    log:
+        f"{LOGS}/spectrum/{{recipe}}/seed_{{seed}}/step_{{step}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/spectrum/{{recipe}}/seed_{{seed}}/step_{{step}}.tsv"
+    threads: config["spectrum"]["threads"]
+    resources:
+        mem_mb=3000,
+        runtime=30,
+        gpu=GPU_PER_JOB,
+    wildcard_constraints:
+        recipe=one_of(config["recipes"]),
+        seed=one_of(config["runtime"]["seeds"]),
+        step=one_of(config["train"]["checkpoint_steps"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale spectrum --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
+        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out {output.out:q} --log {log:q}"
+
+
+rule lens:
+    input:
+        sources("lens"),
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
+        checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{{step}}.pt",
+    output:
+        out=f"{RESULTS}/lens/{{recipe}}/seed_{{seed}}/step_{{step}}.parquet",
+    params:
+        values=param_values("lens"),
+        file=PARAMS_PATH,
+        data_dir=f"{DATA}/prepared",
+    log:
+        f"{LOGS}/lens/{{recipe}}/seed_{{seed}}/step_{{step}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/lens/{{recipe}}/seed_{{seed}}/step_{{step}}.tsv"
+    threads: config["lens"]["threads"]
+    resources:
+        mem_mb=3000,
+        runtime=15,
+        gpu=GPU_PER_JOB,
+    wildcard_constraints:
+        recipe=one_of(config["recipes"]),
+        seed=one_of(config["runtime"]["seeds"]),
+        step=one_of(config["train"]["checkpoint_steps"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale lens --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
+        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out {output.out:q} --log {log:q}"
+
+
+rule mechanism_figures:
+    input:
+        sources("mechanism_figures"),
+        spectrum_dir=expand(
+            rules.spectrum.output,
+            recipe=config["recipes"],
+            seed=config["runtime"]["seeds"],
+            step=config["train"]["checkpoint_steps"],
+        ),
+        lens_dir=expand(
+            rules.lens.output,
+            recipe=config["recipes"],
+            seed=config["runtime"]["seeds"],
+            step=config["train"]["checkpoint_steps"],
+        ),
+    output:
+        report(
+            f"{RESULTS}/figures/spectrum.png",
+            caption="../report/mechanism.rst",
+            category="Geometry",
+        ),
+        report(
+            f"{RESULTS}/figures/spectrum_agreement.png",
+            caption="../report/mechanism.rst",
+            category="Geometry",
+        ),
+        report(
+            f"{RESULTS}/figures/lens.png",
+            caption="../report/mechanism.rst",
+            category="Geometry",
+        ),
+    params:
+        values=param_values("mechanism_figures"),
+        file=PARAMS_PATH,
+        spectrum_dir=f"{RESULTS}/spectrum",
+        lens_dir=f"{RESULTS}/lens",
+        out_dir=f"{RESULTS}/figures",
+    log:
+        f"{LOGS}/mechanism_figures.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/mechanism_figures.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale mechanism_figures --params {params.file:q} --spectrum-dir {params.spectrum_dir:q}"
+        " --lens-dir {params.lens_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+
+
 rule precision_figures:
     input:
         sources("precision_figures"),

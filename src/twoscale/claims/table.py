@@ -64,6 +64,8 @@ def computations(tables: dict[str, pl.DataFrame], runs: list[tuple[str, int]]) -
     floor = ", ".join(geometry["floor"].unique(maintain_order=True)) if "floor" in geometry.columns else "none"
     found = [*origins(geometry, "training", "train_"),
              *origins(geometry, f"loop geometry, loss vs loops (S, C1–C5); precision floor {floor}"),
+             *(origins(tables["spectrum"], "the loop map's spectrum (beside C1, C3)")
+               if "spectrum" in tables else []),
              *(origins(tables["sweep"], "early-exit quality (C6)") if "sweep" in tables else []),
              *(origins(tables["latency"], "early-exit timings (C6)") if "latency" in tables else [])]
     if "sample_speed" in tables:

@@ -3,6 +3,7 @@ each a `Claim` record of what the paper says, the test, its verdict (`geometry.v
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -78,7 +79,24 @@ S = Claim(
 )
 
 
-def _c1_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headline]:
+def _agreement_words(a: Mapping[str, Any]) -> str:
+    return f"median |error| {fmt(a['median_abs_error'], 2)}, r = {fmt(a['correlation'], 2)}"
+
+
+def _spectrum_decay_words(groups: Sequence[Mapping[str, Any]]) -> str:
+    """What the loop map's spectrum says of the late decay, per group, in one sentence (empty without one)."""
+    if not groups:
+        return ""
+    parts = [f"g{g['group']} radius {fmt(g['median_radius'], 3)} (prefix {fmt(g['median_prefix_radius'], 3)}) "
+             f"against a measured late step ratio of {fmt(g['median_measured_ratio'], 3)} (own block: "
+             f"{_agreement_words(g['radius_vs_ratio'])}; prefix: {_agreement_words(g['prefix_vs_ratio'])})"
+             for g in groups]
+    return (f" The loop map's spectrum ({groups[0]['tokens']} tokens per group, medians): " + "; ".join(parts)
+            + ".")
+
+
+def _c1_measured(verdict: Verdict, geometry: pl.DataFrame, spectrum: pl.DataFrame | None = None
+                 ) -> tuple[str, Headline]:
     groups = verdict.detail["groups"]
     parts = [
         f"g{d['group']}: s(10)/s(1) = {fmt(d['ratio_10_to_1'])}, fall after/before k=10 = "
@@ -86,7 +104,8 @@ def _c1_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
         else f"g{d['group']}: {d['reason']}"
         for d in groups
     ]
-    return (f"step {verdict.detail['step']}: " + "; ".join(parts),
+    return (f"step {verdict.detail['step']}: " + "; ".join(parts)
+            + _spectrum_decay_words(verdict.detail.get("spectrum", [])),
             {f"s(10)/s(1) g{d['group']}": d.get("ratio_10_to_1") for d in groups})
 
 
@@ -97,8 +116,10 @@ C1 = Claim(
     statement="Step sizes shrink quickly with k, within about 5-10 steps.",
     test=f"Last checkpoint, per group, mean step size ‖Δ^(k)‖: s({C1_K_SETTLED}) <= {C1_MAX_RATIO} × s(1), "
     f"and the fall after k={C1_K_SETTLED} is smaller than the fall before it "
-    f"(s({C1_K_SETTLED}) − s(K) < s(1) − s({C1_K_SETTLED})). Reproduced if every group passes.",
-    reads=("geometry",),
+    f"(s({C1_K_SETTLED}) − s(K) < s(1) − s({C1_K_SETTLED})). Reproduced if every group passes. Beside it, not "
+    f"scored: the spectral radius of one loop step's Jacobian per token against the token's measured late step "
+    f"ratio (docs/methods.md#the-loop-maps-spectrum).",
+    reads=("geometry", "spectrum"),
     verdict=step_sizes_shrink,
     measured=_c1_measured,
 )
@@ -159,7 +180,21 @@ def regimes_text(groups: Sequence[Mapping[str, Any]], metric: str, digits: int =
     return f" Per-token regimes (share, and its own reading): {'; '.join(map(one, shown))}." if shown else ""
 
 
-def _c3_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headline]:
+def _spectrum_cosine_words(groups: Sequence[Mapping[str, Any]]) -> str:
+    """What the loop map's dominant eigenvalues say of the late cosine, per group (empty without a spectrum)."""
+    if not groups:
+        return ""
+    parts = [f"g{g['group']} real for {100 * g['real_share']:.0f}% of tokens, in the band for "
+             f"{100 * g['band_share']:.0f}%; predicted late cosine {fmt(g['median_predicted_cosine'], 3)} against "
+             f"{fmt(g['median_measured_cosine'], 3)} measured ({_agreement_words(g['cosine_vs_measured'])})"
+             for g in groups]
+    return (f" The loop map's dominant eigenvalue ({groups[0]['tokens']} tokens per group; a real one predicts "
+            f"cosine ±1, and only an angle of {math.degrees(math.acos(C3_BAND[1])):.1f}–"
+            f"{math.degrees(math.acos(C3_BAND[0])):.0f}° predicts the band): " + "; ".join(parts) + ".")
+
+
+def _c3_measured(verdict: Verdict, geometry: pl.DataFrame, spectrum: pl.DataFrame | None = None
+                 ) -> tuple[str, Headline]:
     d = verdict.detail
     first, last, groups = d["first_step"], d["last_step"], d["groups"]
     measured = (
@@ -170,6 +205,7 @@ def _c3_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
            f"{fmt(d['late_cosine_last'], 3)}, {d['trend']}" if first != last else "; one checkpoint, no trend")
         + f". Supports {d['supports']}."
         + regimes_text(groups, "step_cosine")
+        + _spectrum_cosine_words(d.get("spectrum", []))
     )
     return measured, {f"late cosine g{g['group']}": g["late_cosine"] for g in groups}
 
@@ -185,8 +221,10 @@ C3 = Claim(
     f"group. Also reported: its trend from the first "
     f"to the last checkpoint (toward 0 = orthogonal, toward 1 = aligned; |change| ≤ {C3_TREND_TOLERANCE} "
     f"= flat) "
-    f"and which statement the level supports (|cos| ≤ {C3_ORTHOGONAL_MAX} counts as orthogonal).",
-    reads=("geometry",),
+    f"and which statement the level supports (|cos| ≤ {C3_ORTHOGONAL_MAX} counts as orthogonal). Beside it, not "
+    f"scored: the cosine that each token's dominant eigenvalue of one loop step's Jacobian predicts, cos(arg λ), "
+    f"against the measured one (docs/methods.md#the-loop-maps-spectrum).",
+    reads=("geometry", "spectrum"),
     verdict=step_cosine_settles,
     measured=_c3_measured,
 )

@@ -8,6 +8,8 @@ k: the fraction of tokens whose top-1 token is the full-depth prediction's, and 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -43,3 +45,20 @@ def lens_sums(model: LoopedGPT, idx: Tensor, loops: int, decode: str) -> list[di
             rows.append({"group": group, "k": k, "tokens": top.numel(),
                          "top1_agree": int((logp.argmax(-1) == top).sum()), "kl_sum": float(kl.sum())})
     return rows
+
+
+def lens_means(model: LoopedGPT, batches: Iterable[Tensor], loops: int, decodes: Sequence[str] = DECODES
+               ) -> list[dict]:
+    """`lens_sums` over batches of windows, for each decode: per decode, group and k, the tokens, the fraction
+    agreeing at top 1 with the full-depth prediction and the mean KL(p_full ‖ p_k) in nats."""
+    totals: dict[tuple[str, int, int], dict] = {}
+    for idx in batches:
+        for decode in decodes:
+            for row in lens_sums(model, idx, loops, decode):
+                total = totals.setdefault((decode, row["group"], row["k"]),
+                                          {"tokens": 0, "top1_agree": 0, "kl_sum": 0.0})
+                for key in total:
+                    total[key] += row[key]
+    return [{"decode": decode, "group": group, "k": k, "tokens": total["tokens"],
+             "top1_agreement": total["top1_agree"] / total["tokens"], "mean_kl": total["kl_sum"] / total["tokens"]}
+            for (decode, group, k), total in totals.items()]

@@ -24,6 +24,7 @@ import torch
 from scipy.sparse.linalg import LinearOperator, eigs
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from tqdm import tqdm
 
 from twoscale.geometry.metrics import step_cosine, step_size, steps
 from twoscale.models.looped_gpt import LoopedGPT
@@ -148,36 +149,37 @@ def prefix_radii(spectra: list[np.ndarray]) -> np.ndarray:
 
 
 def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int], n_eigenvalues: int,
-                  arnoldi: bool = False) -> list[dict]:
+                  arnoldi: bool = False, progress: str | None = None) -> list[dict]:
     """Per looped group, window of `idx` (B, T) and token position of `positions`: the leading eigenvalues of the
     token's one-step Jacobian at its last iterate (every group looped `loops` times, the earlier positions at their
     last iterates and the group input held), beside what the token's own trajectory measured over the late half
     (k > loops / 2, as C3 reads it), the dominant Ritz value of its late steps, and the largest radius over the
     token's prefix (`prefix_radii`). The model runs as given: pass a float64 copy for
-    the arithmetic the geometry is measured in."""
+    the arithmetic the geometry is measured in. `progress` names a bar over the groups and windows."""
     with torch.no_grad():
         trajectories = model(idx, [loops] * model.n_groups, record_trajectories=True).trajectories
     first_late_k = loops // 2 + 1
     rows = []
-    for group, trajectory in enumerate(trajectories):  # (loops + 1, B, T, C)
+    pairs = [(group, window) for group in range(len(trajectories)) for window in range(idx.shape[0])]
+    for group, window in tqdm(pairs, desc=progress, unit="window", disable=progress is None):
+        trajectory = trajectories[group]  # (loops + 1, B, T, C)
         group_input, last = trajectory[0], trajectory[-1]
-        for window in range(idx.shape[0]):
-            prefix = slice(0, max(positions) + 1)  # every position a sampled one attends to
-            spectra = window_spectra(model, group, last[window, prefix], group_input[window, prefix],
-                                     n_eigenvalues, arnoldi)
-            radii = prefix_radii(spectra)
-            for position in positions:
-                values = spectra[position]
-                path = trajectory[:, window, position]
-                ritz = ritz_values(steps(path)[first_late_k - 1:].cpu().numpy())  # Δ^(k), k >= first_late_k
-                rows.append({
-                    "group": group, "window": window, "position": position,
-                    "eigenvalues": values, "spectral_radius": float(np.abs(values[0])),
-                    "prefix_radius": float(radii[position]),
-                    "dominant_angle_deg": float(np.degrees(np.abs(np.angle(values[0])))),
-                    "predicted_cosine": predicted_cosine(values[0]),
-                    "ritz_radius": float(np.abs(ritz[0])) if ritz.size else float("nan"),
-                    "ritz_cosine": predicted_cosine(ritz[0]) if ritz.size else float("nan"),
-                    **{f"measured_{key}": value for key, value in late_dynamics(path, first_late_k).items()},
-                })
+        prefix = slice(0, max(positions) + 1)  # every position a sampled one attends to
+        spectra = window_spectra(model, group, last[window, prefix], group_input[window, prefix],
+                                 n_eigenvalues, arnoldi)
+        radii = prefix_radii(spectra)
+        for position in positions:
+            values = spectra[position]
+            path = trajectory[:, window, position]
+            ritz = ritz_values(steps(path)[first_late_k - 1:].cpu().numpy())  # Δ^(k), k >= first_late_k
+            rows.append({
+                "group": group, "window": window, "position": position, "token": int(idx[window, position]),
+                "eigenvalues": values, "spectral_radius": float(np.abs(values[0])),
+                "prefix_radius": float(radii[position]),
+                "dominant_angle_deg": float(np.degrees(np.abs(np.angle(values[0])))),
+                "predicted_cosine": predicted_cosine(values[0]),
+                "ritz_radius": float(np.abs(ritz[0])) if ritz.size else float("nan"),
+                "ritz_cosine": predicted_cosine(ritz[0]) if ritz.size else float("nan"),
+                **{f"measured_{key}": value for key, value in late_dynamics(path, first_late_k).items()},
+            })
     return rows

@@ -22,6 +22,8 @@ C3_ORTHOGONAL_MAX = 0.2  # |cos| <= 0.2 (angle >= ~78 degrees) counts as "orthog
 C3_TREND_TOLERANCE = 0.02  # a change of the late-k cosine smaller than this across training is "flat"
 C3_MIN_ABOVE_FLOOR = 0.5   # a group's late cosine decides only if at least half its late (token, k) steps are above
                            # the precision floor (a step at the floor has no direction); else undecided
+SPECTRUM_REAL_MAX_DEG = 1.0  # reported beside C1 and C3, not scored: a dominant eigenvalue of the loop map within 1
+                            # degree of the real axis counts as real (it predicts a late cosine within 2e-4 of ±1)
 
 # --- C4: DLR >> 1 at every hand-off -------------------------------------------------------------------------
 C4_MIN_DLR = 10.0        # ">> 1" read as at least one order of magnitude

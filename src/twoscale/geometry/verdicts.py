@@ -15,9 +15,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from twoscale.geometry.metrics import DLR_SHOWN_LOOPS, REGIMES
+from twoscale.geometry.spectrum import agreement
 from twoscale.geometry.tables import dlr_loops, metric_rows
 from twoscale.geometry.thresholds import (
     C1_K_SETTLED,
@@ -33,6 +35,7 @@ from twoscale.geometry.thresholds import (
     C5_MIN_DLR,
     C5_MIN_TURNING_DEG,
     S_TOLERANCE,
+    SPECTRUM_REAL_MAX_DEG,
 )
 from twoscale.report.tables import require, training_steps
 from twoscale.report.verdicts import S_WORDS, Check, Verdict
@@ -161,6 +164,36 @@ def beyond_training(beyond: pl.DataFrame, trained: int) -> list[dict[str, Any]]:
     return out
 
 
+def spectrum_reading(spectrum: pl.DataFrame | None, step: int) -> list[dict[str, Any]]:
+    """Per group, what the loop map's spectrum at checkpoint `step` (the spectrum stage's rows, one per token) says
+    of the late loop steps: the median spectral radius of the token's own block and of its prefix against the
+    median measured late step ratio, with their per-token `agreement`; the share of tokens whose dominant
+    eigenvalue is real (within SPECTRUM_REAL_MAX_DEG of the real axis) and whose cos(arg λ) lies in the paper's
+    band, and the predicted late cosine against the measured one. Empty without the table or that checkpoint."""
+    if spectrum is None:
+        return []
+    at = spectrum.filter(pl.col("step") == step)
+    lo, hi = C3_BAND
+    out = []
+    for (group,), tokens in sorted(at.group_by("group"), key=lambda item: item[0]):
+        angle = tokens["dominant_angle_deg"].to_numpy()
+        predicted = tokens["predicted_cosine"].to_numpy()
+        out.append({
+            "group": int(group), "step": step, "tokens": tokens.height,
+            "median_radius": float(np.median(tokens["spectral_radius"])),
+            "median_prefix_radius": float(np.median(tokens["prefix_radius"])),
+            "median_measured_ratio": float(np.nanmedian(tokens["measured_step_ratio"])),
+            "radius_vs_ratio": agreement(tokens["spectral_radius"], tokens["measured_step_ratio"]),
+            "prefix_vs_ratio": agreement(tokens["prefix_radius"], tokens["measured_step_ratio"]),
+            "real_share": float(np.mean(np.minimum(angle, 180 - angle) <= SPECTRUM_REAL_MAX_DEG)),
+            "band_share": float(np.mean((predicted >= lo) & (predicted <= hi))),
+            "median_predicted_cosine": float(np.median(predicted)),
+            "median_measured_cosine": float(np.nanmedian(tokens["measured_step_cosine"])),
+            "cosine_vs_measured": agreement(predicted, tokens["measured_step_cosine"]),
+        })
+    return out
+
+
 def _settles_by_k10(group: int, sizes: dict[int, float]) -> dict[str, Any]:
     """C1's check of one group: s(10) <= 0.5 s(1) and s(10) - s(K) < s(1) - s(10)."""
     K = max(sizes)
@@ -179,11 +212,13 @@ def _settles_by_k10(group: int, sizes: dict[int, float]) -> dict[str, Any]:
     return {**info, "passes": bool(info["halved_by_10"] and info["flat_after_10"])}
 
 
-def step_sizes_shrink(geometry: pl.DataFrame) -> Verdict:
-    """C1 on the last checkpoint: every group's step sizes settle by k = 10 (`_settles_by_k10`)."""
+def step_sizes_shrink(geometry: pl.DataFrame, spectrum: pl.DataFrame | None = None) -> Verdict:
+    """C1 on the last checkpoint: every group's step sizes settle by k = 10 (`_settles_by_k10`); beside it, not
+    scored, what the loop map's spectrum says of the late decay (`spectrum_reading`)."""
     last = training_steps(metric_rows(geometry, "step_size", "claims"))[-1]
     groups = [_settles_by_k10(g, sizes) for g, sizes in _curves(geometry, "step_size", last).items()]
-    return Verdict([g["passes"] for g in groups], {"step": last, "groups": groups})
+    return Verdict([g["passes"] for g in groups],
+                   {"step": last, "groups": groups, "spectrum": spectrum_reading(spectrum, last)})
 
 
 def _warmup_steps(schedule: pl.DataFrame | None) -> int:
@@ -281,8 +316,9 @@ def _supported_statement(cosines: Sequence[float]) -> str:
     return "neither cleanly (groups differ)"
 
 
-def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
-    """C3: late-k mean cosine in [0.5, 0.65] for every group at the last checkpoint; trend across training."""
+def step_cosine_settles(geometry: pl.DataFrame, spectrum: pl.DataFrame | None = None) -> Verdict:
+    """C3: late-k mean cosine in [0.5, 0.65] for every group at the last checkpoint; trend across training; beside
+    it, not scored, what the loop map's spectrum says of the late cosine (`spectrum_reading`)."""
     steps = training_steps(metric_rows(geometry, "step_cosine", "claims"))
     loops = {step: {g: max(s) for g, s in _curves(geometry, "step_size", step).items()} for step in steps}
     per_checkpoint = [
@@ -317,7 +353,8 @@ def step_cosine_settles(geometry: pl.DataFrame) -> Verdict:
         {"first_step": first, "last_step": last, "groups": groups,
          "trend": _cosine_trend(c_first, c_last, len(steps)),
          "supports": _supported_statement([g["late_cosine"] for g in groups]),
-         "late_cosine_first": c_first, "late_cosine_last": c_last, "per_checkpoint": per_checkpoint},
+         "late_cosine_first": c_first, "late_cosine_last": c_last, "per_checkpoint": per_checkpoint,
+         "spectrum": spectrum_reading(spectrum, last)},
     )
 
 

@@ -266,6 +266,23 @@ class MeasureParams(Section):
                                              "checkpoint and precision (the first of measure's)")
 
 
+class SpectrumParams(Section):
+    threads: PositiveInt = Field(description="torch threads per spectrum job (one job per checkpoint, run in parallel)")
+    n_windows: PositiveInt = Field(description="held-out windows whose tokens are sampled (the first of measure's)")
+    positions: PositiveInt = Field(description="every position 0..positions-1 of each window is sampled: a token's "
+                                   "prefix radius needs the blocks of all earlier positions anyway")
+    n_eigenvalues: PositiveInt = Field(description="leading eigenvalues kept per token (by modulus)")
+    exact_max_width: PositiveInt = Field(description="the exact Jacobian (torch.func, one backward pass per "
+                                         "coordinate) up to this model width; above it, Arnoldi on Jacobian-vector "
+                                         "products")
+
+
+class LensParams(Section):
+    threads: PositiveInt = Field(description="torch threads per lens job (one job per checkpoint, run in parallel)")
+    n_windows: PositiveInt = Field(description="held-out windows decoded at every loop step (the first of measure's)")
+    batch_size: PositiveInt = Field(description="windows per forward pass (all iterates of a batch are kept)")
+
+
 class SweepStrategy(Section):
     spec: dict[str, Any] = Field(
         description="exit spec without the swept setting, e.g. {criterion: acceleration, variant: vector, hits: 2}"
@@ -418,6 +435,8 @@ class Params(Section):
         "surrogates; keys of the model and train sections that a teacher changes (may be none)"
     )
     measure: MeasureParams
+    spectrum: SpectrumParams
+    lens: LensParams
     sweep: SweepParams
     sample: SampleParams
     distill: DistillParams
@@ -486,6 +505,12 @@ class Params(Section):
                 f"{where}measure.trajectory_token ({self.measure.trajectory_token}) must be below "
                 f"model.block_size ({model.block_size})"
             )
+        if self.spectrum.positions > model.block_size:
+            raise ValueError(f"{where}spectrum.positions ({self.spectrum.positions}) exceeds model.block_size "
+                             f"({model.block_size})")
+        if model.n_embd > self.spectrum.exact_max_width and self.spectrum.n_eigenvalues >= model.n_embd - 1:
+            raise ValueError(f"{where}spectrum.n_eigenvalues ({self.spectrum.n_eigenvalues}) must be below "
+                             f"model.n_embd - 1 ({model.n_embd - 1}) for Arnoldi")
         sweep = self.sweep
         if sweep.prompt_tokens + sweep.new_tokens > model.block_size:
             raise ValueError(

@@ -15,8 +15,8 @@ from twoscale.geometry.measurement import MEASURE_DTYPE, geometry_in
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import params_hash
-from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_run
+from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
+from twoscale.stages.common import load_run
 from twoscale.training.device import provenance
 
 HELP = "measure the final checkpoint's loop geometry looped beyond the trained range"
@@ -25,9 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="the run's final checkpoint")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    add_checkpoint_arguments(parser, "the run's final checkpoint")
     parser.add_argument("--out", type=Path, required=True, help="the geometry table (Parquet)")
 
 

@@ -19,7 +19,7 @@ from twoscale.pipeline.io import read_csv, read_parquet, run_subdir, write_text
 from twoscale.pipeline.params import TrainParams, params_hash
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
-from twoscale.stages.common import add_params_argument, load
+from twoscale.stages.common import add_params_argument, load, per_checkpoint_tables
 from twoscale.surrogates.tables import read_recovery
 
 HELP = "put the paper's findings beside our numbers, with verdicts"
@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beyond-dir", type=Path, required=True,
                         help="reads <recipe>/seed_<seed>/geometry.parquet of the beyond stage (S: the geometry "
                         "looped past the trained range)")
+    parser.add_argument("--spectrum-dir", type=Path, required=True,
+                        help="reads <recipe>/seed_<seed>/step_<step>.parquet of the spectrum stage (beside C1, C3)")
     parser.add_argument("--recovery", type=Path, required=True,
                         help="recovery.csv of the surrogates stage (every teacher, seed and k)")
     parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> None:
     params = load(args)
     tables = read_tables(args.geometry_dir, args.sweep, args.latency)
     tables["beyond"] = read_run_tables(args.beyond_dir, params.runs(), "geometry.parquet", "the beyond stage")
+    tables["spectrum"] = per_checkpoint_tables(params, args.spectrum_dir, "the spectrum stage")
     sample_runs = params.sample_runs()
     if sample_runs:
         tables |= {key: read_run_tables(args.sample_dir, sample_runs, name, "the sample stage")

@@ -1,6 +1,7 @@
 """What every stage module shares: the --params argument (and --recipe/--seed for the stages that run once per
-training run, a recipe's or a teacher's), MLflow logging of parameters, and drawing figures into a folder. It
-imports nothing of the cores, so that a stage's source files (what its module imports) are its own."""
+training run, a recipe's or a teacher's), MLflow logging of parameters, drawing figures into a folder and reading
+a per-checkpoint stage's tables. It imports nothing of the cores, so that a stage's source files (what its module
+imports) are its own."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from pydantic import BaseModel
 
 from twoscale.pipeline import tracking
+from twoscale.pipeline.io import read_parquet, run_subdir
 from twoscale.pipeline.params import Params, ParamsError, RunParams, load_params
 
 
@@ -72,3 +75,10 @@ def draw_figures(drawings: Mapping[str, Callable[[Path], None]], folder: Path) -
     for filename, draw in drawings.items():
         draw(folder / filename)
         tracking.log_artifact(folder / filename, artifact_path="figures")
+
+
+def per_checkpoint_tables(params: Params, directory: Path, stage: str) -> pl.DataFrame:
+    """Every run's and checkpoint's table of a per-checkpoint stage, stacked."""
+    return pl.concat([read_parquet(directory / run_subdir(recipe, seed) / f"step_{step}.parquet", stage)
+                      for recipe, seed in params.runs() for step in params.train.checkpoint_steps],
+                     how="diagonal_relaxed")

@@ -17,8 +17,8 @@ from twoscale.exits.tables import compared_points
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet, write_parquet
 from twoscale.pipeline.params import params_hash
-from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, log_sections
+from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
+from twoscale.stages.common import log_sections
 from twoscale.stages.validation import read_params
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
@@ -29,9 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    add_checkpoint_arguments(parser, "the final checkpoint of the train stage")
     parser.add_argument("--strategies-dir", type=Path, required=True,
                         help="the run's sweep tables, one per strategy: they name the points the verdicts compare")
     parser.add_argument("--out", type=Path, required=True, help="the run's latency rounds (Parquet)")

@@ -16,8 +16,8 @@ from twoscale.geometry.measurement import PRECISIONS, geometry_in
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import params_hash
-from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_run
+from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
+from twoscale.stages.common import load_run
 
 HELP = "measure one checkpoint's loop geometry in float64, float32 and bfloat16 (the precision question)"
 
@@ -25,9 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by the train stage")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint's table, every precision (Parquet)")
 
 

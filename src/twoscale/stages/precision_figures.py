@@ -8,13 +8,10 @@ import argparse
 import logging
 from pathlib import Path
 
-import polars as pl
-
 from twoscale.geometry import figures
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import read_parquet, run_subdir
 from twoscale.pipeline.params import params_hash
-from twoscale.stages.common import add_params_argument, draw_figures, load
+from twoscale.stages.common import add_params_argument, draw_figures, load, per_checkpoint_tables
 
 HELP = "draw the late step cosine against step size in each measuring precision"
 log = logging.getLogger(__name__)
@@ -29,9 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
-    table = pl.concat([read_parquet(args.precision_dir / run_subdir(recipe, seed) / f"step_{step}.parquet",
-                                    "the precision stage")
-                       for recipe, seed in params.runs() for step in params.train.checkpoint_steps])
+    table = per_checkpoint_tables(params, args.precision_dir, "the precision stage")
     with tracking.stage_run("precision_figures", params_hash()):
         draw_figures({args.out.name: lambda path: figures.fig_precision(table, path)}, args.out.parent)
     log.info("precision figure: %s", args.out)

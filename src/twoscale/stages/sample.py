@@ -30,8 +30,8 @@ from twoscale.sampler.comparison import (
     speed_rows,
 )
 from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
-from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_run, log_sections
+from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
+from twoscale.stages.common import load_run, log_sections
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
 
@@ -41,9 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
+    add_checkpoint_arguments(parser, "the final checkpoint of the train stage")
     parser.add_argument("--out-dir", type=Path, required=True,
                         help="writes sample.parquet (per prompt), summary.csv (per setting) and speed.csv (the "
                         "paired rounds)")

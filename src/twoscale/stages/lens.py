@@ -1,0 +1,49 @@
+"""Stage `lens`: a logit lens across loop steps at one checkpoint (docs/methods.md#a-logit-lens-across-loop-steps).
+Every group looped measure.max_loops times on the first lens.n_windows held-out windows; each iterate of each group
+decoded as the early-exit rules decode it (the head alone, or the rest of the model once), against the full-depth
+prediction: top-1 agreement and KL per decode, group and loop step."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from twoscale.geometry.lens import lens_means
+from twoscale.pipeline import tracking
+from twoscale.pipeline.io import write_parquet
+from twoscale.pipeline.params import params_hash
+from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
+from twoscale.stages.common import load_run
+from twoscale.training.batches import held_out_batches
+from twoscale.training.device import provenance
+
+HELP = "decode every loop step of one checkpoint (logit lens): top-1 agreement and KL to the full-depth prediction"
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_checkpoint_arguments(parser)
+    parser.add_argument("--out", type=Path, required=True, help="the checkpoint's table (Parquet)")
+
+
+def run(args: argparse.Namespace) -> None:
+    params, run = load_run(args)
+    lens, loops = params.lens, params.measure.max_loops
+    model, meta, val_ids, device = open_checkpoint(args, params, run, lens.threads)
+    step = meta["step"]
+    model.eval()
+    batches = [x.to(device) for x, _ in held_out_batches(val_ids, lens.n_windows, lens.batch_size,
+                                                           model.config.block_size)]
+    with tracking.stage_run("lens", params_hash(lens, params.measure), {**run.tags, "checkpoint": f"step_{step}"}):
+        log.info("%s, seed %d, step %d: %d windows, every group looped %d times, each step decoded", run.recipe,
+                 run.seed, step, lens.n_windows, loops)
+        source = provenance(device, next(model.parameters()).dtype)
+        table = pl.DataFrame(lens_means(model, batches, loops)).select(
+            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
+            pl.lit(step).cast(pl.Int64).alias("step"), pl.all(),
+            *(pl.lit(value).alias(key) for key, value in source.items()))
+        write_parquet(args.out, table)
