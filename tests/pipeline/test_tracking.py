@@ -1,9 +1,11 @@
 """The MLflow store the stages log to: a model-training experiment, so that the UI opens on its runs; runs
-owned by a host and process, closed as KILLED when that process is stopped or gone."""
+owned by a host and process, closed as KILLED when that process is stopped or gone; a training run comparable
+with others by its machine's use, its corpus and its registered model."""
 
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import signal
 import socket
@@ -13,12 +15,15 @@ import sys
 import threading
 
 import mlflow
+import mlflow.pytorch
 import numpy as np
 import pytest
 from workspace import smoke_params
 
+from twoscale.__main__ import main
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
+from twoscale.training.trainer import read_checkpoint
 
 
 @pytest.fixture
@@ -111,6 +116,62 @@ def test_only_finite_numbers_are_logged_as_metrics(store):
     with tracking.stage_run("geometry", "hash") as run:
         tracking.log_metrics(row)
     assert client(store).get_run(run.info.run_id).data.metrics == {"a": 1.5, "e": 0.25, "f": 3.0}
+
+
+# --- a training run, comparable with others: its machine's use, its corpus, its registered model ------------
+
+
+def stage_runs(store, stage: str) -> list:
+    return client(store).search_runs([tracking.ensure_store()], filter_string=f"tags.stage = '{stage}'")
+
+
+def test_a_training_run_records_its_machine_use_its_corpus_as_a_dataset_and_its_registered_final_model(
+        store, monkeypatch):
+    (store / "a.txt").write_text("Some text of the play, with words enough to train on.\n" * 400)
+    params = smoke_params(store, data={"source": "text", "text_files": ["a.txt"]}, tokenize={"vocab_size": 300},
+                          runtime={"device": "cpu", "threads": 1}, train={"steps": 10, "checkpoint_steps": [5, 10]})
+    monkeypatch.chdir(store)
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.05")  # samples within a short run too
+    for argv in (["corpus", "--out-dir", "raw"], ["tokenize", "--corpus-dir", "raw", "--out-dir", "prepared"],
+                 ["train", "--recipe", "paper", "--seed", "1337", "--data-dir", "prepared", "--out-dir", "out"]):
+        assert main([argv[0], "--params", str(params), *argv[1:]]) == 0
+    manifest = json.loads((store / "raw/manifest.json").read_text())
+
+    [train] = stage_runs(store, "train")
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(train.data.metrics)
+    for stage in ("corpus", "tokenize"):  # untimed and short: no sampler
+        assert not [key for run in stage_runs(store, stage) for key in run.data.metrics if key.startswith("system/")]
+
+    [corpus] = train.inputs.dataset_inputs
+    assert corpus.dataset.digest == manifest["sha256"][:36]  # as much of the hash as an MLflow store keeps
+    assert corpus.dataset.name == "text: a.txt, first 300000 characters"  # the smoke set's cut
+    assert [(tag.key, tag.value) for tag in corpus.tags] == [("mlflow.data.context", "training")]
+
+    [version] = client(store).search_model_versions("name = 'twoscale-paper'")
+    assert version.run_id == train.info.run_id
+    assert version.tags == {"recipe": "paper", "seed": "1337", "step": "10"}
+    registered = mlflow.pytorch.load_model(f"models:/twoscale-paper/{version.version}")
+    final = read_checkpoint(store / "out/checkpoints/step_10.pt")["model"]
+    assert all(registered.state_dict()[key].equal(value) for key, value in final.items())
+
+
+def test_a_training_on_tokens_that_do_not_name_their_corpus_stops_in_one_line_before_it_trains(store, monkeypatch,
+                                                                                                  capsys):
+    """Token arrays made before the tokenize stage recorded the corpus they are of."""
+    (store / "prepared").mkdir()
+    for name in ("train", "val"):
+        np.save(store / "prepared" / f"{name}.npy", np.arange(3000, dtype=np.uint16) % 300)
+    (store / "prepared/stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.7}))
+    params = smoke_params(store, runtime={"device": "cpu", "threads": 1})
+    monkeypatch.chdir(store)
+    argv = ["train", "--params", str(params), "--recipe", "paper", "--seed", "1337", "--data-dir", "prepared",
+            "--out-dir", "out"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "twoscale train: error: prepared/stats.json does not name the corpus its tokens were made of (it was written "
+        "before the tokenize stage recorded it): rerun the tokenize stage")
+    assert not (store / "out").exists() and not (store / "mlflow.db").exists()
 
 
 # --- a store that cannot be used: one line naming it, within a bounded wait ---------------------------------

@@ -79,7 +79,7 @@ def tiny_data(tmp_path) -> Path:
     np.save(data / "train.npy", ids)
     np.save(data / "val.npy", ids[:100])
     (data / "tokenizer.json").write_text("{}")
-    (data / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.7}))
+    (data / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.7, "corpus_sha256": "0" * 64}))
     return data
 
 

@@ -394,7 +394,7 @@ def write_data_dir(path: Path) -> None:
     np.save(path / "train.npy", markov_tokens(20_000, 300, seed=0))
     np.save(path / "val.npy", markov_tokens(3_000, 300, seed=1))
     (path / "tokenizer.json").write_text("{}")  # only hashed into the resume fingerprint
-    (path / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.0}))
+    (path / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.0, "corpus_sha256": "0" * 64}))
 
 
 def write_params(path: Path, **train) -> None:

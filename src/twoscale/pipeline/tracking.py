@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 SERVER_TIMEOUT_S = 10
+# A run with system metrics samples CPU, memory, disk, network (and NVIDIA GPUs where nvidia-ml-py finds one) every
+# 10 s, MLflow's default made explicit: a sample costs its thread about 10 ms (docs/running.md#tracking)
+os.environ.setdefault("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "10")
 
 EXPERIMENT = "twoscale"
 PARENT_ENV = "TWOSCALE_MLFLOW_PARENT_RUN"
@@ -53,6 +57,7 @@ INVOCATION_TAG = "twoscale.invocation"
 HOST_TAG, PID_TAG, PROCESS_START_TAG = "twoscale.host", "twoscale.pid", "twoscale.process_start"
 # the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant)
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+DATASET_DIGEST_CHARS = 36  # the most of a dataset's digest an MLflow store keeps
 
 
 def project_root() -> Path:
@@ -289,6 +294,19 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
         mlflow.log_artifact(str(named), artifact_path)
 
 
+def log_dataset(name: str, sha256: str, source: str, context: str) -> None:
+    """Log a dataset input of the active run, by name, digest (the first DATASET_DIGEST_CHARS of its `sha256`) and
+    source (a path or URI), for `context` (training, evaluation)."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # a path is a local source for two of MLflow's schemes, both the same class
+        warnings.filterwarnings("ignore", "The specified dataset source can be interpreted in multiple ways")
+        resolved = resolve_dataset_source(source)
+    dataset = MetaDataset(resolved, name=name, digest=sha256[:DATASET_DIGEST_CHARS])
+    _mlflow().log_input(dataset, context=context)
+
+
 def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:
     """The entries MLflow can log as metrics: finite numbers. A value that could not be measured (None, as a
     table's null reads back, or NaN) and infinities are left out, as are non-numbers."""
@@ -303,9 +321,10 @@ def log_metrics(values: Mapping[str, Any], step: int | None = None) -> None:
 
 @contextlib.contextmanager
 def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
-              origin: dict[str, str] | None = None) -> Iterator[Any]:
+              origin: dict[str, str] | None = None, system_metrics: bool = False) -> Iterator[Any]:
     """A nested MLflow run for one stage job, under the invocation's parent run when there is one, named by the
-    stage and `tags`; `origin` (what computed its numbers: arithmetic, processor, torch) is tagged too."""
+    stage and `tags`; `origin` (what computed its numbers: arithmetic, processor, torch) is tagged too. With
+    `system_metrics`, a thread samples the machine's use (system/* metrics) while the run is open."""
     mlflow = _mlflow()
     experiment_id = ensure_store()
     orchestrator_name = orchestrator()
@@ -320,7 +339,8 @@ def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
         **(origin or {}),
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
-    with mlflow.start_run(experiment_id=experiment_id, run_name=name, parent_run_id=parent, tags=run_tags) as run:
+    with mlflow.start_run(experiment_id=experiment_id, run_name=name, parent_run_id=parent, tags=run_tags,
+                          log_system_metrics=system_metrics) as run:
         try:
             yield run
         except (KeyboardInterrupt, Stopped):

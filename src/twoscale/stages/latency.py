@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> None:
              "(%s), the others in %d", len(points), len(timed), ", ".join(timed), run.recipe, run.seed, meta["step"],
              len(compared), sweep.rounds, ", ".join(f"{name} {setting:g}" for name, setting in sorted(compared)),
              sweep.figure_rounds)
-    with tracking.stage_run("latency", params_hash(params.sweep), run.tags, source):
+    # the system-metrics sampler stalls this process a few ms every 10 s: one token's time, which the median over
+    # a round's tokens leaves out (docs/running.md#tracking)
+    with tracking.stage_run("latency", params_hash(params.sweep), run.tags, source, system_metrics=True):
         log_sections(params, "sweep")
         latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
         rows = timed_rounds(model, prompts, sweep.new_tokens, points, sweep.max_loops, rounds,

@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> None:
     grid = settings_grid(sample.inner_loops, sample.tolerances, sample.freezes, **shared_settings(sample))
     log.info("sampling %s, seed %d, step %d: %d prompts x (%d sampler settings + %d loop counts)", run.recipe,
              run.seed, meta["step"], len(prompts), len(grid), len(sample.baseline_loops))
-    with tracking.stage_run("sample", params_hash(params.sample), run.tags, source):
+    # the system-metrics sampler stalls this process a few ms every 10 s, about 0.1% of the timed seconds, falling
+    # on the methods alike as they alternate (docs/running.md#tracking)
+    with tracking.stage_run("sample", params_hash(params.sample), run.tags, source, system_metrics=True):
         log_sections(params, "sample")
         rows = []
         for index, prompt in enumerate(tqdm(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")):

@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> None:
             "train_chars": train_chars,
             "val_chars": val_chars,
             "unigram_val_loss": unigram_cross_entropy(train_counts, val_ids),
+            "corpus_sha256": manifest["sha256"],  # which corpus the tokens are of (the train stage logs it)
         }
         del val_ids  # the memory map, before its file is renamed
         log.info("tokens: %d train, %d validation; unigram baseline %.3f nats/token",

@@ -18,6 +18,7 @@ import polars as pl
 import torch
 from tqdm import tqdm
 
+from twoscale.data.corpus import describe_source
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import (
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 10  # left out of the throughput: the first steps compile and fill the allocator
 OUTPUTS = ("history.parquet", "history.csv", "metrics.json")  # beside checkpoints/
+MODEL_NAME = "twoscale-{recipe}"  # a recipe's final models in the MLflow model registry, a version per training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +96,14 @@ def check_context_fits(run: RunParams, train_tokens: int, val_tokens: int) -> No
         )
 
 
+def corpus_sha256(stats: dict, path: Path) -> str:
+    """The sha256 of the corpus the token arrays were made of, as the tokenize stage recorded it in `path`."""
+    if "corpus_sha256" not in stats:
+        raise TwoscaleError(f"{path} does not name the corpus its tokens were made of (it was written before the "
+                            "tokenize stage recorded it): rerun the tokenize stage")
+    return stats["corpus_sha256"]
+
+
 def write_history(out_dir: Path, history: list[dict]) -> pl.DataFrame:
     frame = pl.DataFrame(history, infer_schema_length=None).with_columns(pl.col("val_loss").fill_nan(None))
     write_parquet(out_dir / "history.parquet", frame)
@@ -115,12 +125,15 @@ def utilisation(rows: list[dict], peak_tflops: float, datasheet: dict[str, float
             "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
 
 
-def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: dict, model, out_dir: Path
-                  ) -> None:
+def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: dict, model, out_dir: Path,
+                  data_dir: Path, corpus: str) -> None:
+    """Parameters, curves and final metrics; the corpus (its sha256 `corpus`) as the training dataset, read from
+    `data_dir`; the final model, registered as a version of the recipe's model tagged with seed and step."""
     import mlflow
     from mlflow.entities import Metric
 
     log_params({"runtime": params.runtime, "model": run.model, "train": run.train})
+    tracking.log_dataset(describe_source(params.data), corpus, str(data_dir.resolve()), context="training")
     now = int(time.time() * 1000)
     curve = [
         Metric(key, float(value), now, int(row["step"]))
@@ -134,14 +147,17 @@ def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: 
         client.log_batch(run_id, metrics=curve[i : i + 1000])
     tracking.log_metrics({f"final_{k}": v for k, v in metrics.items()})
     tracking.log_artifact(out_dir / "history.csv")
-    mlflow.pytorch.log_model(
+    logged = mlflow.pytorch.log_model(
         model.cpu(), name="model", serialization_format="pickle", pip_requirements=["torch==2.13.0"]
     )
+    mlflow.register_model(logged.model_uri, MODEL_NAME.format(recipe=run.recipe),
+                          tags={**run.tags, "step": str(metrics["step"])})
 
 
 def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
     stats = read_json(args.data_dir / "stats.json")
+    corpus = corpus_sha256(stats, args.data_dir / "stats.json")
     train_ids, val_ids = load_token_array(args.data_dir / "train.npy"), load_token_array(args.data_dir / "val.npy")
     check_context_fits(run, len(train_ids), len(val_ids))
     configure_torch(params.runtime.threads, run.seed, tf32=True)
@@ -181,7 +197,7 @@ def run(args: argparse.Namespace) -> None:
              run.recipe, run.seed, state.model.num_parameters(), list(config.groups), describe(device),
              params.runtime.threads, dtype, peak)
 
-    with tracking.stage_run("train", run_hash, run.tags, provenance(device, dtype)):
+    with tracking.stage_run("train", run_hash, run.tags, provenance(device, dtype), system_metrics=True):
         started = time.perf_counter()
         start_step = state.step
         with tqdm(total=run.train.steps, initial=state.step, desc=f"train {run.recipe}", unit="step") as bar:
@@ -214,7 +230,7 @@ def run(args: argparse.Namespace) -> None:
                  metrics["val_loss"], metrics["unigram_val_loss"], metrics["tokens_per_s"],
                  metrics["model_tflops_per_s"], metrics["mfu"])
         write_json(args.out_dir / "metrics.json", metrics)
-        log_to_mlflow(params, run, frame, metrics, state.model, args.out_dir)
+        log_to_mlflow(params, run, frame, metrics, state.model, args.out_dir, args.data_dir, corpus)
     once_landed(lambda: remove_resume_state(resume_dir, args.resume_dir))
 
 
