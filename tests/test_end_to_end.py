@@ -144,6 +144,12 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
             own = pl.read_parquet(first_run / f"results/sweep/strategies/{recipe}/seed_{seed}/{name}.parquet")
             assert own["setting"].to_list() == [float(s) for s in strategy["settings"]], name
             assert own.equals(combined.filter(pl.col("strategy") == name).select(own.columns)), name
+            depth = pl.read_parquet(first_run / f"results/sweep/strategies/{recipe}/seed_{seed}/{name}.depth.parquet")
+            groups = sorted(depth["group"].unique())
+            means = depth.group_by("setting").agg(pl.col("exit_step").filter(pl.col("group") == g).mean()
+                                                  .alias(f"mean_loops_group{g}") for g in groups).sort("setting")
+            sweep_means = own.sort("setting").select(means.columns)  # each token's exit steps average to the
+            assert means.to_numpy() == pytest.approx(sweep_means.to_numpy(), rel=1e-12), name  # sweep's mean loops
     recipe, seed = smoke_runs(first_run)[0]
     combined = stacked.filter((pl.col("recipe") == recipe) & (pl.col("seed") == seed))
     fixed = combined.filter(pl.col("strategy") == "fixed").sort("setting")
@@ -176,7 +182,7 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
     within = fixed.filter(pl.col("perplexity") <= 1.01 * best_fixed).sort("gflops_per_token")
     own_summary = summary.filter((pl.col("recipe") == recipe) & (pl.col("strategy") == "fixed"))
     assert own_summary["kstar_setting"].item() == within["setting"][0]
-    for name in ("fig4_exit_sweep.png", "exit_tradeoff.png", "diagnostics.png"):
+    for name in ("fig4_exit_sweep.png", "exit_tradeoff.png", "exit_depth.png", "diagnostics.png"):
         assert (first_run / "results/figures" / name).stat().st_size > 10_000
 
 
@@ -570,7 +576,7 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert [m.step for m in history] == list(range(len(smoke["sweep"]["strategies"]["fixed"]["settings"])))
     drawn = next(r for r in snakemake_children if r.data.tags["stage"] == "exit_figures")
     figures = {a.path for a in client.list_artifacts(drawn.info.run_id, "figures")}
-    assert figures == {"figures/fig4_exit_sweep.png", "figures/exit_tradeoff.png"}
+    assert figures == {"figures/fig4_exit_sweep.png", "figures/exit_tradeoff.png", "figures/exit_depth.png"}
 
 
 def files_written(repo: Path) -> dict[str, tuple[int, int]]:

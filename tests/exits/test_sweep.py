@@ -1,16 +1,18 @@
 """A sweep point's extremes meet the fixed-depth baseline: exit-at-once is depth 1, never-exit is full depth; a
 strategy's settings decoded together as rows of one batch give what each gives alone; the latency rounds time every
-point once per round, in a rotated order."""
+point once per round, in a rotated order; the depth table holds every token's exit step per group, whose mean is
+the sweep's mean loops and which generation's own loop counts confirm token for token."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 import torch
 
-from twoscale.decoding.engine import cache_bytes, new_cache
+from twoscale.decoding.engine import cache_bytes, decode_prompt, new_cache
 from twoscale.exits.sweep import latency_ms_per_token, rules_at, sweep_settings, timed_rounds
 from twoscale.training.batches import evaluate_loss
 
@@ -18,10 +20,12 @@ MAX_LOOPS = 4
 CPU = torch.device("cpu")
 VAL = (np.arange(400) * 11 % 40).astype(np.uint16)
 PROMPTS = [[3, 1, 4], [2, 7, 1]]
+WINDOW_STARTS = [0, 128, 255, 383]  # 4 windows of 16 tokens (and a target) spread evenly over 400: 0 .. 400 - 17
+ACCELERATION = {"criterion": "acceleration", "variant": "vector", "hits": 2}
 
 
 def point(model, strategy, setting):
-    return sweep_settings(model, VAL, strategy, [setting], MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)[0]
+    return sweep_settings(model, VAL, strategy, [setting], MAX_LOOPS, n_windows=4, batch_size=2, device=CPU).points[0]
 
 
 def test_rules_at_sets_threshold_or_loops():
@@ -81,15 +85,17 @@ def test_points_timed_in_fewer_rounds_leave_the_later_rounds(tiny_model):
     ({"criterion": "argmax"}, [1, 2, 3]),
 ], ids=["fixed", "acceleration", "step_norm", "kl_rest", "argmax"])
 def test_settings_decoded_together_equal_each_setting_alone(tiny_model, strategy, settings):
-    together = sweep_settings(tiny_model, VAL, strategy, settings, MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)
+    swept = sweep_settings(tiny_model, VAL, strategy, settings, MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)
+    together = swept.points
     assert [row["setting"] for row in together] == [float(s) for s in settings]
     assert_same_points(together, [point(tiny_model, strategy, setting) for setting in settings])
     # the settings differ: a test of rows that all exit alike would pass whatever the stacking did
     assert len({row["mean_loops"] for row in together}) > 1
     # a cache budget of two settings' caches decodes them two at a time, to the same numbers
     two = 2.5 * cache_bytes(tiny_model, MAX_LOOPS, tiny_model.config.block_size, rows=2) / 2**20
-    assert_same_points(sweep_settings(tiny_model, VAL, strategy, settings, MAX_LOOPS, 4, 2, CPU, cache_mb=two),
-                       together)
+    by_two = sweep_settings(tiny_model, VAL, strategy, settings, MAX_LOOPS, 4, 2, CPU, cache_mb=two)
+    assert_same_points(by_two.points, together)
+    assert by_two.depth.equals(swept.depth)
 
 
 def assert_same_points(rows: list[dict], expected: list[dict]) -> None:
@@ -103,3 +109,46 @@ def assert_same_points(rows: list[dict], expected: list[dict]) -> None:
 def test_cache_bytes_is_what_the_cache_holds(tiny_model):
     caches = new_cache(tiny_model, MAX_LOOPS, 7, rows=3)
     assert cache_bytes(tiny_model, MAX_LOOPS, 7, rows=3) == sum(c.keys.nbytes + c.values.nbytes for c in caches)
+
+
+def test_depth_table_by_hand(tiny_model):
+    """Fixed depth K runs K loops on every token; acceleration (two hits, defined from step 2) at τ = ∞ exits every
+    token at step 3, the earliest its rule allows; at τ = 0 no token ever exits early."""
+    depth = sweep_settings(tiny_model, VAL, {"criterion": "fixed"}, [1, 3], MAX_LOOPS, 4, 2, CPU).depth
+    accel = sweep_settings(tiny_model, VAL, ACCELERATION, [math.inf, 0.0], MAX_LOOPS, 4, 2, CPU).depth
+    for table, expected in ((depth, {1.0: 1, 3.0: 3}), (accel, {math.inf: 3, 0.0: MAX_LOOPS})):
+        assert table.height == len(expected) * 4 * 16 * 3  # settings x windows x positions x groups
+        for setting, steps in expected.items():
+            assert set(table.filter(pl.col("setting") == setting)["exit_step"]) == {steps}
+    first = depth.filter(pl.col("setting") == 1.0)
+    assert first["window"].to_list() == [w for w in range(4) for _ in range(16 * 3)]
+    assert first["position"].to_list() == [p for _ in range(4) for p in range(16) for _ in range(3)]
+    assert first["group"].to_list() == [0, 1, 2] * 4 * 16
+    assert first["token"].to_list() == [int(VAL[start + p]) for start in WINDOW_STARTS for p in range(16)
+                                        for _ in range(3)]
+    assert {column: str(dtype) for column, dtype in depth.schema.items() if column != "setting"} == {
+        "window": "Int16", "position": "Int16", "token": "Int32", "group": "Int16", "exit_step": "Int16"}
+
+
+@pytest.mark.parametrize("strategy, settings", [
+    (ACCELERATION, [1e-4, 1e-3, 1e-2]),
+    ({"criterion": "kl", "decode": "rest"}, [1e-5, 1e-4, 1e-3]),
+], ids=["acceleration", "kl_rest"])
+def test_depth_table_means_are_the_sweep_s_mean_loops_and_generation_s_loop_counts(tiny_model, strategy, settings):
+    """Per setting and group, the mean exit step over the table's tokens is the sweep row's mean loops of that group;
+    the exit steps of each window are those of generation decoding the window as a prompt, one position at a
+    time (the all-positions route for acceleration, the position-by-position one for the rest decode)."""
+    swept = sweep_settings(tiny_model, VAL, strategy, settings, MAX_LOOPS, n_windows=4, batch_size=2, device=CPU)
+    means = swept.depth.group_by("setting", "group").agg(pl.col("exit_step").mean())
+    for row in swept.points:
+        for g in range(3):
+            mean = means.filter((pl.col("setting") == row["setting"]) & (pl.col("group") == g))["exit_step"].item()
+            assert mean == pytest.approx(row[f"mean_loops_group{g}"], rel=1e-12)
+    assert swept.depth.group_by("setting", "group").agg(pl.col("exit_step").n_unique())["exit_step"].max() > 1
+    for setting in settings:
+        own = swept.depth.filter(pl.col("setting") == setting)
+        for window, start in enumerate(WINDOW_STARTS):
+            rules = rules_at(strategy, setting, 3, MAX_LOOPS)
+            generated = decode_prompt(tiny_model, VAL[start : start + 17].tolist(), rules, MAX_LOOPS).loops
+            steps = own.filter(pl.col("window") == window).sort("position", "group")["exit_step"].to_list()
+            assert steps == [loops for position in generated for loops in position]

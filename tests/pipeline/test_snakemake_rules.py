@@ -51,6 +51,7 @@ def test_a_rule_reads_as_a_rule():
         checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
     output:
         out=f"{RESULTS}/sweep/strategies/{{recipe}}/seed_{{seed}}/{{strategy}}.parquet",
+        depth_out=f"{RESULTS}/sweep/strategies/{{recipe}}/seed_{{seed}}/{{strategy}}.depth.parquet",
     params:
         values=param_values("sweep"),
         file=PARAMS_PATH,
@@ -73,7 +74,7 @@ def test_a_rule_reads_as_a_rule():
     shell:
         "python -m twoscale sweep --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
         " --strategy {wildcards.strategy:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
-        " --out {output.out:q} --log {log:q}"
+        " --out {output.out:q} --depth-out {output.depth_out:q} --log {log:q}"
 '''
 
 
@@ -143,12 +144,16 @@ def test_a_name_that_reaches_the_shell_runs_nothing(tmp_path):
         shell, wildcards=SimpleNamespace(recipe="paper", seed="1", strategy=hostile),
         params=SimpleNamespace(file=Path("my params.yaml"), data_dir="data/prepared"),
         input=SimpleNamespace(checkpoint="results/train/paper/seed_1/checkpoints/step_40.pt"),
-        output=SimpleNamespace(out=f"results/sweep/strategies/paper/seed_1/{hostile}.parquet"), log="logs/a b.log")
+        output=SimpleNamespace(out=f"results/sweep/strategies/paper/seed_1/{hostile}.parquet",
+                               depth_out=f"results/sweep/strategies/paper/seed_1/{hostile}.depth.parquet"),
+        log="logs/a b.log")
     printed = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert list(tmp_path.iterdir()) == []
     arguments = printed.stdout.splitlines()
     assert arguments[arguments.index("--strategy") + 1] == hostile
-    assert arguments[arguments.index("--out") + 1] == f"results/sweep/strategies/paper/seed_1/{hostile}.parquet"
+    folder = "results/sweep/strategies/paper/seed_1"
+    assert arguments[arguments.index("--out") + 1] == f"{folder}/{hostile}.parquet"
+    assert arguments[arguments.index("--depth-out") + 1] == f"{folder}/{hostile}.depth.parquet"
     assert arguments[arguments.index("--params") + 1] == "my params.yaml"
     assert arguments[arguments.index("--log") + 1] == "logs/a b.log"
 

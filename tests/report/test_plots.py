@@ -229,6 +229,52 @@ def test_fig4_needs_a_threshold_rule_on_the_log_axis(sweep, tmp_path):
         exit_figures.fig4_exit_sweep(ends_only, tmp_path / "f.png")
 
 
+def with_acceleration_within_one_percent(sweep: pl.DataFrame) -> pl.DataFrame:
+    """The sweep with acceleration at τ = 0.1 (5 loops) as good as full depth: its cheapest point within 1%."""
+    full = sweep.filter((pl.col("strategy") == "fixed") & (pl.col("setting") == MAX_LOOPS))
+    chosen = (pl.col("strategy") == "acceleration") & (pl.col("setting") == 0.1)
+    return sweep.join(full.select("recipe", "seed", pl.col("perplexity").alias("full")), on=["recipe", "seed"]) \
+        .with_columns(pl.when(chosen).then(pl.col("full")).otherwise(pl.col("perplexity")).alias("perplexity")) \
+        .drop("full")
+
+
+def depth_of(points: list[tuple[str, int, str, float]]) -> pl.DataFrame:
+    """Exit steps 1..6 for two windows of 10 positions and three groups at each (recipe, seed, strategy, setting)."""
+    rows = [{"recipe": recipe, "seed": seed, "strategy": strategy, "setting": setting, "window": window,
+             "position": position, "token": 7 * position % 40, "group": group,
+             "exit_step": 1 + (position + 2 * group + window) % MAX_LOOPS}
+            for recipe, seed, strategy, setting in points for window in range(2) for position in range(10)
+            for group in range(3)]
+    return pl.DataFrame(rows)
+
+
+def test_depth_map_draws_each_rule_s_best_point_of_each_recipe_s_first_seed(sweep, tmp_path):
+    """Full depth's perplexity is exp(3 + 2/6 + 0.05 run); within 1% of it: acceleration at τ = 0.1 (made so) and
+    kl_head at τ = 0 only, the cheapest of each; argmax (2 to 4.5 loops) is never within 1%; fixed is left out."""
+    tuned = with_acceleration_within_one_percent(sweep)
+    points = [(p["recipe"], p["seed"], p["strategy"], p["setting"]) for p in exit_figures.depth_map_points(tuned)]
+    assert points == [("paper", 1, "acceleration", 0.1), ("paper", 1, "kl_head", 0.0),
+                      ("huginn", 1, "acceleration", 0.1), ("huginn", 1, "kl_head", 0.0)]
+    path = tmp_path / "figures" / "exit_depth.png"
+    exit_figures.fig_exit_depth(tuned, depth_of(points), path)
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        width, height = image.size
+    assert path.stat().st_size > 10_000 and 600 <= width <= 4000 and 400 <= height <= 3000
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    with pytest.raises(TwoscaleError, match="fig_exit_depth: the depth table has no rows of huginn, seed 1, kl_head"):
+        exit_figures.fig_exit_depth(tuned, depth_of(points[:3]), tmp_path / "f.png")
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_depth_map_without_a_rule_within_one_percent_says_so(sweep, tmp_path):
+    worse = sweep.with_columns(pl.when(pl.col("strategy") == "fixed").then(pl.col("perplexity"))
+                               .otherwise(2 * pl.col("perplexity")).alias("perplexity"))
+    assert exit_figures.depth_map_points(worse) == []
+    exit_figures.fig_exit_depth(worse, pl.DataFrame(), tmp_path / "f.png")
+    assert (tmp_path / "f.png").stat().st_size > 10_000
+
+
 def test_strategy_colours_do_not_depend_on_order_and_fixed_is_black():
     names = ["kl_head", "fixed", "acceleration", "argmax"]
     forward, backward = exit_figures._strategy_styles(names), exit_figures._strategy_styles(names[::-1])

@@ -207,7 +207,8 @@ def test_a_checkpoint_of_the_parameters_in_force_is_measured(tmp_path, tiny_data
 
 def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):
     result = stage(tmp_path, "sweep", "--params", str(smoke_params(tmp_path)), *RUN, "--strategy", "telepathy",
-                   "--checkpoint", "step_5.pt", "--data-dir", "prepared", "--out", "sweep/telepathy.parquet")
+                   "--checkpoint", "step_5.pt", "--data-dir", "prepared", "--out", "sweep/telepathy.parquet",
+                   "--depth-out", "sweep/telepathy.depth.parquet")
     assert_one_line_error(result, "sweep", "'telepathy'", "known: acceleration, fixed")
     assert not (tmp_path / "sweep").exists()
 

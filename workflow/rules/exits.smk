@@ -14,6 +14,7 @@ rule sweep:
         checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
     output:
         out=f"{RESULTS}/sweep/strategies/{{recipe}}/seed_{{seed}}/{{strategy}}.parquet",
+        depth_out=f"{RESULTS}/sweep/strategies/{{recipe}}/seed_{{seed}}/{{strategy}}.depth.parquet",
     params:
         values=param_values("sweep"),
         file=PARAMS_PATH,
@@ -36,7 +37,7 @@ rule sweep:
     shell:
         "python -m twoscale sweep --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
         " --strategy {wildcards.strategy:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
-        " --out {output.out:q} --log {log:q}"
+        " --out {output.out:q} --depth-out {output.depth_out:q} --log {log:q}"
 
 
 rule latency:
@@ -112,6 +113,12 @@ rule exit_figures:
     input:
         sources("exit_figures"),
         sweep=f"{RESULTS}/sweep/sweep.parquet",
+        strategies_dir=expand(
+            rules.sweep.output,
+            recipe=config["recipes"],
+            seed=config["runtime"]["seeds"],
+            strategy=config["sweep"]["strategies"],
+        ),
     output:
         report(
             f"{RESULTS}/figures/fig4_exit_sweep.png",
@@ -123,8 +130,10 @@ rule exit_figures:
             caption="../report/exits.rst",
             category="Early exit",
         ),
+        f"{RESULTS}/figures/exit_depth.png",
     params:
         file=PARAMS_PATH,
+        strategies_dir=f"{RESULTS}/sweep/strategies",
         figures_dir=f"{RESULTS}/figures",
     log:
         f"{LOGS}/exit_figures.log",
@@ -137,4 +146,4 @@ rule exit_figures:
         "../envs/twoscale.yaml"
     shell:
         "python -m twoscale exit_figures --params {params.file:q} --sweep {input.sweep:q}"
-        " --figures-dir {params.figures_dir:q} --log {log:q}"
+        " --strategies-dir {params.strategies_dir:q} --figures-dir {params.figures_dir:q} --log {log:q}"

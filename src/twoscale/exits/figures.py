@@ -1,10 +1,12 @@
 """The exit rules' figures: Fig. 4 (perplexity against the exit setting) and the trade-off of quality against cost
-and latency, from the sweep table (conventions in `report.figures`)."""
+and latency, from the sweep table, and the per-token depth map from the depth tables (conventions in
+`report.figures`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -17,10 +19,10 @@ import polars as pl
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from twoscale.exits.tables import full_depth_rows
+from twoscale.exits.tables import FULL_DEPTH, SWEEP_COLUMNS, best_within, full_depth_rows
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.figures import figure_style, panel_grid, plain_log_ticks, save_figure, seed_note
-from twoscale.report.tables import recipes_in, require
+from twoscale.report.tables import of_run, recipes_in, require, runs_in
 
 # --- Fig. 4 and the trade-off: the early-exit sweep ---------------------------------------------------------
 
@@ -160,5 +162,87 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
         _strategy_legend(fig, styles, sorted(rules["strategy"].unique()), frontier)
         fig.suptitle("Early exit: loss vs FLOPs and latency, every setting of every exit rule, per recipe\n"
                      "(points joined in order of mean loops, including the τ = 0 and τ = ∞ ends)")
+        save_figure(fig, path)
+
+
+# --- the depth map: which tokens exit when ---------------------------------------------------------------------
+
+DEPTH_KEYS = ("recipe", "seed", "strategy", "setting", "window", "position", "group", "exit_step")
+DEPTH_WINDOW = 0  # the map shows the first held-out window
+
+
+def depth_map_points(sweep: pl.DataFrame) -> list[dict[str, Any]]:
+    """The points the depth map draws, per recipe's first seed: each exit rule's best point (its cheapest setting
+    within 1% of full depth's perplexity, as C6 reads it), with recipe, seed and swept added; rules with no setting
+    within 1% and fixed depth (K loops on every token) are left out."""
+    first_seeds: dict[str, int] = {}
+    for recipe, seed in runs_in(sweep):
+        first_seeds.setdefault(recipe, seed)
+    points = []
+    for recipe, seed in first_seeds.items():
+        own_run = of_run(sweep, recipe, seed)
+        for strategy in sorted(set(own_run["strategy"]) - {FULL_DEPTH}):
+            best = best_within(own_run, strategy)
+            if best is not None:
+                swept = own_run.filter(pl.col("strategy") == strategy)["swept"][0]
+                points.append({**best, "recipe": recipe, "seed": seed, "swept": swept})
+    return points
+
+
+def _depth_rows(depth: pl.DataFrame, point: dict[str, Any]) -> np.ndarray:
+    """A point's exit steps in the depth map's window, (groups, positions)."""
+    own = of_run(depth, point["recipe"], point["seed"]).filter(
+        (pl.col("strategy") == point["strategy"]) & (pl.col("setting") == point["setting"])
+        & (pl.col("window") == DEPTH_WINDOW))
+    if own.height == 0:
+        raise TwoscaleError(f"fig_exit_depth: the depth table has no rows of {point['recipe']}, seed {point['seed']}, "
+                            f"{point['strategy']} at {point['setting']:g}")
+    grid = own.pivot(on="position", index="group", values="exit_step", sort_columns=True).sort("group")
+    return grid.drop("group").to_numpy()
+
+
+def fig_exit_depth(sweep: pl.DataFrame, depth: pl.DataFrame, path: Path) -> None:
+    """Each token's exit step in every looped group across the first held-out window, one panel per recipe (its
+    first seed): a band of rows (one per group) per exit rule at its best point (`depth_map_points`), positions
+    across, colour = loops run."""
+    name = "fig_exit_depth"
+    require(sweep, "sweep", ("recipe", "seed", *SWEEP_COLUMNS), name)
+    points = depth_map_points(sweep)
+    if points:
+        require(depth, "depth", DEPTH_KEYS, name)
+    recipes = recipes_in(sweep)
+    max_loops = int(sweep["max_loops"][0])
+    bands = {recipe: [(point, _depth_rows(depth, point)) for point in points if point["recipe"] == recipe]
+             for recipe in recipes}
+    tallest = max([sum(len(rows) for _, rows in band) for band in bands.values()] + [1])
+    colours = plt.get_cmap("viridis", max_loops)
+    with figure_style():
+        fig, axes = panel_grid(len(recipes), 1, width=11.0, height=0.25 * tallest + 1.2, sharey=False)
+        for recipe, (ax,) in zip(recipes, axes, strict=True):
+            seed = next(seed for r, seed in runs_in(sweep) if r == recipe)
+            ax.set_title(f"{recipe}, seed {seed}")
+            ax.grid(False)
+            if not bands[recipe]:
+                ax.text(0.5, 0.5, "no exit rule comes within 1% of full depth's perplexity", ha="center",
+                        va="center", transform=ax.transAxes)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                continue
+            image = ax.imshow(np.vstack([rows for _, rows in bands[recipe]]), aspect="auto", cmap=colours,
+                              vmin=0.5, vmax=max_loops + 0.5, interpolation="nearest")
+            labels, top = [], 0
+            for point, rows in bands[recipe]:
+                setting = f"τ = {point['setting']:g}" if point["swept"] == "threshold" else \
+                    f"{point['swept']} = {point['setting']:g}"
+                labels += [f"{point['strategy']} {setting} · group {g}" for g in range(len(rows))]
+                top += len(rows)
+                ax.axhline(top - 0.5, color="white", lw=2)
+            ax.set_yticks(range(len(labels)), labels, fontsize=7)
+            ax.set_xlabel(f"position in held-out window {DEPTH_WINDOW}")
+        if any(bands.values()):
+            fig.colorbar(image, ax=[row[0] for row in axes], label="exit step (loops the group ran)")
+        fig.suptitle(f"Per-token depth: loops each token ran in each looped group (of at most {max_loops}), "
+                     "each rule at its cheapest setting within 1% of full depth's perplexity\n(fixed depth runs K "
+                     "loops on every token)")
         save_figure(fig, path)
 

@@ -5,6 +5,10 @@ batch size 1: the same computation, the next token given or picked (docs/methods
 A strategy is a plain exit spec without its swept setting, e.g. {"criterion": "acceleration", "variant": "vector",
 "hits": 2}; `rules_at` sets the setting (`swept_key`: the threshold; the loop count of "fixed"; the hit count of
 "argmax", which has no threshold) and builds one rule per group.
+
+Besides its row per setting, a strategy's sweep keeps every token's exit step per group at every setting (the
+depth table): which settings a report reads (full depth, K*, each strategy's best point) follows from every
+strategy's table together, which no one strategy's job sees.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 from tqdm import tqdm
 
@@ -108,6 +114,27 @@ def timed_rounds(
     return rows
 
 
+@dataclass
+class StrategySweep:
+    points: list[dict[str, float]]  # per setting: quality, loops and cost
+    depth: pl.DataFrame  # `depth_table`: every token's exit step per group at every setting
+
+
+def depth_table(settings: Sequence[float], tokens: torch.Tensor, exit_steps: torch.Tensor) -> pl.DataFrame:
+    """One row per setting, window, position and group (in that order): the setting, the window's index among the
+    held-out windows, the position in it, the input token there, the group and the loop steps the token ran in it
+    (`exit_step`), from the tokens (windows, T) and exit steps (settings, windows, T, G) of `evaluate_settings`."""
+    setting, window, position, group = np.indices(exit_steps.shape).reshape(4, -1)
+    return pl.DataFrame({
+        "setting": np.asarray(settings, dtype=np.float64)[setting],
+        "window": pl.Series(window, dtype=pl.Int16),
+        "position": pl.Series(position, dtype=pl.Int16),
+        "token": pl.Series(tokens.numpy()[window, position], dtype=pl.Int32),
+        "group": pl.Series(group, dtype=pl.Int16),
+        "exit_step": pl.Series(exit_steps.flatten().numpy(), dtype=pl.Int16),
+    })
+
+
 def sweep_settings(
     model: LoopedGPT,
     val_ids: np.ndarray,
@@ -119,16 +146,18 @@ def sweep_settings(
     device: torch.device,
     cache_mb: float = math.inf,
     progress: str | None = None,
-) -> list[dict[str, float]]:
+) -> StrategySweep:
     """Quality, loops and cost of one strategy at each setting, from the cached decoding whose latency the latency
-    stage times (teacher-forced: the next token given). The settings decode together, as rows of one batch, as many
-    at a time as keep its KV cache within `cache_mb` (at least one)."""
+    stage times (teacher-forced: the next token given), and every token's exit step per group. The settings decode
+    together, as rows of one batch, as many at a time as keep its KV cache within `cache_mb` (at least one)."""
     rule_sets = [rules_at(strategy, setting, model.n_groups, max_loops) for setting in settings]
     per_setting = cache_bytes(model, max_loops, model.config.block_size, rows=min(batch_size, n_windows))
     together = max(1, int(min(len(settings), cache_mb * 2**20 / per_setting)))
-    results = [result for first in range(0, len(settings), together)
-               for result in evaluate_settings(model, val_ids, rule_sets[first : first + together], max_loops,
-                                               n_windows, batch_size, device, progress)]
-    return [{"setting": float(setting), **quality,
-             "mean_loops": float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))}
-            for setting, quality in zip(settings, results, strict=True)]
+    parts = [evaluate_settings(model, val_ids, rule_sets[first : first + together], max_loops, n_windows, batch_size,
+                               device, progress)
+             for first in range(0, len(settings), together)]
+    points = [{"setting": float(setting), **quality,
+               "mean_loops": float(np.mean([quality[f"mean_loops_group{g}"] for g in range(model.n_groups)]))}
+              for setting, quality in zip(settings, [p for part in parts for p in part.points], strict=True)]
+    exit_steps = torch.cat([part.exit_steps for part in parts])
+    return StrategySweep(points, depth_table(settings, parts[0].tokens, exit_steps))

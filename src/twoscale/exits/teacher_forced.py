@@ -129,15 +129,22 @@ def compute_fraction(model: LoopedGPT, mean_loops: Sequence[float], max_loops: i
     return used / full
 
 
+@dataclass
+class SettingsEvaluation:
+    points: list[dict[str, float]]  # per rule set, in order: quality, loops and cost (`evaluate_with_exits`)
+    tokens: Tensor  # (windows, T): the input token at each position of the held-out windows
+    exit_steps: Tensor  # (rule sets, windows, T, G): loop steps each token took in each group
+
+
 @torch.no_grad()
 def evaluate_settings(
     model: LoopedGPT, ids: np.ndarray, settings: Sequence[Sequence[ExitRule]], max_loops: int, n_windows: int,
     batch_size: int, device: torch.device, progress: str | None = None,
-) -> list[dict[str, float]]:
+) -> SettingsEvaluation:
     """`evaluate_with_exits` for several rule sets at once (the settings of one strategy: rules that differ in
-    threshold, hits or loop count only). Every batch of windows is decoded once, the settings as rows of one batch
-    (`ExitRule.stacked`), so the layers run on every setting's tokens together; each row still exits by its own
-    setting's rule. One result per rule set, in order; `progress` names a bar over the batches."""
+    threshold, hits or loop count only), with every token's loop count per group kept. Every batch of windows is
+    decoded once, the settings as rows of one batch (`ExitRule.stacked`), so the layers run on every setting's
+    tokens together; each row still exits by its own setting's rule. `progress` names a bar over the batches."""
     model.eval()
     n_settings = len(settings)
     total_nll = torch.zeros(n_settings, dtype=torch.float64)
@@ -145,6 +152,7 @@ def evaluate_settings(
     layer_sums = torch.zeros(n_settings, dtype=torch.float64)
     flop_sums = torch.zeros(n_settings, dtype=torch.float64)
     tokens = 0
+    windows_seen, exit_steps = [], []
     batches = held_out_batches(ids, n_windows, batch_size, model.config.block_size)
     for x, y in tqdm(batches, desc=progress, unit="batch", disable=progress is None):
         windows, length = x.shape
@@ -155,6 +163,8 @@ def evaluate_settings(
         total_nll += nll.double().view(n_settings, -1).sum(1).cpu()
         loops = run.loops.flatten(1)  # (G, settings * windows * length), setting-major
         loop_sums += loops.double().view(model.n_groups, n_settings, -1).sum(2).T.cpu()
+        windows_seen.append(x)
+        exit_steps.append(run.loops.view(model.n_groups, n_settings, windows, length).permute(1, 2, 3, 0).cpu())
         positions = torch.arange(length, device=loops.device).repeat(windows * n_settings)
         cost = token_costs(model, loops, positions, rules)
         layer_sums += cost.layers.view(n_settings, -1).sum(1).cpu()
@@ -173,7 +183,7 @@ def evaluate_settings(
         }
         result.update({f"mean_loops_group{g}": value for g, value in enumerate(mean_loops)})
         results.append(result)
-    return results
+    return SettingsEvaluation(results, torch.cat(windows_seen), torch.cat(exit_steps, 1))
 
 
 def evaluate_with_exits(
@@ -183,4 +193,4 @@ def evaluate_with_exits(
     """Cross-entropy and perplexity on fixed validation windows with exits active; mean loops per group, the
     fraction of the compute of every group at max_loops that was spent, and the cost per token in layer
     applications and GFLOPs with the exit decodes included (`cost`)."""
-    return evaluate_settings(model, ids, [rules], max_loops, n_windows, batch_size, device)[0]
+    return evaluate_settings(model, ids, [rules], max_loops, n_windows, batch_size, device).points[0]

@@ -1,5 +1,6 @@
 """Stage `sweep`: one early-exit strategy over its settings on the final checkpoint (one job per strategy): quality,
-loop counts and cost per token of teacher-forced cached decoding. The `latency` stage times the same settings."""
+loop counts and cost per token of teacher-forced cached decoding, and every token's exit step per group (the depth
+table). The `latency` stage times the same settings."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
     parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out", type=Path, required=True, help="the strategy's table (Parquet)")
+    parser.add_argument("--depth-out", type=Path, required=True,
+                        help="the strategy's depth table: every token's exit step per group at every setting (Parquet)")
 
 
 def strategy_of(params: Params, name: str):
@@ -52,16 +55,16 @@ def run(args: argparse.Namespace) -> None:
     source = provenance(device, next(model.parameters()).dtype)
     with tracking.stage_run("sweep", params_hash(params.sweep), {**run.tags, "strategy": args.strategy}, source):
         log_sections(params, "sweep")
-        rows = sweep_settings(model, val_ids, strategy.spec, strategy.settings, sweep.max_loops, sweep.n_windows,
-                              sweep.batch_size, device, sweep.cache_mb, progress=f"sweep {run.recipe} {args.strategy}")
-        for index, row in enumerate(rows):
+        swept = sweep_settings(model, val_ids, strategy.spec, strategy.settings, sweep.max_loops, sweep.n_windows,
+                               sweep.batch_size, device, sweep.cache_mb, progress=f"sweep {run.recipe} {args.strategy}")
+        for index, row in enumerate(swept.points):
             tracking.log_metrics(row, step=index)
             log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.3f GFLOPs/token", swept_key(criterion),
                      row["setting"], row["cross_entropy"], row["mean_loops"], row["gflops_per_token"])
-        table = pl.DataFrame(rows).select(
-            pl.lit(run.recipe).alias("recipe"),
-            pl.lit(run.seed).alias("seed"),
-            pl.lit(args.strategy).alias("strategy"),
+        keys = (pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
+                pl.lit(args.strategy).alias("strategy"))
+        table = pl.DataFrame(swept.points).select(
+            *keys,
             pl.lit(criterion).alias("criterion"),
             pl.lit(swept_key(criterion)).alias("swept"),
             pl.all(),
@@ -70,3 +73,4 @@ def run(args: argparse.Namespace) -> None:
             *(pl.lit(value).alias(key) for key, value in source.items()),
         )
         write_parquet(args.out, table)
+        write_parquet(args.depth_out, swept.depth.select(*keys, pl.all()))
