@@ -130,7 +130,11 @@ rule exit_figures:
             caption="../report/exits.rst",
             category="Early exit",
         ),
-        f"{RESULTS}/figures/exit_depth.png",
+        report(
+            f"{RESULTS}/figures/exit_depth.png",
+            caption="../report/exits.rst",
+            category="Early exit",
+        ),
     params:
         file=PARAMS_PATH,
         strategies_dir=f"{RESULTS}/sweep/strategies",

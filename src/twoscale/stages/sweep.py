@@ -15,8 +15,8 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import Params, params_hash
-from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, log_sections
+from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
+from twoscale.stages.common import log_sections
 from twoscale.stages.validation import read_params
 from twoscale.training.device import provenance
 
@@ -26,10 +26,8 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
+    add_checkpoint_arguments(parser, "the final checkpoint of the train stage")
     parser.add_argument("--strategy", required=True, help="a name under sweep.strategies")
-    parser.add_argument("--checkpoint", type=Path, required=True, help="the final checkpoint of the train stage")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
     parser.add_argument("--out", type=Path, required=True, help="the strategy's table (Parquet)")
     parser.add_argument("--depth-out", type=Path, required=True,
                         help="the strategy's depth table: every token's exit step per group at every setting (Parquet)")
