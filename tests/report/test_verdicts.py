@@ -152,6 +152,7 @@ def test_the_spectrum_reading_puts_predictions_beside_measurements_per_group():
     assert g0["prefix_vs_ratio"]["max_abs_error"] == pytest.approx(0.08)  # |0.7 - 0.62|
     assert (g0["real_share"], g0["band_share"]) == (1.0, 0.0)
     assert (g1["real_share"], g1["band_share"]) == (0.5, 0.5)
+    assert (g0["largest_angle_deg"], g1["largest_angle_deg"]) == (0.5, 55.0)  # 179.5° is 0.5° from the axis
     assert g1["median_predicted_cosine"] == pytest.approx((math.cos(math.radians(55)) - math.cos(math.radians(0.5))) / 2)
     assert g1["median_measured_cosine"] == pytest.approx((0.60 - 0.9) / 2)
     assert geometry.spectrum_reading(None, 500) == []

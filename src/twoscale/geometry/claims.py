@@ -184,8 +184,8 @@ def _spectrum_cosine_words(groups: Sequence[Mapping[str, Any]]) -> str:
     """What the loop map's dominant eigenvalues say of the late cosine, per group (empty without a spectrum)."""
     if not groups:
         return ""
-    parts = [f"g{g['group']} real for {100 * g['real_share']:.0f}% of tokens, in the band for "
-             f"{100 * g['band_share']:.0f}%; predicted late cosine {fmt(g['median_predicted_cosine'], 3)} against "
+    parts = [f"g{g['group']} real for {100 * g['real_share']:.0f}% of tokens (the largest angle from the real axis "
+             f"{fmt(g['largest_angle_deg'], 2)}°), in the band for {100 * g['band_share']:.0f}%; predicted late cosine {fmt(g['median_predicted_cosine'], 3)} against "
              f"{fmt(g['median_measured_cosine'], 3)} measured ({_agreement_words(g['cosine_vs_measured'])})"
              for g in groups]
     return (f" The loop map's dominant eigenvalue ({groups[0]['tokens']} tokens per group; a real one predicts "

@@ -169,7 +169,8 @@ def spectrum_reading(spectrum: pl.DataFrame | None, step: int) -> list[dict[str,
     of the late loop steps: the median spectral radius of the token's own block and of its prefix against the
     median measured late step ratio, with their per-token `agreement`; the share of tokens whose dominant
     eigenvalue is real (within SPECTRUM_REAL_MAX_DEG of the real axis) and whose cos(arg λ) lies in the paper's
-    band, and the predicted late cosine against the measured one. Empty without the table or that checkpoint."""
+    band, the largest angle of a dominant eigenvalue from the real axis, and the predicted late cosine against the
+    measured one. Empty without the table or that checkpoint."""
     if spectrum is None:
         return []
     at = spectrum.filter(pl.col("step") == step)
@@ -187,6 +188,7 @@ def spectrum_reading(spectrum: pl.DataFrame | None, step: int) -> list[dict[str,
             "prefix_vs_ratio": agreement(tokens["prefix_radius"], tokens["measured_step_ratio"]),
             "real_share": float(np.mean(np.minimum(angle, 180 - angle) <= SPECTRUM_REAL_MAX_DEG)),
             "band_share": float(np.mean((predicted >= lo) & (predicted <= hi))),
+            "largest_angle_deg": float(np.max(np.minimum(angle, 180 - angle))),
             "median_predicted_cosine": float(np.median(predicted)),
             "median_measured_cosine": float(np.nanmedian(tokens["measured_step_cosine"])),
             "cosine_vs_measured": agreement(predicted, tokens["measured_step_cosine"]),
