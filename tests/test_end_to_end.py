@@ -123,7 +123,8 @@ def test_a_checkpoint_copied_over_another_is_refused_by_the_stage_run_by_hand(fi
     try:
         result = attempt([sys.executable, "-m", "twoscale", "sweep", "--params", "params.yaml", "--recipe", "paper",
                           "--seed", "1337", "--strategy", "fixed", "--checkpoint", str(checkpoints / "step_40.pt"),
-                          "--data-dir", "data/prepared", "--out", str(tmp_path / "sweep.parquet")], first_run)
+                          "--data-dir", "data/prepared", "--out", str(tmp_path / "sweep.parquet"),
+                          "--depth-out", str(tmp_path / "depth.parquet")], first_run)
     finally:
         os.replace(kept, checkpoints / "step_40.pt")
     assert result.returncode == 2
@@ -418,8 +419,9 @@ def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_ru
     first = smoke["train"]["checkpoint_steps"][0]
     os.utime(first_run / f"results/train/paper/seed_1337/checkpoints/step_{first}.pt")
     # surrogates reads the teachers' and recipes' checkpoints; like DVC, its rule names their whole folder
-    assert planned_jobs(first_run, *by_mtime) == {"measure": 1, "precision": 1, "geometry": 1, "geometry_figures": 1,
-                                                  "precision_figures": 1, "surrogates": 1, "surrogate_figures": 1,
+    assert planned_jobs(first_run, *by_mtime) == {"measure": 1, "precision": 1, "spectrum": 1, "lens": 1,
+                                                  "geometry": 1, "geometry_figures": 1, "precision_figures": 1,
+                                                  "mechanism_figures": 1, "surrogates": 1, "surrogate_figures": 1,
                                                   "claims": 1}
     run(["snakemake", "--cores", "2", *by_mtime], first_run)
     assert planned_jobs(first_run, *by_mtime) == {}

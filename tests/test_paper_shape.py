@@ -26,7 +26,10 @@ def paper_shape_on_cpu(gpu: dict) -> dict:
     params["train"].update(steps=2, batch_size=1, warmup_steps=1, eval_every=1, eval_batches=1, checkpoint_steps=[2])
     params["train"]["loops"].update(distribution="uniform", max=2, backprop_depth=1)
     params["recipes"] = {"huginn": gpu["recipes"]["huginn"]}
-    params["measure"].update(threads=1, n_sequences=1, batch_size=1, max_loops=2, loss_loops=[1, 2])
+    # four loops: the spectrum stage's late half (k > K/2) needs two steps to compare
+    params["measure"].update(threads=1, n_sequences=1, batch_size=1, max_loops=4, loss_loops=[1, 2])
+    params["spectrum"].update(threads=1, n_windows=1, positions=2, n_eigenvalues=2)
+    params["lens"].update(threads=1, n_windows=1, batch_size=1)
     params["sweep"].update(threads=1, max_loops=2, n_windows=1, batch_size=1, n_prompts=1, new_tokens=2)
     params["sweep"]["strategies"] = {"fixed": {"spec": {"criterion": "fixed"}, "settings": [1, 2]},
                                      "acceleration": {**gpu["sweep"]["strategies"]["acceleration"],
@@ -60,3 +63,6 @@ def test_every_stage_runs_at_the_paper_shape(paper_shape_run):
     assert (paper_shape_run / "results/sample/huginn/seed_1337/summary.csv").is_file()
     assert (paper_shape_run / "results/surrogates/recovery.csv").is_file()
     assert (paper_shape_run / "results/claims.md").is_file()
+    # the GPU set takes the exact Jacobian at the paper's width (Arnoldi is for widths beyond it)
+    spectrum = pl.read_parquet(paper_shape_run / "results/spectrum/huginn/seed_1337/step_2.parquet")
+    assert set(spectrum["method"]) == {"exact"} and spectrum["eigenvalues_real"].list.len().to_list() == [2] * 6

@@ -43,7 +43,8 @@ def test_a_file_per_checkpoint_step(config):
 def test_the_final_checkpoint_is_the_one_of_train_steps(config):
     sweep = by_name(config)["sweep"]
     assert sweep.inputs[0] == "results/train/{recipe}/seed_{seed}/checkpoints/step_40.pt"
-    assert sweep.outputs == ("results/sweep/strategies/{recipe}/seed_{seed}/{strategy}.parquet",)
+    assert sweep.outputs == ("results/sweep/strategies/{recipe}/seed_{seed}/{strategy}.parquet",
+                             "results/sweep/strategies/{recipe}/seed_{seed}/{strategy}.depth.parquet")
 
 
 def test_another_parameter_set_s_files_lie_under_its_root(config):

@@ -55,7 +55,8 @@ def geometry_args(folder: Path) -> SimpleNamespace:
     ("geometry", ("--measure-dir",)),
     ("latency", ("--checkpoint", "--data-dir", "--strategies-dir")),
     ("tradeoff", ("--strategies-dir", "--latency-dir")),
-    ("claims", ("--geometry-dir", "--sweep", "--latency", "--sample-dir", "--beyond-dir", "--recovery")),
+    ("claims", ("--geometry-dir", "--sweep", "--latency", "--sample-dir", "--beyond-dir", "--spectrum-dir",
+                "--recovery")),
     ("beyond", ("--checkpoint", "--data-dir")),
 ])
 def test_the_options_that_name_what_a_stage_reads(stage, options):
