@@ -4,7 +4,7 @@ each a `Claim` record of what the paper says, the test, its verdict (`geometry.v
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -83,16 +83,21 @@ def _agreement_words(a: Mapping[str, Any]) -> str:
     return f"median |error| {fmt(a['median_abs_error'], 2)}, r = {fmt(a['correlation'], 2)}"
 
 
-def _spectrum_decay_words(groups: Sequence[Mapping[str, Any]]) -> str:
-    """What the loop map's spectrum says of the late decay, per group, in one sentence (empty without one)."""
+def _per_group_sentence(groups: Sequence[Mapping[str, Any]], opening: str,
+                        part: Callable[[Mapping[str, Any]], str]) -> str:
+    """One sentence of the spectrum's per-group readings: `opening` ({tokens}: the tokens per group), then `part` of
+    each group (empty without a spectrum)."""
     if not groups:
         return ""
-    parts = [f"g{g['group']} radius {fmt(g['median_radius'], 3)} (prefix {fmt(g['median_prefix_radius'], 3)}) "
-             f"against a measured late step ratio of {fmt(g['median_measured_ratio'], 3)} (own block: "
-             f"{_agreement_words(g['radius_vs_ratio'])}; prefix: {_agreement_words(g['prefix_vs_ratio'])})"
-             for g in groups]
-    return (f" The loop map's spectrum ({groups[0]['tokens']} tokens per group, medians): " + "; ".join(parts)
-            + ".")
+    return " " + opening.format(tokens=groups[0]["tokens"]) + "; ".join(map(part, groups)) + "."
+
+
+def _spectrum_decay_words(groups: Sequence[Mapping[str, Any]]) -> str:
+    """What the loop map's spectrum says of the late decay, per group."""
+    return _per_group_sentence(groups, "The loop map's spectrum ({tokens} tokens per group, medians): ", lambda g: (
+        f"g{g['group']} radius {fmt(g['median_radius'], 3)} (prefix {fmt(g['median_prefix_radius'], 3)}) "
+        f"against a measured late step ratio of {fmt(g['median_measured_ratio'], 3)} (own block: "
+        f"{_agreement_words(g['radius_vs_ratio'])}; prefix: {_agreement_words(g['prefix_vs_ratio'])})"))
 
 
 def _c1_measured(verdict: Verdict, geometry: pl.DataFrame, spectrum: pl.DataFrame | None = None
@@ -181,16 +186,15 @@ def regimes_text(groups: Sequence[Mapping[str, Any]], metric: str, digits: int =
 
 
 def _spectrum_cosine_words(groups: Sequence[Mapping[str, Any]]) -> str:
-    """What the loop map's dominant eigenvalues say of the late cosine, per group (empty without a spectrum)."""
-    if not groups:
-        return ""
-    parts = [f"g{g['group']} real for {100 * g['real_share']:.0f}% of tokens (the largest angle from the real axis "
-             f"{fmt(g['largest_angle_deg'], 2)}°), in the band for {100 * g['band_share']:.0f}%; predicted late cosine {fmt(g['median_predicted_cosine'], 3)} against "
-             f"{fmt(g['median_measured_cosine'], 3)} measured ({_agreement_words(g['cosine_vs_measured'])})"
-             for g in groups]
-    return (f" The loop map's dominant eigenvalue ({groups[0]['tokens']} tokens per group; a real one predicts "
-            f"cosine ±1, and only an angle of {math.degrees(math.acos(C3_BAND[1])):.1f}–"
-            f"{math.degrees(math.acos(C3_BAND[0])):.0f}° predicts the band): " + "; ".join(parts) + ".")
+    """What the loop map's dominant eigenvalues say of the late cosine, per group."""
+    band = f"{math.degrees(math.acos(C3_BAND[1])):.1f}–{math.degrees(math.acos(C3_BAND[0])):.0f}°"
+    return _per_group_sentence(
+        groups, "The loop map's dominant eigenvalue ({tokens} tokens per group; a real one predicts cosine ±1, and "
+        f"only an angle of {band} predicts the band): ", lambda g: (
+            f"g{g['group']} real for {100 * g['real_share']:.0f}% of tokens (the largest angle from the real axis "
+            f"{fmt(g['largest_angle_deg'], 2)}°), in the band for {100 * g['band_share']:.0f}%; predicted late "
+            f"cosine {fmt(g['median_predicted_cosine'], 3)} against {fmt(g['median_measured_cosine'], 3)} measured "
+            f"({_agreement_words(g['cosine_vs_measured'])})"))
 
 
 def _c3_measured(verdict: Verdict, geometry: pl.DataFrame, spectrum: pl.DataFrame | None = None
