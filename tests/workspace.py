@@ -30,8 +30,18 @@ def attempt(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def run(cmd: list[str], cwd: Path) -> str:
     result = attempt(cmd, cwd)
-    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{failure_report(result)}"
     return result.stdout + result.stderr
+
+
+def failure_report(result: subprocess.CompletedProcess, tail: int = 3000) -> str:
+    """The ends of a command's output and, where a job's traceback lies further up (jobs of a workflow print their
+    own between the orchestrator's lines), that traceback."""
+    report = f"{result.stdout[-tail:]}\n{result.stderr[-tail:]}"
+    start = result.stderr.rfind("Traceback (most recent call last)")
+    if 0 <= start < len(result.stderr) - tail:
+        report += f"\nthe last traceback further up:\n{result.stderr[start:start + tail]}"
+    return report
 
 
 def smoke_params(folder: Path, **sections: dict) -> Path:

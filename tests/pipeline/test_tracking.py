@@ -156,6 +156,40 @@ def test_a_training_run_records_its_machine_use_its_corpus_as_a_dataset_and_its_
     assert all(registered.state_dict()[key].equal(value) for key, value in final.items())
 
 
+JOB_LOGGING_THE_CORPUS = """
+import sys, time
+from pathlib import Path
+import mlflow
+from twoscale.pipeline import tracking
+store, me, other = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+with tracking.stage_run("train", "hash", {"seed": me}):
+    (store / me).touch()
+    while not (store / other).exists():  # both jobs log at one moment
+        time.sleep(0.001)
+    tracking.log_dataset("corpus", "ab" * 32, str(store), context="training")
+"""
+
+
+def test_two_jobs_logging_the_same_corpus_at_one_moment_both_record_it_as_one_dataset(store):
+    """Two trainings that end together log their corpus at once: without a retry, one of the two fails."""
+    env = {**os.environ, "DVC_ROOT": str(store)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop(tracking.PARENT_ENV, None)
+    tracking.ensure_store()
+    for round_ in range(3):
+        a, b = f"a{round_}", f"b{round_}"
+        jobs = [subprocess.Popen([sys.executable, "-c", JOB_LOGGING_THE_CORPUS, str(store), me, other], env=env,
+                                 stderr=subprocess.PIPE, text=True) for me, other in ((a, b), (b, a))]
+        for job in jobs:
+            assert job.wait(timeout=120) == 0, job.stderr.read()[-2000:]
+    runs = stage_runs(store, "train")
+    assert len(runs) == 6
+    digests = [[dataset.dataset.digest for dataset in run.inputs.dataset_inputs] for run in runs]
+    assert digests == [["ab" * 18]] * 6
+    with sqlite3.connect(store / "mlflow.db") as db:
+        assert db.execute("SELECT count(*) FROM datasets").fetchone() == (1,)
+
+
 def test_a_training_on_tokens_that_do_not_name_their_corpus_stops_in_one_line_before_it_trains(store, monkeypatch,
                                                                                                   capsys):
     """Token arrays made before the tokenize stage recorded the corpus they are of."""

@@ -58,6 +58,7 @@ HOST_TAG, PID_TAG, PROCESS_START_TAG = "twoscale.host", "twoscale.pid", "twoscal
 # the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant)
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 DATASET_DIGEST_CHARS = 36  # the most of a dataset's digest an MLflow store keeps
+DATASET_ATTEMPTS = 3
 
 
 def project_root() -> Path:
@@ -304,7 +305,17 @@ def log_dataset(name: str, sha256: str, source: str, context: str) -> None:
         warnings.filterwarnings("ignore", "The specified dataset source can be interpreted in multiple ways")
         resolved = resolve_dataset_source(source)
     dataset = MetaDataset(resolved, name=name, digest=sha256[:DATASET_DIGEST_CHARS])
-    _mlflow().log_input(dataset, context=context)
+    mlflow = _mlflow()
+    # MLflow looks the dataset up and inserts it when absent, so two jobs logging the same corpus at one moment (two
+    # trainings ending together) can both find it absent: the second insert breaks the store's uniqueness and
+    # fails. Tried again, it finds the winner's row.
+    for attempt in range(DATASET_ATTEMPTS):
+        try:
+            mlflow.log_input(dataset, context=context)
+            return
+        except mlflow.exceptions.MlflowException:
+            if attempt == DATASET_ATTEMPTS - 1:
+                raise
 
 
 def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:
