@@ -12,7 +12,6 @@ from torch.nn.attention import sdpa_kernel
 
 from twoscale.geometry.spectrum import (
     COMPOSITE_ATTENTION,
-    agreement,
     jacobian,
     late_dynamics,
     leading_eigenvalues,
@@ -124,13 +123,13 @@ def test_the_ritz_values_of_the_recorded_steps_recover_the_leading_eigenvalues()
     assert ritz_values(np.zeros((4, WIDTH))).size == 0
 
 
-def test_agreement_counts_only_finite_pairs():
-    found = agreement(np.array([0.5, 0.6, 0.7, math.nan]), np.array([0.5, 0.62, 0.69, 0.1]))
-    assert found["n"] == 3
-    assert found["median_abs_error"] == pytest.approx(0.01)
-    assert found["max_abs_error"] == pytest.approx(0.02)
-    assert found["correlation"] == pytest.approx(np.corrcoef([0.5, 0.6, 0.7], [0.5, 0.62, 0.69])[0, 1])
-    assert math.isnan(agreement(np.ones(3), np.array([1.0, 2.0, 3.0]))["correlation"])  # nothing varies: no r
+def test_a_late_half_of_one_step_has_neither_ratio_nor_cosine():
+    """Two loops: the late half (k > 1) is the second step alone; a ratio needs two steps, a cosine two too."""
+    measured = late_dynamics(iterate(torch.eye(WIDTH, dtype=torch.float64) * 0.5, 2), first_late_k=2)
+    assert math.isnan(measured["step_ratio"]) and math.isnan(measured["step_cosine"])
+    three = late_dynamics(iterate(torch.eye(WIDTH, dtype=torch.float64) * 0.5, 3), first_late_k=2)
+    assert three["step_ratio"] == pytest.approx(0.5, abs=1e-12)  # s(3) / s(2), one step ratio
+    assert three["step_cosine"] == pytest.approx(1.0, abs=1e-12)
 
 
 # --- a tiny looped model --------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from twoscale.claims.by_recipe import summarise, to_markdown
 from twoscale.geometry import claims as geometry_claims
 from twoscale.geometry.verdicts import step_cosine_settles
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.report.claim import Claim, Headline, fmt
+from twoscale.report.claim import Claim, Headline, fmt, times
 from twoscale.report.verdicts import Verdict
 
 # --- the worked example of docs/extending.md#a-claim --------------------------------------------------------
@@ -68,3 +68,8 @@ def test_every_registered_claim_is_complete_unique_and_has_its_section():
 def test_an_unknown_claim_is_a_clear_error():
     with pytest.raises(TwoscaleError, match="no claim 'C9' is registered"):
         table.claim("C9")
+
+
+def test_a_ratio_reads_as_a_multiple_and_a_missing_one_as_n_a_alone():
+    assert times(0.3824) == "0.38×" and times(150.2) == "150×"
+    assert times(None) == "n/a" and times(float("nan")) == "n/a"  # not "n/a×"

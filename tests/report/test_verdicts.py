@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 import pytest
 from sweeps import latency_rounds
@@ -410,3 +411,12 @@ def test_a_check_decides_only_when_the_interval_is_on_one_side(low, high, least,
     ratio = Ratio((low + high) / 2, low, high, 5)
     assert at_least(ratio, 4.0) is least and at_most(ratio, 4.0) is most
     assert at_least(None, 4.0) is None and at_most(None, 4.0) is None
+
+
+def test_agreement_counts_only_finite_pairs():
+    found = geometry.agreement(np.array([0.5, 0.6, 0.7, math.nan]), np.array([0.5, 0.62, 0.69, 0.1]))
+    assert found["n"] == 3
+    assert found["median_abs_error"] == pytest.approx(0.01)
+    assert found["max_abs_error"] == pytest.approx(0.02)
+    assert found["correlation"] == pytest.approx(np.corrcoef([0.5, 0.6, 0.7], [0.5, 0.62, 0.69])[0, 1])
+    assert math.isnan(geometry.agreement(np.ones(3), np.array([1.0, 2.0, 3.0]))["correlation"])  # nothing varies: no r

@@ -25,7 +25,7 @@ from twoscale.exits.verdicts import (
     acceleration_exit,
     power_of_ten,
 )
-from twoscale.report.claim import Claim, Headline, fmt, pct, ratio_value, sci, speed_text
+from twoscale.report.claim import Claim, Headline, fmt, pct, ratio_value, sci, speed_text, times
 from twoscale.report.verdicts import Verdict
 
 
@@ -39,7 +39,7 @@ def _best_point_text(name: str, best: Mapping[str, Any] | None, swept: str | Non
     if best is None:
         return f"{name}: none within 1%"
     return (f"{name} {_setting_text(swept, best['setting'])}: {fmt(best['gflops_per_token'] * 1e3)} MFLOPs "
-            f"({fmt(best['flop_ratio'])}× in FLOPs), {fmt(best['ms_per_token'])} ms, "
+            f"({times(best['flop_ratio'])} in FLOPs), {fmt(best['ms_per_token'])} ms, "
             f"ppl {fmt(best['perplexity'], 3)}")
 
 
@@ -77,7 +77,7 @@ def _kl_text(kl: Sequence[Mapping[str, Any]]) -> str:
     """Each KL strategy's latency and FLOP ratio to acceleration at their best points."""
     return ", ".join(f"{k['strategy']} never within 1%" if k["best"] is None else
                      f"{k['strategy']} {_SLOWER[k['slower']]}: latency {speed_text(k['ratio'])}, FLOPs "
-                     f"{fmt(k['flop_ratio'])}×" for k in kl) or "no KL strategy"
+                     f"{times(k['flop_ratio'])}" for k in kl) or "no KL strategy"
 
 
 def _c6_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame | None) -> tuple[str, Headline]:

@@ -25,8 +25,7 @@ def decoded_logits(model: LoopedGPT, state: Tensor, group: int, decode: str) -> 
         raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
     if decode == "head":
         return model.logits_of(state)
-    segment = next(index for index, s in enumerate(model.segments) if s.group == group)
-    return model.logits_of(model.run_segments(state, [1] * model.n_groups, segment + 1))
+    return model.logits_of(model.run_segments(state, [1] * model.n_groups, model.segment_index(group) + 1))
 
 
 @torch.no_grad()

@@ -72,7 +72,7 @@ def losses_by_loop_count(model: LoopedGPT, recorded: ModelOutput, targets: torch
     a pass recorded with every group looped the same K times: its logits give n = K, and its first group's n-th
     iterate is that group's output at n loops, from which only the later segments run. The same arithmetic, op for
     op, as a plain forward pass at n loops (`LoopedGPT.forward`), so the values are those of `evaluate_loss`."""
-    first_group = next(index for index, segment in enumerate(model.segments) if segment.group is not None)
+    first_group = model.segment_index(0)
     iterates = recorded.trajectories[0]
     most = iterates.shape[0] - 1
     if any(count != most for count in (len(t) - 1 for t in recorded.trajectories)):

@@ -17,6 +17,7 @@ mode decomposition).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -37,7 +38,7 @@ def token_step(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor
     (T, C) are one sequence's states up to and including that token, `group_input` (T, C) the group's input for
     the same positions; the earlier tokens' states and the group input are held. Later positions are left out:
     under causal attention they do not reach this token."""
-    segment = next(s for s in model.segments if s.group == group)
+    segment = model.segments[model.segment_index(group)]
     held, inputs = states[:-1], group_input[None]
 
     def step(x: Tensor) -> Tensor:
@@ -109,25 +110,12 @@ def predicted_cosine(eigenvalue: complex) -> float:
 def late_dynamics(trajectory: Tensor, first_late_k: int) -> dict[str, float]:
     """A token's measured late dynamics from its iterates x^(0..K) (K+1, C): the mean ratio of consecutive step
     sizes over k >= first_late_k, (s(K) / s(first_late_k))^(1 / (K − first_late_k)) (a geometric mean), and the
-    mean cosine between consecutive steps over the same k (the geometry's own `step_size` and `step_cosine`)."""
+    mean cosine between consecutive steps over the same k (the geometry's own `step_size` and `step_cosine`). NaN
+    where the late half has too few steps for either (one step: no ratio, no cosine)."""
     sizes = step_size(trajectory)[first_late_k - 1:]  # k = first_late_k..K
     cosines = step_cosine(trajectory)[first_late_k - 1:]  # cos(Δ^(k), Δ^(k−1)) for k = first_late_k + 1..K
-    ratio = (sizes[-1] / sizes[0]) ** (1.0 / (len(sizes) - 1))
-    return {"step_ratio": float(ratio), "step_cosine": float(cosines.mean())}
-
-
-def agreement(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
-    """How well per-token predictions match measurements: Pearson correlation (NaN where either is constant),
-    median and largest absolute error, over the tokens where both are finite."""
-    predicted, measured = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
-    both = np.isfinite(predicted) & np.isfinite(measured)
-    p, m = predicted[both], measured[both]
-    if p.size == 0:
-        return {"n": 0, "correlation": float("nan"), "median_abs_error": float("nan"), "max_abs_error": float("nan")}
-    error = np.abs(p - m)
-    varies = p.size > 1 and p.std() > 0 and m.std() > 0
-    return {"n": int(p.size), "correlation": float(np.corrcoef(p, m)[0, 1]) if varies else float("nan"),
-            "median_abs_error": float(np.median(error)), "max_abs_error": float(error.max())}
+    ratio = float((sizes[-1] / sizes[0]) ** (1.0 / (len(sizes) - 1))) if len(sizes) > 1 else math.nan
+    return {"step_ratio": ratio, "step_cosine": float(cosines.mean()) if len(cosines) else math.nan}
 
 
 def window_spectra(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor, n: int,

@@ -19,7 +19,6 @@ import numpy as np
 import polars as pl
 
 from twoscale.geometry.metrics import DLR_SHOWN_LOOPS, REGIMES
-from twoscale.geometry.spectrum import agreement
 from twoscale.geometry.tables import dlr_loops, metric_rows
 from twoscale.geometry.thresholds import (
     C1_K_SETTLED,
@@ -162,6 +161,20 @@ def beyond_training(beyond: pl.DataFrame, trained: int) -> list[dict[str, Any]]:
                     "step_size_at_most": own[most], "state_norm_at_trained": norms.get(g, {}).get(trained, math.nan),
                     "state_norm_at_most": norms.get(g, {}).get(most, math.nan), "cosine_beyond": _mean(late)})
     return out
+
+
+def agreement(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+    """How well per-token predictions match measurements: Pearson correlation (NaN where either is constant),
+    median and largest absolute error, over the tokens where both are finite."""
+    predicted, measured = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    both = np.isfinite(predicted) & np.isfinite(measured)
+    p, m = predicted[both], measured[both]
+    if p.size == 0:
+        return {"n": 0, "correlation": float("nan"), "median_abs_error": float("nan"), "max_abs_error": float("nan")}
+    error = np.abs(p - m)
+    varies = p.size > 1 and p.std() > 0 and m.std() > 0
+    return {"n": int(p.size), "correlation": float(np.corrcoef(p, m)[0, 1]) if varies else float("nan"),
+            "median_abs_error": float(np.median(error)), "max_abs_error": float(error.max())}
 
 
 def spectrum_reading(spectrum: pl.DataFrame | None, step: int) -> list[dict[str, Any]]:

@@ -290,6 +290,10 @@ class LoopedGPT(nn.Module):
     def n_groups(self) -> int:
         return len(self.config.groups)
 
+    def segment_index(self, group: int) -> int:
+        """The index in `segments` of the segment that loops group `group`."""
+        return next(index for index, segment in enumerate(self.segments) if segment.group == group)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

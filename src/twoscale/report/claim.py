@@ -98,6 +98,11 @@ def fmt(x: float | None, digits: int = 2) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.{digits}f}"
 
 
+def times(x: float | None) -> str:
+    """A ratio as a multiple ('0.38×'); n/a where there is none."""
+    return "n/a" if x is None or not math.isfinite(x) else f"{fmt(x)}×"
+
+
 def counted(count: Mapping[str, int] | None, kept: str) -> str:
     """'12/4096' from {kept: 12, of: 4096}; 'n/a' where the table has no such count."""
     return "n/a" if count is None else f"{count[kept]}/{count['of']}"

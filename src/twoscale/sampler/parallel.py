@@ -330,7 +330,7 @@ def _refine(model: LoopedGPT, window: _Window, tokens: list[int], caches: list[L
     start = window.start
     idx = torch.tensor(tokens[start : start + window.size], device=fresh_from.device)[None]
     x = model.embed(idx, start=start)[0]
-    first_group = next(i for i, segment in enumerate(model.segments) if segment.group is not None)
+    first_group = model.segment_index(0)
     for segment in model.segments[:first_group]:  # the prelude
         x = run_once(model, segment, x, caches, start, fresh_from)
     new = window.steps_active == 0  # joined and not run yet

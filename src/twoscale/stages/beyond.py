@@ -16,7 +16,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run
+from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.device import provenance
 
 HELP = "measure the final checkpoint's loop geometry looped beyond the trained range"
@@ -41,7 +41,5 @@ def run(args: argparse.Namespace) -> None:
                            floor=None)
         source = provenance(device, MEASURE_DTYPE)
         table = pl.DataFrame(rows, schema_overrides={"k": pl.Int64}).select(
-            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
-            pl.lit(step).cast(pl.Int64).alias("step"), pl.all(),
-            *(pl.lit(value).alias(key) for key, value in source.items()))
+            *run_columns(run, step), pl.all(), *origin_columns(source))
         write_parquet(args.out, table)

@@ -1,6 +1,6 @@
 """What every stage module shares: the --params argument (and --recipe/--seed for the stages that run once per
-training run, a recipe's or a teacher's), MLflow logging of parameters, drawing figures into a folder and reading
-a per-checkpoint stage's tables. It imports nothing of the cores, so that a stage's source files (what its module
+training run, a recipe's or a teacher's), MLflow logging of parameters, the columns that name a table's run and
+origin, drawing figures into a folder and reading a per-checkpoint stage's tables. It imports nothing of the cores, so that a stage's source files (what its module
 imports) are its own."""
 
 from __future__ import annotations
@@ -75,6 +75,19 @@ def draw_figures(drawings: Mapping[str, Callable[[Path], None]], folder: Path) -
     for filename, draw in drawings.items():
         draw(folder / filename)
         tracking.log_artifact(folder / filename, artifact_path="figures")
+
+
+def run_columns(run: RunParams, step: int | None = None) -> list[pl.Expr]:
+    """The literal columns that lead a stage's table: its run's recipe and seed and, where given, the checkpoint's
+    training step (Int64)."""
+    columns = [pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed")]
+    return columns if step is None else [*columns, pl.lit(step).cast(pl.Int64).alias("step")]
+
+
+def origin_columns(source: Mapping[str, Any]) -> list[pl.Expr]:
+    """The literal columns that close a stage's table: what computed its numbers (`provenance`: arithmetic,
+    processor, torch)."""
+    return [pl.lit(value).alias(key) for key, value in source.items()]
 
 
 def per_checkpoint_tables(params: Params, directory: Path, stage: str) -> pl.DataFrame:

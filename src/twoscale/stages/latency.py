@@ -18,7 +18,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet, write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import log_sections
+from twoscale.stages.common import log_sections, origin_columns, run_columns
 from twoscale.stages.validation import read_params
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
@@ -65,9 +65,8 @@ def run(args: argparse.Namespace) -> None:
         rows = timed_rounds(model, prompts, sweep.new_tokens, points, sweep.max_loops, rounds,
                             progress=f"latency {run.recipe} seed {run.seed}")
         table = pl.DataFrame(rows).select(
-            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.all(),
-            pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
-            *(pl.lit(value).alias(key) for key, value in source.items()))
+            *run_columns(run), pl.all(), pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
+            *origin_columns(source))
         write_parquet(args.out, table)
         medians = table.group_by("strategy", "setting", maintain_order=True).agg(pl.col("ms_per_token").median())
         for index, row in enumerate(medians.iter_rows(named=True)):

@@ -16,7 +16,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run
+from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance
 
@@ -43,7 +43,5 @@ def run(args: argparse.Namespace) -> None:
                  run.seed, step, lens.n_windows, loops)
         source = provenance(device, next(model.parameters()).dtype)
         table = pl.DataFrame(lens_means(model, batches, loops)).select(
-            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
-            pl.lit(step).cast(pl.Int64).alias("step"), pl.all(),
-            *(pl.lit(value).alias(key) for key, value in source.items()))
+            *run_columns(run, step), pl.all(), *origin_columns(source))
         write_parquet(args.out, table)

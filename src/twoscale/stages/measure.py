@@ -20,7 +20,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_json, write_json, write_parquet
 from twoscale.pipeline.params import RunParams, params_hash
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_run, log_sections
+from twoscale.stages.common import add_run_arguments, load_run, log_sections, origin_columns, run_columns
 from twoscale.training.device import provenance, recorded_provenance
 
 HELP = "measure the geometry of the loop iterates of one checkpoint"
@@ -77,8 +77,8 @@ def origin(train_metrics: dict, measured: dict[str, str]) -> dict[str, str]:
 def tables(run: RunParams, step: int, m: CheckpointMeasurement, source: dict[str, str]) -> dict[str, pl.DataFrame]:
     """The measurement tables of one checkpoint, each led by the run (recipe, seed) and training step and closed
     by where the numbers come from (`origin`)."""
-    keys = [pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"), pl.lit(step).alias("step")]
-    origin_columns = [pl.lit(value).alias(key) for key, value in source.items()]
+    keys = [*run_columns(run), pl.lit(step).alias("step")]
+    origin = origin_columns(source)
     phase_of = np.empty(len(m.positions), dtype=np.int64)
     layout_of = np.empty(len(m.positions), dtype=np.int64)
     for labels, ranges in ((phase_of, m.phases), (layout_of, m.layout_phases)):
@@ -109,7 +109,7 @@ def tables(run: RunParams, step: int, m: CheckpointMeasurement, source: dict[str
         "similarity": similarity,
         "trajectory": trajectory,
     }
-    return {name: frame.select(*keys, pl.all(), *origin_columns) for name, frame in frames.items()}
+    return {name: frame.select(*keys, pl.all(), *origin) for name, frame in frames.items()}
 
 
 def run(args: argparse.Namespace) -> None:

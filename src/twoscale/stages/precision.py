@@ -17,7 +17,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run
+from twoscale.stages.common import load_run, run_columns
 
 HELP = "measure one checkpoint's loop geometry in float64, float32 and bfloat16 (the precision question)"
 
@@ -43,6 +43,5 @@ def run(args: argparse.Namespace) -> None:
             rows = geometry_in(model, val_ids, measure, measure.precision_sequences, device, dtype)
             frames.append(pl.DataFrame(rows, schema_overrides={"k": pl.Int64}).select(
                 pl.lit(name).alias("precision"), pl.lit(torch.finfo(dtype).eps).alias("eps"), pl.all()))
-        table = pl.concat(frames).select(pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
-                                         pl.lit(step).cast(pl.Int64).alias("step"), pl.all())
+        table = pl.concat(frames).select(*run_columns(run, step), pl.all())
         write_parquet(args.out, table)

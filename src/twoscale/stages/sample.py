@@ -31,7 +31,7 @@ from twoscale.sampler.comparison import (
 )
 from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, log_sections
+from twoscale.stages.common import load_run, log_sections, origin_columns, run_columns
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
 
@@ -82,15 +82,14 @@ def run(args: argparse.Namespace) -> None:
         for index, prompt in enumerate(tqdm(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")):
             rows += measure_prompt(model, index, prompt, sample.new_tokens, sample.loops, sample.baseline_loops,
                                    grid)
-        run_keys = (pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"))
-        origin = [pl.lit(value).alias(key) for key, value in source.items()]
         table = pl.DataFrame(rows, infer_schema_length=None).select(
-            *run_keys, pl.all(), pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"), *origin)
+            *run_columns(run), pl.all(), pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
+            *origin_columns(source))
         summary = sampling_summary(table, sample.loops).with_columns(
             pl.lit(sample.loops).alias("full_loops"), pl.lit(sample.quality_tolerance).alias("quality_tolerance"),
             pl.lit(sample.distinct_tolerance).alias("distinct_tolerance"))
         speed = pl.DataFrame(paired_rounds(model, prompts, sample, summary), infer_schema_length=None).select(
-            *run_keys, pl.all(), *origin)
+            *run_columns(run), pl.all(), *origin_columns(source))
         write_parquet(args.out_dir / "sample.parquet", table)
         write_text(args.out_dir / "summary.csv", summary.write_csv(float_precision=6))
         write_text(args.out_dir / "speed.csv", speed.write_csv(float_precision=6))

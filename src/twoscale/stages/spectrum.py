@@ -21,7 +21,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run
+from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance
 
@@ -55,8 +55,6 @@ def run(args: argparse.Namespace) -> None:
             row["eigenvalues_real"], row["eigenvalues_imag"] = values.real.tolist(), values.imag.tolist()
         source = provenance(device, MEASURE_DTYPE)
         table = pl.DataFrame(rows).select(
-            pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
-            pl.lit(step).cast(pl.Int64).alias("step"), pl.lit(loops).alias("loops"),
-            pl.lit("arnoldi" if arnoldi else "exact").alias("method"), pl.all(),
-            *(pl.lit(value).alias(key) for key, value in source.items()))
+            *run_columns(run, step), pl.lit(loops).alias("loops"),
+            pl.lit("arnoldi" if arnoldi else "exact").alias("method"), pl.all(), *origin_columns(source))
         write_parquet(args.out, table)

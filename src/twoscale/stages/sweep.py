@@ -16,7 +16,7 @@ from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
 from twoscale.pipeline.params import Params, params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import log_sections
+from twoscale.stages.common import log_sections, origin_columns, run_columns
 from twoscale.stages.validation import read_params
 from twoscale.training.device import provenance
 
@@ -59,8 +59,7 @@ def run(args: argparse.Namespace) -> None:
             tracking.log_metrics(row, step=index)
             log.info("%s = %g: cross-entropy %.4f, mean loops %.2f, %.3f GFLOPs/token", swept_key(criterion),
                      row["setting"], row["cross_entropy"], row["mean_loops"], row["gflops_per_token"])
-        keys = (pl.lit(run.recipe).alias("recipe"), pl.lit(run.seed).alias("seed"),
-                pl.lit(args.strategy).alias("strategy"))
+        keys = (*run_columns(run), pl.lit(args.strategy).alias("strategy"))
         table = pl.DataFrame(swept.points).select(
             *keys,
             pl.lit(criterion).alias("criterion"),
@@ -68,7 +67,7 @@ def run(args: argparse.Namespace) -> None:
             pl.all(),
             pl.lit(sweep.max_loops).cast(pl.Int64).alias("max_loops"),
             pl.lit(meta["step"]).cast(pl.Int64).alias("train_step"),
-            *(pl.lit(value).alias(key) for key, value in source.items()),
+            *origin_columns(source),
         )
         write_parquet(args.out, table)
         write_parquet(args.depth_out, swept.depth.select(*keys, pl.all()))
