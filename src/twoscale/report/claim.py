@@ -129,4 +129,4 @@ def speed_text(ratio: Ratio | None) -> str:
     """A paired speed ratio with its 95% interval, e.g. '0.62× (0.60–0.64)'."""
     if ratio is None:
         return "n/a"
-    return f"{fmt(ratio.ratio)}× ({fmt(ratio.low)}–{fmt(ratio.high)})"
+    return f"{times(ratio.ratio)} ({fmt(ratio.low)}–{fmt(ratio.high)})"

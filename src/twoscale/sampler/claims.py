@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.report.claim import Claim, Headline, fmt, ratio_value, speed_text
+from twoscale.report.claim import Claim, Headline, fmt, ratio_value, speed_text, times
 from twoscale.sampler.thresholds import C7_MIN_SPEEDUP, C7B_MIN_SPEEDUP
 from twoscale.sampler.verdicts import Speedup, speedup_over_full_recurrence, speedup_over_matched_decoding
 
@@ -30,7 +30,7 @@ def _speedup_text(verdict: Speedup, reference: str) -> str:
     """The sampler over a reference: paired tokens/s ratio with its 95% interval, and the FLOP ratio."""
     rounds = "" if verdict.speedup is None else f" over {verdict.speedup.repeats} paired rounds"
     return (f"sampler vs {reference}: {speed_text(verdict.speedup)} in tokens/s{rounds}; "
-            f"{fmt(verdict.flop_ratio)}× in FLOPs per token")
+            f"{times(verdict.flop_ratio)} in FLOPs per token")
 
 
 # "about equal quality", as both claims' tests say it (the tolerances are parameters of the sample section)
