@@ -212,12 +212,14 @@ def test_three_routes_agree_on_a_contracting_loop():
             assert row["measured_step_cosine"] == pytest.approx(1.0, abs=1e-3)
 
 
-def test_the_prefix_radius_is_the_spectral_radius_of_the_prefix_s_whole_jacobian():
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_prefix_radius_is_the_spectral_radius_of_the_prefix_s_whole_jacobian(workers):
+    """Also with the eigenvalues taken by several threads: each position's radius lands at its own position."""
     model = tiny_model(norm="sandwich", injection="adapter")
     with torch.no_grad():
         group_input, states = group_states(model, 4, tokens=5)
     segment = model.segments[1]
-    radii = prefix_radii(window_spectra(model, 0, states, group_input, n=1))
+    radii = prefix_radii(window_spectra(model, 0, states, group_input, n=1, workers=workers))
     for t in range(states.shape[0]):
         T, C = t + 1, states.shape[1]
 

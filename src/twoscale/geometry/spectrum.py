@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 from scipy.sparse.linalg import LinearOperator, eigs
+from threadpoolctl import threadpool_limits
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
@@ -37,12 +39,25 @@ def token_step(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor
     """One loop step of looped group `group` as a map of the last token's state alone, (C,) -> (C,): `states`
     (T, C) are one sequence's states up to and including that token, `group_input` (T, C) the group's input for
     the same positions; the earlier tokens' states and the group input are held. Later positions are left out:
-    under causal attention they do not reach this token."""
+    under causal attention they do not reach this token. The earlier tokens' keys and values at every layer of
+    the group do not depend on the token's state either: they are computed once, and the map runs the layers on
+    the one token against them (a KV cache), so a Jacobian's backward passes cost one position each, not T."""
     segment = model.segments[model.segment_index(group)]
-    held, inputs = states[:-1], group_input[None]
+    group_step = model.group_steps[segment.group]
+    blocks = [model.blocks[layer] for layer in segment.layers]
+    with torch.no_grad():
+        held, cache = group_step.enter(states[:-1], group_input[:-1]), []
+        for block in blocks:
+            cache.append(block.attn.heads(block.ln_1(held))[1:])
+            held = block(held[None])[0] if len(held) else held  # the first token holds none
+    token_input = group_input[-1:]
 
     def step(x: Tensor) -> Tensor:
-        return model.apply_group(segment, torch.cat([held, x[None]])[None], inputs)[0, -1]
+        h = group_step.enter(x[None], token_input)
+        for block, (keys, values) in zip(blocks, cache):
+            h = block.cached(h, lambda k, v, keys=keys, values=values: (torch.cat([keys, k]),
+                                                                        torch.cat([values, v]), None))
+        return group_step.leave(h, token_input)[0]
 
     return step
 
@@ -64,9 +79,14 @@ def by_modulus(values: np.ndarray) -> np.ndarray:
     return values[np.lexsort((-values.imag, -np.abs(values)))]
 
 
+def leading_of(matrix: np.ndarray, n: int) -> np.ndarray:
+    """The n eigenvalues of a square matrix of largest modulus."""
+    return by_modulus(np.linalg.eigvals(matrix))[:n]
+
+
 def leading_eigenvalues(step: StepMap, x: Tensor, n: int) -> np.ndarray:
     """The n eigenvalues of the Jacobian at x of largest modulus, from the exact matrix."""
-    return by_modulus(np.linalg.eigvals(jacobian(step, x).detach().cpu().numpy()))[:n]
+    return leading_of(jacobian(step, x).detach().cpu().numpy(), n)
 
 
 def leading_eigenvalues_arnoldi(step: StepMap, x: Tensor, n: int, tol: float = 1e-10) -> np.ndarray:
@@ -119,12 +139,24 @@ def late_dynamics(trajectory: Tensor, first_late_k: int) -> dict[str, float]:
 
 
 def window_spectra(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor, n: int,
-                   arnoldi: bool = False) -> list[np.ndarray]:
+                   arnoldi: bool = False, workers: int = 1) -> list[np.ndarray]:
     """The n leading eigenvalues of every position's token block J_tt of one window (states and group input
-    (T, C) each; `leading_eigenvalues`, or `leading_eigenvalues_arnoldi`)."""
-    eigenvalues_of = leading_eigenvalues_arnoldi if arnoldi else leading_eigenvalues
-    return [eigenvalues_of(token_step(model, group, states[: t + 1], group_input[: t + 1]), states[t].clone(), n)
-            for t in range(states.shape[0])]
+    (T, C) each; `leading_eigenvalues`, or `leading_eigenvalues_arnoldi`). The exact route hands each Jacobian
+    to one of `workers` threads for its eigenvalues as soon as it is computed: at width 768 a Jacobian takes
+    milliseconds on a GPU and its eigendecomposition half a second on one CPU core (LAPACK's is serial)."""
+    token_maps = ((token_step(model, group, states[: t + 1], group_input[: t + 1]), states[t].clone())
+                  for t in range(states.shape[0]))
+    if arnoldi:
+        return [leading_eigenvalues_arnoldi(step, x, n) for step, x in token_maps]
+    pool = ThreadPoolExecutor(workers)
+    try:
+        # the threads are the parallelism: a BLAS that also starts a thread per core inside each of them is several
+        # times slower than one thread alone (8 threads on 2 cores: 45 s against 8 s for 16 eigendecompositions)
+        with threadpool_limits(1, user_api="blas"):
+            pending = [pool.submit(leading_of, jacobian(step, x).detach().cpu().numpy(), n) for step, x in token_maps]
+            return [eigenvalues.result() for eigenvalues in pending]
+    finally:
+        pool.shutdown(cancel_futures=True)  # a stopped job does not wait for the queued eigendecompositions
 
 
 def prefix_radii(spectra: list[np.ndarray]) -> np.ndarray:
@@ -137,13 +169,14 @@ def prefix_radii(spectra: list[np.ndarray]) -> np.ndarray:
 
 
 def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int], n_eigenvalues: int,
-                  arnoldi: bool = False, progress: str | None = None) -> list[dict]:
+                  arnoldi: bool = False, progress: str | None = None, workers: int = 1) -> list[dict]:
     """Per looped group, window of `idx` (B, T) and token position of `positions`: the leading eigenvalues of the
     token's one-step Jacobian at its last iterate (every group looped `loops` times, the earlier positions at their
     last iterates and the group input held), beside what the token's own trajectory measured over the late half
     (k > loops / 2, as C3 reads it), the dominant Ritz value of its late steps, and the largest radius over the
     token's prefix (`prefix_radii`). The model runs as given: pass a float64 copy for
-    the arithmetic the geometry is measured in. `progress` names a bar over the groups and windows."""
+    the arithmetic the geometry is measured in. `progress` names a bar over the groups and windows; `workers`
+    threads take the exact Jacobians' eigenvalues (`window_spectra`)."""
     with torch.no_grad():
         trajectories = model(idx, [loops] * model.n_groups, record_trajectories=True).trajectories
     first_late_k = loops // 2 + 1
@@ -154,7 +187,7 @@ def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int
         group_input, last = trajectory[0], trajectory[-1]
         prefix = slice(0, max(positions) + 1)  # every position a sampled one attends to
         spectra = window_spectra(model, group, last[window, prefix], group_input[window, prefix],
-                                 n_eigenvalues, arnoldi)
+                                 n_eigenvalues, arnoldi, workers)
         radii = prefix_radii(spectra)
         for position in positions:
             values = spectra[position]

@@ -267,7 +267,8 @@ class MeasureParams(Section):
 
 
 class SpectrumParams(Section):
-    threads: PositiveInt = Field(description="torch threads per spectrum job (one job per checkpoint, run in parallel)")
+    threads: PositiveInt = Field(description="torch threads, and threads taking the exact Jacobians' eigenvalues, per "
+                                 "spectrum job (one job per checkpoint, run in parallel)")
     n_windows: PositiveInt = Field(description="held-out windows whose tokens are sampled (the first of measure's)")
     positions: PositiveInt = Field(description="every position 0..positions-1 of each window is sampled: a token's "
                                    "prefix radius needs the blocks of all earlier positions anyway")

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> None:
         log.info("%s, seed %d, step %d: %d tokens per group, %s Jacobian of width %d, every group looped %d times",
                  run.recipe, run.seed, step, idx.numel(), "Arnoldi on the" if arnoldi else "the exact", width, loops)
         rows = token_spectra(copy.deepcopy(model).to(MEASURE_DTYPE).eval(), idx, loops, list(range(idx.shape[1])),
-                             spectrum.n_eigenvalues, arnoldi, progress=f"spectrum {run.recipe} step {step}")
+                             spectrum.n_eigenvalues, arnoldi, progress=f"spectrum {run.recipe} step {step}",
+                             workers=spectrum.threads)
         for row in rows:
             values = np.asarray(row.pop("eigenvalues"))
             row["eigenvalues_real"], row["eigenvalues_imag"] = values.real.tolist(), values.imag.tolist()
