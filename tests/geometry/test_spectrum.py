@@ -8,8 +8,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from threadpoolctl import threadpool_info
 from torch.nn.attention import sdpa_kernel
 
+from twoscale.geometry import spectrum as spectrum_module
 from twoscale.geometry.spectrum import (
     COMPOSITE_ATTENTION,
     jacobian,
@@ -230,3 +232,23 @@ def test_the_prefix_radius_is_the_spectral_radius_of_the_prefix_s_whole_jacobian
             whole = torch.func.jacrev(prefix)(states[:T].reshape(-1)).detach().numpy()
         assert radii[t] == pytest.approx(np.abs(np.linalg.eigvals(whole)).max(), rel=1e-9)
     assert np.all(np.diff(radii) >= 0)
+
+
+def test_the_worker_threads_take_their_eigenvalues_with_one_blas_thread_each(monkeypatch):
+    """Several workers each running a BLAS that starts a thread per core is several times slower than one worker: the
+    eigendecompositions of a window run while every BLAS library is limited to one thread, and the limit is lifted
+    afterwards."""
+    before = [library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"]
+    seen = []
+
+    def recording(matrix, n):
+        seen.append([library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"])
+        return spectrum_module.by_modulus(np.linalg.eigvals(matrix))[:n]
+
+    monkeypatch.setattr(spectrum_module, "leading_of", recording)
+    model = tiny_model()
+    with torch.no_grad():
+        group_input, states = group_states(model, 3, tokens=4)
+    assert len(window_spectra(model, 0, states, group_input, n=2, workers=2)) == 4
+    assert len(seen) == 4 and all(threads and set(threads) == {1} for threads in seen)
+    assert [library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"] == before
