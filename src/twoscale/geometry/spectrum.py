@@ -35,21 +35,37 @@ from twoscale.models.looped_gpt import LoopedGPT
 StepMap = Callable[[Tensor], Tensor]
 
 
-def token_step(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor) -> StepMap:
+def group_keys_values(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor
+                      ) -> list[tuple[Tensor, Tensor]]:
+    """Per layer of looped group `group`, the keys and values (T, H, D) of one application to one sequence's states
+    (T, C) with its group input (T, C). Causal: position t's entries depend on positions <= t only, so a prefix's
+    are the first rows of the whole sequence's."""
+    segment = model.segments[model.segment_index(group)]
+    with torch.no_grad():
+        h, cache = model.group_steps[segment.group].enter(states, group_input), []
+        for layer in segment.layers:
+            block = model.blocks[layer]
+            cache.append(block.attn.heads(block.ln_1(h))[1:])
+            h = block(h[None])[0] if len(h) else h  # a first token holds no earlier position
+    return cache
+
+
+def token_step(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor,
+               held: list[tuple[Tensor, Tensor]] | None = None) -> StepMap:
     """One loop step of looped group `group` as a map of the last token's state alone, (C,) -> (C,): `states`
     (T, C) are one sequence's states up to and including that token, `group_input` (T, C) the group's input for
     the same positions; the earlier tokens' states and the group input are held. Later positions are left out:
     under causal attention they do not reach this token. The earlier tokens' keys and values at every layer of
-    the group do not depend on the token's state either: they are computed once, and the map runs the layers on
-    the one token against them (a KV cache), so a Jacobian's backward passes cost one position each, not T."""
+    the group do not depend on the token's state either: `held` gives them (at least T − 1 rows per layer, from
+    `group_keys_values`; computed here if None), and the map runs the layers on the one token against them (a KV
+    cache), so a Jacobian's backward passes cost one position each, not T."""
     segment = model.segments[model.segment_index(group)]
     group_step = model.group_steps[segment.group]
     blocks = [model.blocks[layer] for layer in segment.layers]
-    with torch.no_grad():
-        held, cache = group_step.enter(states[:-1], group_input[:-1]), []
-        for block in blocks:
-            cache.append(block.attn.heads(block.ln_1(held))[1:])
-            held = block(held[None])[0] if len(held) else held  # the first token holds none
+    if held is None:
+        held = group_keys_values(model, group, states[:-1], group_input[:-1])
+    earlier = states.shape[0] - 1
+    cache = [(keys[:earlier], values[:earlier]) for keys, values in held]
     token_input = group_input[-1:]
 
     def step(x: Tensor) -> Tensor:
@@ -144,7 +160,8 @@ def window_spectra(model: LoopedGPT, group: int, states: Tensor, group_input: Te
     (T, C) each; `leading_eigenvalues`, or `leading_eigenvalues_arnoldi`). The exact route hands each Jacobian
     to one of `workers` threads for its eigenvalues as soon as it is computed: at width 768 a Jacobian takes
     milliseconds on a GPU and its eigendecomposition half a second on one CPU core (LAPACK's is serial)."""
-    token_maps = ((token_step(model, group, states[: t + 1], group_input[: t + 1]), states[t].clone())
+    held = group_keys_values(model, group, states, group_input)  # once per window: every position's prefix
+    token_maps = ((token_step(model, group, states[: t + 1], group_input[: t + 1], held), states[t].clone())
                   for t in range(states.shape[0]))
     if arnoldi:
         return [leading_eigenvalues_arnoldi(step, x, n) for step, x in token_maps]
