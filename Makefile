@@ -63,8 +63,10 @@ smoke: setup
 gpu: setup
 	$(RUN) snakemake --profile profiles/gpu --cores all --configfile configs/gpu.yaml
 
+# one worker per core; a module's tests share a worker (its fixtures), modules handed out in the order of
+# tests/conftest.py (the longest first), not by their number of tests
 test: setup
-	$(RUN) pytest -q -n auto --dist loadscope  # one worker per core; a module's tests share a worker
+	$(RUN) pytest -q -n auto --dist loadscope --no-loadscope-reorder
 
 benchmark: setup
 	$(RUN) python -m twoscale benchmark

@@ -26,8 +26,9 @@ def paper_shape_on_cpu(gpu: dict) -> dict:
     params["train"].update(steps=2, batch_size=1, warmup_steps=1, eval_every=1, eval_batches=1, checkpoint_steps=[2])
     params["train"]["loops"].update(distribution="uniform", max=2, backprop_depth=1)
     params["recipes"] = {"huginn": gpu["recipes"]["huginn"]}
-    # four loops: the spectrum stage's late half (k > K/2) needs two steps to compare
-    params["measure"].update(threads=1, n_sequences=1, batch_size=1, max_loops=4, loss_loops=[1, 2])
+    # four loops: the spectrum stage's late half (k > K/2) needs two steps to compare; beyond them, twice as many
+    params["measure"].update(threads=1, n_sequences=1, batch_size=1, max_loops=4, loss_loops=[1, 2],
+                             beyond_loops=[8], precision_sequences=1)
     params["spectrum"].update(threads=1, n_windows=1, positions=2, n_eigenvalues=2)
     params["lens"].update(threads=1, n_windows=1, batch_size=1)
     params["sweep"].update(threads=1, max_loops=2, n_windows=1, batch_size=1, n_prompts=1, new_tokens=2)

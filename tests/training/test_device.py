@@ -9,7 +9,14 @@ import torch
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.stages.train import WARMUP_STEPS, utilisation
 from twoscale.training import device as device_module
-from twoscale.training.device import datasheet_tflops, matmul_tflops, median_ms, resolve_device, uses_cuda
+from twoscale.training.device import (
+    datasheet_tflops,
+    matmul_tflops,
+    median_ms,
+    peak_side,
+    resolve_device,
+    uses_cuda,
+)
 
 CPU = torch.device("cpu")
 
@@ -47,6 +54,20 @@ def test_the_matmul_peak_is_2n3_flops_over_the_fastest_repeat(monkeypatch):
     ticks = iter([0.0, 0.004, 1.0, 1.002, 2.0, 2.003, 3.0, 3.005, 4.0, 4.0025])
     monkeypatch.setattr(device_module.time, "perf_counter", lambda: next(ticks))
     assert matmul_tflops(CPU, torch.float32, repeats=5, size=64) == pytest.approx(2 * 64**3 / 0.002 / 1e12)
+
+
+def test_the_peak_side_is_the_first_whose_product_takes_long_enough():
+    timed = []
+
+    def seconds(side: int) -> float:  # 1e-10 s per multiply-add: 256 -> 1.7 ms, 512 -> 13 ms, 1024 -> 107 ms
+        timed.append(side)
+        return side**3 * 1e-10
+
+    assert peak_side(seconds) == 1024 and timed == [256, 512, 1024]
+    timed.clear()
+    assert peak_side(lambda side: timed.append(side) or 1e-3) == 2048  # fast everywhere: the largest,
+    assert timed == [256, 512, 1024]  # which is never probed
+    assert peak_side(lambda side: 60.0) == 256  # no native arithmetic: the first product is already long
 
 
 def test_auto_resolves_to_the_gpu_when_there_is_one(monkeypatch):

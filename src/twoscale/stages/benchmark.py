@@ -200,7 +200,9 @@ def run(args: argparse.Namespace) -> None:
     device = resolve_device(params.runtime.device)
 
     configure_torch(params.runtime.threads, seed, tf32=True)  # as training runs: float32 matmuls may use TF32
-    peaks = {precision: matmul_tflops(device, dtype, args.repeats) for precision, dtype in PRECISIONS.items()}
+    sides = {precision: matmul_size(device, dtype) for precision, dtype in PRECISIONS.items()}
+    peaks = {precision: matmul_tflops(device, dtype, args.repeats, sides[precision])
+             for precision, dtype in PRECISIONS.items()}
     datasheet = datasheet_tflops(device)
     training = training_rows(runs, args.data_dir, device, args.training_steps, peaks)
     costs, latency, sampling = [], [], []
@@ -210,10 +212,9 @@ def run(args: argparse.Namespace) -> None:
         sampling = sampler_rows(params, runs, args, device)
 
     print(f"machine: {machine(device)}; medians of {args.repeats} repeats")
-    size = matmul_size(device)
-    print(f"\nmatmul peak, measured ({params.runtime.threads} thread(s), {size} x {size} x {size}, random data; "
-          "fp32 as TF32 where the device has it): "
-          + ", ".join(f"{precision} {tflops:.3g} TFLOP/s" for precision, tflops in peaks.items()))
+    print(f"\nmatmul peak, measured ({params.runtime.threads} thread(s), random data; fp32 as TF32 where the "
+          "device has it): " + ", ".join(f"{precision} {tflops:.3g} TFLOP/s ({sides[precision]}^3)"
+                                         for precision, tflops in peaks.items()))
     if datasheet:
         print("datasheet peak (dense): " + ", ".join(f"{k} {v:g} TFLOP/s" for k, v in datasheet.items()))
     print(f"\ntraining throughput ({params.runtime.threads} thread(s), {args.training_steps} steps of batch "
@@ -222,7 +223,7 @@ def run(args: argparse.Namespace) -> None:
     print(markdown_table(training, ["recipe", "precision", "compiled", "s_per_step", "tokens_per_s", "tflops",
                                     "mfu", "speedup_vs_fp32"]))
     if args.out:
-        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_tflops": peaks,
+        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_tflops": peaks, "matmul_sides": sides,
                               "datasheet_tflops": datasheet,
                               "training": training, "step_costs": costs, "latency": latency,
                               "sampler": sampling})

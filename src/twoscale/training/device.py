@@ -136,19 +136,45 @@ def median_ms(work, repeats: int, device: torch.device) -> float:
     return statistics.median(times_ms(work, repeats, device))
 
 
-def matmul_size(device: torch.device) -> int:
-    """The side of the square product that measures a device's peak: 8192 on a GPU (smaller ones leave it
-    idle between launches), 2048 on a CPU (1024 left a 2-core CPU below the rate of its own training steps)."""
-    return 8192 if device.type == "cuda" else 2048
+CPU_PEAK_SIDES = (256, 512, 1024, 2048)
+LONG_ENOUGH_S = 0.1  # one product this long is timed to a few percent; a larger one only adds time
+
+
+def peak_side(seconds_of_one_product, sides=CPU_PEAK_SIDES, long_enough_s: float = LONG_ENOUGH_S) -> int:
+    """The first of `sides` whose product takes `long_enough_s` or more (seconds_of_one_product(side)), else the
+    last: a CPU with native arithmetic in the dtype gets the largest side (1024 left a 2-core CPU below the rate
+    of its own training steps), one without it a side whose products end (bf16 on a CPU without AVX512-BF16: a
+    2048^3 product takes a minute)."""
+    for side in sides[:-1]:
+        if seconds_of_one_product(side) >= long_enough_s:
+            return side
+    return sides[-1]
+
+
+def random_factors(side: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(side, side, generator=generator, device=device).to(dtype) for _ in range(2))
+    return a, b
+
+
+def matmul_size(device: torch.device, dtype: torch.dtype) -> int:
+    """The side of the square product that measures a device's peak in `dtype`: 8192 on a GPU (smaller ones leave
+    it idle between launches), on a CPU the `peak_side` of its own products' times."""
+    if device.type == "cuda":
+        return 8192
+
+    def seconds(side: int) -> float:
+        a, b = random_factors(side, device, dtype)
+        return min(times_ms(lambda: a @ b, 1, device)) / 1000
+
+    return peak_side(seconds)
 
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, repeats: int, size: int | None = None) -> float:
     """The device's matmul peak in `dtype` (float32 runs as TF32 when the matmul precision allows it): the
     fastest of `repeats` timed size^3 products of random matrices (a peak is the best the device does)."""
-    size = size or matmul_size(device)
-    generator = torch.Generator(device=device).manual_seed(0)
-    a, b = (torch.randn(size, size, generator=generator, device=device).to(dtype) for _ in range(2))
-    return 2 * size**3 / min(times_ms(lambda: a @ b, max(repeats, 5), device)) / 1e9
+    a, b = random_factors(size or matmul_size(device, dtype), device, dtype)
+    return 2 * a.shape[0]**3 / min(times_ms(lambda: a @ b, max(repeats, 5), device)) / 1e9
 
 
 def datasheet_tflops(device: torch.device) -> dict[str, float] | None:
