@@ -7,7 +7,7 @@ import torch
 
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 
-# The longest modules first (docs/development.md#tests: the profile), the rest in their order. `make test` hands
+# The longest modules first (docs/development.md#time-of-the-suite), the rest in their order. `make test` hands
 # each module to one pytest-xdist worker in collection order: a long module collected late holds one worker after
 # the other has run out of work (longest-processing-time-first scheduling).
 LONGEST_FIRST = ["tests/test_end_to_end.py", "tests/test_paper_shape.py", "tests/data/test_bounded_memory.py",

@@ -59,8 +59,8 @@ def copy_repository(dest: Path, params: Path) -> Path:
     one) copied to `dest`, with the set `params` holds (an overlay resolved) as params.yaml, committed to a fresh
     git repository. With a set other than params.yaml, dvc.lock is left out: it records the committed run of
     params.yaml, none of whose stages the copy's parameters have run, and DVC rereads and rewrites the whole file
-    after every stage it runs (at 118 stages, the committed lock's and a smoke run's, DVC's own work per stage was
-    as long as the stage's)."""
+    after every stage it runs (5.0-5.6 s a stage at 118 entries, the committed run's and a smoke run's, against
+    2.7-2.8 s at the smoke run's 66)."""
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()

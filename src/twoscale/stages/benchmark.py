@@ -223,8 +223,8 @@ def run(args: argparse.Namespace) -> None:
     print(markdown_table(training, ["recipe", "precision", "compiled", "s_per_step", "tokens_per_s", "tflops",
                                     "mfu", "speedup_vs_fp32"]))
     if args.out:
-        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_tflops": peaks, "matmul_sides": sides,
-                              "datasheet_tflops": datasheet,
+        write_json(args.out, {"machine": machine(device), "repeats": args.repeats, "matmul_tflops": peaks,
+                              "matmul_sides": sides, "datasheet_tflops": datasheet,
                               "training": training, "step_costs": costs, "latency": latency,
                               "sampler": sampling})
     if args.training_only:
