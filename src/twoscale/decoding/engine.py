@@ -17,6 +17,9 @@ LM head. Its layers attend to the earlier positions' step-1 entries (for a singl
 on that position's final pass) and to the token's own key and value; it writes nothing to the cache.
 
 Ordinary decoding (a `fixed` rule in a group) loops the group's layers with no exit bookkeeping at all.
+
+One sequence's generation on a GPU replays each token from CUDA graphs (`graphed`: the same tokens and loop counts on
+static buffers); on a CPU, and for a batch of sequences, it runs the functions here.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from twoscale.decoding.graphed import GraphedDecoder, uses_graphs
 from twoscale.decoding.rules import ExitRule, head_decode
 from twoscale.models.looped_gpt import Block, LoopedGPT, Segment
 from twoscale.training.device import clock
@@ -247,6 +251,23 @@ def step_token(model: LoopedGPT, token: int, position: int, caches: list[LayerCa
     return logits[0], loops[:, 0].tolist()
 
 
+TokenStep = Callable[[int, int], tuple[Tensor, list[int]]]  # (token, position) -> (logits (V,), loops per group)
+
+
+def token_stepper(model: LoopedGPT, caches: list[LayerCache], rules: Sequence[ExitRule],
+                  timer: CriterionClock | None = None, graphs: bool | None = None) -> TokenStep:
+    """How one sequence's next tokens are decoded into `caches`: replayed from CUDA graphs (`graphed`) where
+    `graphs` says so, by default on a GPU; else by `step_token`, always so with a `timer`, which times the exit
+    decisions inside a token. Graphs are captured here, before any token is timed."""
+    if graphs is None:
+        graphs = timer is None and uses_graphs(model.lm_head.weight.device, rules)
+    if graphs:
+        if timer is not None:
+            raise ValueError("a token replayed from graphs has no separate time for its exit decisions")
+        return GraphedDecoder(model, rules, caches).step
+    return lambda token, position: step_token(model, token, position, caches, rules, timer)
+
+
 @dataclass
 class Generation:
     tokens: list[int]
@@ -298,10 +319,11 @@ def generate(
     pick: Callable[[Tensor], int] = lambda logits: int(logits.argmax()),
     timer: CriterionClock | None = None,
     decoded: PromptState | None = None,
+    graphs: bool | None = None,
 ) -> Generation:
     """Greedy (or `pick`) generation at batch size 1 with per-token exits, timing every generated token (and with
     `timer`, the exit decisions of the generated tokens). The prompt is decoded first under the same rules, untimed,
-    unless `decoded` holds it decoded under these very rules (`decode_prompt`)."""
+    unless `decoded` holds it decoded under these very rules (`decode_prompt`). `graphs`: see `token_stepper`."""
     model.eval()
     total = len(prompt) + new_tokens
     if total > model.config.block_size:
@@ -314,9 +336,10 @@ def generate(
     caches = [cache.grown(total) for cache in decoded.caches]
     out = Generation(list(prompt), list(decoded.logits), list(decoded.loops), [])
     device = model.lm_head.weight.device
+    step = token_stepper(model, caches, rules, timer, graphs)
     for position in range(len(prompt) - 1, total - 1):
         started = clock(device)
-        logits, loops = step_token(model, out.tokens[position], position, caches, rules, timer)
+        logits, loops = step(out.tokens[position], position)
         out.logits.append(logits)
         out.loops.append(loops)
         out.tokens.append(pick(logits))

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from twoscale.decoding.engine import LayerCache, new_cache, step_token
+from twoscale.decoding.engine import LayerCache, new_cache, step_token, token_stepper
 from twoscale.decoding.rules import make_rule
 from twoscale.models.looped_gpt import Block, LoopedGPT, Segment
 from twoscale.training.device import clock
@@ -265,9 +265,10 @@ def autoregressive(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, loo
     rules = fixed_rules(model, loops)
     tokens = [*prompt, int(logits.argmax())]
     device = model.lm_head.weight.device
+    step = token_stepper(model, caches, rules)
     started = clock(device)
     while len(tokens) < total and tokens[-1] not in stop_tokens:
-        logits, _ = step_token(model, tokens[-1], len(tokens) - 1, caches, rules)
+        logits, _ = step(tokens[-1], len(tokens) - 1)
         tokens.append(int(logits.argmax()))
     seconds = clock(device) - started
     windows = [(position, 1) for position in range(len(prompt), len(tokens) - 1)]  # one new position per step

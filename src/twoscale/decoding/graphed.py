@@ -1,0 +1,305 @@
+"""Cached decoding of one sequence on static buffers, so that a GPU replays each token's work from CUDA graphs
+instead of launching its thousands of small kernels one by one from Python.
+
+At batch size 1 a token of the looped model is mostly launch overhead on a GPU: a loop step of a two-layer group is
+some forty small kernels whose work takes microseconds, and an exit rule adds its own kernels and a host
+synchronisation after every step (results/gpu/run-d/README.md). Here every tensor a token touches has a fixed
+address and shape (the KV cache of every position, the states, the rule's history), the position and the loop step
+are device tensors, and attention reads the whole cache under a mask of the positions written so far. Each piece of
+work is then one function of those buffers (`StaticStep`): run as it is on a CPU, captured once as a CUDA graph and
+replayed on a GPU. The pieces of a token:
+
+- the work between the exit rules' groups (embedding, single-pass layers, groups looped a fixed number of times,
+  the head): one graph each, so ordinary decoding at a fixed depth is one graph per token;
+- a group under an exit rule: its first loop step (with the rule's start) and any later step, one graph each, and
+  the copy of the token's deepest cache entry into the deeper steps' slots once it is done.
+
+The rule's arithmetic (its criterion, the consecutive-hit count, the exit test) runs on the device inside the step's
+graph. A token that has exited keeps its state, its loop count and its cache entries; the steps replayed after its
+exit only compute what is thrown away. So the host need not read the exit decision after every step: it reads it
+first at the earliest step the rule can exit (`first_read`), and from then every `read_every` steps or, if more, as
+many steps as the token still needs hits to exit (`next_read`). The exits, loop counts, states and cache are those of
+the same rule read after every step (`engine.step_tokens`, tested equal); a later read only costs the steps replayed
+past the exit.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from twoscale.decoding.rules import ExitRule
+from twoscale.models.looped_gpt import LoopedGPT, Segment
+
+if TYPE_CHECKING:
+    from twoscale.decoding.engine import LayerCache
+
+Tensor = torch.Tensor
+Step = int | Tensor  # a 0-based loop step: known when the graph is captured, or a device scalar
+
+READ_EVERY = 4  # loop steps between two reads of an exit decision, once the rule can exit
+
+
+class StaticStep:
+    """`work`, a function of buffers whose addresses never change, run once when built (a warm-up: on a GPU on a side
+    stream, for lazy initialisation and allocations outside the graph) and then, on a GPU, captured as a CUDA graph
+    that every call replays; on a CPU every call runs it as it is."""
+
+    def __init__(self, work: Callable[[], None], device: torch.device, pool: tuple | None = None) -> None:
+        self.work = work
+        self.graph: torch.cuda.CUDAGraph | None = None
+        if device.type != "cuda":
+            work()
+            return
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            work()
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        collecting = gc.isenabled()
+        gc.disable()  # a collection during the capture may free an earlier decoder's graph: that breaks the capture
+        try:
+            with torch.cuda.graph(self.graph, pool=pool):
+                work()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def __call__(self) -> None:
+        if self.graph is None:
+            self.work()
+        else:
+            self.graph.replay()
+
+
+def first_read(rule: ExitRule) -> int:
+    """The earliest loop step at which the rule can let a token exit (its max_loops at the latest)."""
+    earliest = max(rule.counter.min_loops, rule.criterion.first_k + int(rule.hits) - 1)
+    return min(earliest, rule.max_loops)
+
+
+def next_read(step: int, hits_so_far: int, rule: ExitRule, read_every: int) -> int:
+    """The step of the next read after one at `step`, where the token had `hits_so_far` consecutive hits: no exit
+    is possible before it has all its hits."""
+    return step + max(read_every, int(rule.hits) - hits_so_far)
+
+
+class GraphedDecoder:
+    """One sequence's tokens, one at a time, through `model` under `rules` (one per looped group), with the KV
+    caches `caches` (one row, room for every position to be decoded): `step(token, position)` gives the logits
+    (V,) and each group's loop count, as `engine.step_token` does. The caches' `depth` is not kept up to date."""
+
+    def __init__(self, model: LoopedGPT, rules: Sequence[ExitRule], caches: Sequence[LayerCache],
+                 read_every: int = READ_EVERY) -> None:
+        if any(isinstance(value, Tensor) for rule in rules for value in (rule.threshold, rule.hits,
+                                                                          rule.counter.max_loops)):
+            raise ValueError("graphed decoding takes one setting per rule, not a value per row")
+        if caches[0].keys.shape[1] != 1:
+            raise ValueError("graphed decoding decodes one sequence")
+        config = model.config
+        self.model, self.rules, self.read_every = model, list(rules), read_every
+        self.device = model.lm_head.weight.device
+        self.keys = [cache.keys[:, 0] for cache in caches]  # (steps, positions, heads, head_dim)
+        self.values = [cache.values[:, 0] for cache in caches]
+        positions = self.keys[0].shape[1]
+        self.slots = torch.arange(positions, device=self.device)
+        # the graphs are captured at the last slot: whatever they write there is rewritten if it is ever decoded
+        self.position = torch.full((), positions - 1, dtype=torch.long, device=self.device)
+        self.token = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.x = torch.zeros(1, config.n_embd, dtype=model.lm_head.weight.dtype, device=self.device)
+        self.logits = torch.zeros(1, config.vocab_size, dtype=self.x.dtype, device=self.device)
+        self.pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
+        self.fixed_loops = [rule.fixed_loops for rule in self.rules]
+        self.pieces: list[StaticStep | RuleGroup] = []
+        pending: list[Callable[[Tensor], Tensor]] = [self._embed]
+        for index, segment in enumerate(model.segments):
+            if segment.group is not None and self.fixed_loops[segment.group] is None:
+                if pending:  # nothing between two groups under rules
+                    self.pieces.append(self._piece(pending))
+                self.pieces.append(RuleGroup(self, index, self.rules[segment.group]))
+                pending = []
+            else:
+                pending.append(self._segment_work(segment))
+        pending.append(lambda x: self.logits.copy_(model.lm_head(model.ln_f(x))))
+        self.pieces.append(self._piece(pending))
+
+    # --- the work on the buffers ---------------------------------------------------------------------------------
+
+    def _embed(self, _: Tensor) -> Tensor:
+        tokens = self.model.wte(self.token)
+        if self.model.config.scale_embedding:
+            tokens = tokens * math.sqrt(self.model.config.n_embd)
+        return tokens + self.model.wpe(self.position.view(1))
+
+    def block(self, layer: int, x: Tensor, step: Step) -> Tensor:
+        """Layer `layer` on the newest position's state x (1, C) at loop step `step`, writing its cache entry there
+        and reading the cache's entries of that step up to the newest position."""
+        keys, values = self.keys[layer], self.values[layer]
+        heads = keys.shape[2:]
+
+        def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            slot = (step * keys.shape[1] + self.position).view(1)
+            keys.view(-1, *heads).index_copy_(0, slot, k)
+            values.view(-1, *heads).index_copy_(0, slot, v)
+            return _at(keys, step), _at(values, step), (self.slots <= self.position)[None]
+
+        return self.model.blocks[layer].cached(x, context)
+
+    def look_ahead(self, layer: int, x: Tensor) -> Tensor:
+        """Layer `layer` on x reading the earlier positions' step-1 entries and its own key and value, writing
+        nothing: the rest decode's layer (`engine.decode_rest`)."""
+        keys, values = self.keys[layer], self.values[layer]
+
+        def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            visible = torch.cat([self.slots < self.position, self.slots.new_ones(1, dtype=torch.bool)])
+            return torch.cat([keys[0], k]), torch.cat([values[0], v]), visible[None]
+
+        return self.model.blocks[layer].cached(x, context)
+
+    def group_step(self, segment: Segment, x: Tensor, group_input: Tensor, step: Step) -> Tensor:
+        group = self.model.group_steps[segment.group]
+        h = group.enter(x, group_input)
+        for layer in segment.layers:
+            h = self.block(layer, h, step)
+        return group.leave(h, group_input)
+
+    def finish(self, segment: Segment, loops: int | Tensor) -> None:
+        """The newest position is done with the segment's layers after `loops` steps: its deepest entry fills the
+        deeper steps' slots (`LayerCache.finish`)."""
+        for layer in segment.layers:
+            for held in (self.keys[layer], self.values[layer]):
+                steps = held.shape[0]
+                if isinstance(loops, int) and loops >= steps:
+                    continue
+                every = torch.arange(steps, device=self.device)
+                deepest = every.clamp(max=loops - 1) if isinstance(loops, int) else torch.minimum(every, loops - 1)
+                here = self.position.view(1)
+                held.index_copy_(1, here, held.index_select(1, here).index_select(0, deepest.view(-1)))
+
+    def _segment_work(self, segment: Segment) -> Callable[[Tensor], Tensor]:
+        if segment.group is None:
+            def once(x: Tensor) -> Tensor:
+                for layer in segment.layers:
+                    x = self.block(layer, x, 0)
+                return x
+            return once
+        loops = self.fixed_loops[segment.group]
+
+        def fixed(x: Tensor) -> Tensor:
+            group_input = x
+            for step in range(loops):
+                x = self.group_step(segment, x, group_input, step)
+            self.finish(segment, loops)
+            return x
+        return fixed
+
+    def _piece(self, work: Sequence[Callable[[Tensor], Tensor]]) -> StaticStep:
+        def run() -> None:
+            x = self.x
+            for part in work:
+                x = part(x)
+            if x is not self.logits:
+                self.x.copy_(x)
+        return StaticStep(run, self.device, self.pool)
+
+    # --- decoding ------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def step(self, token: int, position: int) -> tuple[Tensor, list[int]]:
+        self.token.fill_(token)
+        self.position.fill_(position)
+        for piece in self.pieces:
+            piece()
+        counts = list(self.fixed_loops)
+        exited = [piece for piece in self.pieces if isinstance(piece, RuleGroup)]
+        if exited:
+            for piece, count in zip(exited, torch.cat([piece.loops for piece in exited]).tolist(), strict=True):
+                counts[piece.group] = count
+        return self.logits[0].clone(), counts
+
+
+def _at(held: Tensor, step: Step) -> Tensor:
+    """The entries of one loop step, (positions, heads, head_dim)."""
+    return held[step] if isinstance(step, int) else held.index_select(0, step.view(1))[0]
+
+
+class RuleGroup:
+    """A looped group under an exit rule, for `GraphedDecoder`: its first step and a later step as two graphs, the
+    rule's state on the device, and the host's loop that reads the exit decision now and then."""
+
+    def __init__(self, decoder: GraphedDecoder, segment_index: int, rule: ExitRule) -> None:
+        model = decoder.model
+        self.decoder, self.rule, self.segment_index = decoder, rule, segment_index
+        self.segment = model.segments[segment_index]
+        self.group = self.segment.group
+        device = decoder.device
+        self.group_input = torch.zeros_like(decoder.x)
+        self.k = torch.ones((), dtype=torch.long, device=device)  # the step being run, 1-based
+        self.running = torch.ones(1, dtype=torch.bool, device=device)
+        self.hits = torch.zeros(1, dtype=torch.long, device=device)
+        self.loops = torch.ones(1, dtype=torch.long, device=device)  # any count: the warm-up of `done` reads it
+        self.memory: dict[str, Tensor] = {}  # the criterion's history, kept at fixed addresses
+        self.first = StaticStep(lambda: self._step(first=True), device, decoder.pool)
+        # the warm-up of `later` runs step 2, which a rule of one loop has no cache slot for
+        self.later = StaticStep(lambda: self._step(first=False), device, decoder.pool) if rule.max_loops > 1 else None
+        self.done = StaticStep(lambda: decoder.finish(self.segment, self.loops), device, decoder.pool)
+
+    def _decode(self, x: Tensor) -> Tensor:
+        model = self.decoder.model
+        if self.rule.criterion.decode == "rest":
+            for segment in model.segments[self.segment_index + 1 :]:
+                for layer in segment.layers:
+                    x = self.decoder.look_ahead(layer, x)
+        return model.lm_head(model.ln_f(x))
+
+    def _step(self, first: bool) -> None:
+        criterion, x = self.rule.criterion, self.decoder.x
+        if first:
+            self.group_input.copy_(x)
+            self.k.fill_(1)
+            self.running.fill_(True)
+            self.hits.zero_()  # `loops` is set at the token's exit, which comes by max_loops
+            criterion.reset(self.group_input)
+        else:
+            criterion.memory = dict(self.memory)
+        new = self.decoder.group_step(self.segment, x, self.group_input, self.k - 1)
+        value = criterion.score(new, self._decode(new) if criterion.needs_logits else None)
+        for key, held in criterion.memory.items():
+            if key in self.memory:
+                self.memory[key].copy_(held)
+            else:  # the warm-up run before the first capture
+                self.memory[key] = held.clone()
+        counter = self.rule.counter
+        self.hits.copy_(torch.where(value < self.rule.threshold, self.hits + 1, 0))
+        exits = self.running & (((self.hits >= counter.hits) & (self.k >= counter.min_loops))
+                                | (self.k >= counter.max_loops))
+        x.copy_(torch.where(self.running[:, None], new.to(x.dtype), x))
+        self.loops.copy_(torch.where(exits, self.k, self.loops))
+        self.running.copy_(self.running & ~exits)
+        self.k.add_(1)
+
+    def __call__(self) -> None:
+        rule = self.rule
+        self.first()
+        step, read_at = 1, first_read(rule)
+        while step < rule.max_loops:
+            if step >= read_at:
+                running, hits = torch.stack([self.running[0].long(), self.hits[0]]).tolist()
+                if not running:
+                    break
+                read_at = next_read(step, hits, rule, self.decoder.read_every)
+            self.later()
+            step += 1
+        self.done()
+
+
+def uses_graphs(device: torch.device, rules: Sequence[ExitRule]) -> bool:
+    """Whether decoding on `device` under `rules` replays graphs: on a GPU, with one setting per rule."""
+    return device.type == "cuda" and not any(
+        isinstance(value, Tensor) for rule in rules for value in (rule.threshold, rule.hits, rule.counter.max_loops))
+

@@ -1,0 +1,118 @@
+"""Decoding on static buffers (the CUDA-graph path, run here as plain functions): the same tokens, loop counts,
+logits and cache as the engine's decoding, whenever the host reads the exit decisions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from twoscale.decoding.engine import CriterionClock, generate, new_cache, step_token, token_stepper
+from twoscale.decoding.graphed import GraphedDecoder, first_read, next_read
+from twoscale.decoding.rules import ExitRule, make_rule
+from twoscale.models.looped_gpt import LoopedGPT
+
+MAX_LOOPS = 6
+PROMPT = [3, 1, 4, 1, 5]
+NEW_TOKENS = 7
+
+RULE_SETS = {  # one spec per group; thresholds at which the tiny model's tokens exit at several depths
+    "acceleration": [{"criterion": "acceleration", "threshold": 1e-3}] * 3,
+    "acceleration_by_step": [{"criterion": "acceleration", "variant": "by_step", "threshold": 0.1}] * 3,
+    "step_norm_relative": [{"criterion": "step_norm", "relative": True, "threshold": 0.1}] * 3,
+    "kl_head": [{"criterion": "kl", "decode": "head", "threshold": 1e-5}] * 3,
+    "kl_rest": [{"criterion": "kl", "decode": "rest", "threshold": 1e-5}] * 3,
+    "argmax_cosine": [{"criterion": "argmax", "hits": 2}, {"criterion": "cosine", "threshold": 3e-3},
+                      {"criterion": "fixed", "loops": 4}],
+}
+OTHER_MODELS_RULE_SETS = {  # the other norms and injections: ordinary decoding, and rules beside a fixed group
+    "fixed": [{"criterion": "fixed", "loops": n} for n in (2, 6, 3)],
+    "mixed": [{"criterion": "fixed", "loops": 5}, {"criterion": "acceleration", "threshold": 1e-3, "min_loops": 4},
+              {"criterion": "kl", "decode": "rest", "threshold": 3e-3, "max_loops": 4}],
+}
+
+
+def rules_of(name: str) -> list[ExitRule]:
+    return [make_rule(spec, max_loops=MAX_LOOPS) for spec in {**RULE_SETS, **OTHER_MODELS_RULE_SETS}[name]]
+
+
+def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: int = 4):
+    """Greedy decoding of PROMPT and NEW_TOKENS more, one position at a time from the first: the logits and loop
+    counts of every position, and the caches."""
+    caches = new_cache(model, MAX_LOOPS, len(PROMPT) + NEW_TOKENS)
+    step = (GraphedDecoder(model, rules, caches, read_every).step if graphed else
+            lambda token, position: step_token(model, token, position, caches, rules))
+    tokens, logits, loops = list(PROMPT), [], []
+    for position in range(len(PROMPT) + NEW_TOKENS - 1):
+        out, counts = step(tokens[position], position)
+        logits.append(out)
+        loops.append(counts)
+        if position >= len(PROMPT) - 1:
+            tokens.append(int(out.argmax()))
+    return tokens, torch.stack(logits), loops, caches
+
+
+def assert_same_decoding(model: LoopedGPT, name: str, read_every: int) -> list[list[int]]:
+    """Static decoding's tokens, loop counts, logits and caches are the engine's; the loop counts."""
+    tokens, logits, loops, caches = decode(model, rules_of(name), graphed=False)
+    got_tokens, got_logits, got_loops, got_caches = decode(model, rules_of(name), graphed=True,
+                                                           read_every=read_every)
+    assert got_tokens == tokens and got_loops == loops
+    torch.testing.assert_close(got_logits, logits, rtol=0, atol=1e-12)
+    decoded = len(PROMPT) + NEW_TOKENS - 1  # the last slot is where the graphs were captured: never decoded here
+    for got, want in zip(got_caches, caches, strict=True):  # every entry a later token could read
+        torch.testing.assert_close(got.keys[:, :, :decoded], want.keys[:, :, :decoded], rtol=0, atol=1e-12)
+        torch.testing.assert_close(got.values[:, :, :decoded], want.values[:, :, :decoded], rtol=0, atol=1e-12)
+    return loops
+
+
+@pytest.mark.parametrize("name", list(RULE_SETS))
+@pytest.mark.parametrize("read_every", [1, 3])
+def test_static_decoding_under_exit_rules_is_the_engines_decoding(tiny_model, name, read_every):
+    loops = assert_same_decoding(tiny_model, name, read_every)
+    depths = {n for counts in loops for n in counts}
+    assert len(depths) > 2 and min(depths) < MAX_LOOPS, depths  # the premise: tokens exit at several depths
+
+
+@pytest.mark.parametrize("name", list(OTHER_MODELS_RULE_SETS))
+def test_static_decoding_with_every_norm_and_injection_is_the_engines_decoding(variant_model, name):
+    assert_same_decoding(variant_model, name, read_every=2)
+
+
+def test_generation_on_static_buffers_is_the_engines_generation(tiny_model):
+    rules = rules_of("acceleration")
+    eager = generate(tiny_model, PROMPT, NEW_TOKENS, rules, MAX_LOOPS, graphs=False)
+    static = generate(tiny_model, PROMPT, NEW_TOKENS, rules_of("acceleration"), MAX_LOOPS, graphs=True)
+    assert static.tokens == eager.tokens and static.loops == eager.loops
+    torch.testing.assert_close(torch.stack(static.logits), torch.stack(eager.logits), rtol=0, atol=1e-12)
+
+
+def test_the_host_reads_an_exit_first_when_the_rule_can_exit():
+    def rule(spec: dict) -> ExitRule:
+        return make_rule(spec, max_loops=MAX_LOOPS)
+
+    assert first_read(rule({"criterion": "acceleration", "threshold": 1.0})) == 3  # a hit from step 2, two hits
+    assert first_read(rule({"criterion": "step_norm", "threshold": 1.0})) == 1
+    assert first_read(rule({"criterion": "step_norm", "threshold": 1.0, "min_loops": 4})) == 4
+    assert first_read(rule({"criterion": "argmax", "max_loops": 3})) == 3  # five hits from step 2: its limit first
+    argmax = rule({"criterion": "argmax"})  # five hits in a row
+    assert next_read(7, 0, argmax, 4) == 12 and next_read(7, 3, argmax, 4) == 11 and next_read(7, 4, argmax, 1) == 8
+
+
+def test_batches_and_per_row_settings_are_refused(tiny_model):
+    rules = rules_of("acceleration")
+    with pytest.raises(ValueError, match="one sequence"):
+        GraphedDecoder(tiny_model, rules, new_cache(tiny_model, MAX_LOOPS, 8, rows=2))
+    stacked = ExitRule.stacked([make_rule({"criterion": "step_norm", "threshold": t}, max_loops=MAX_LOOPS)
+                                for t in (0.1, 0.2)], rows_each=1)
+    with pytest.raises(ValueError, match="one setting per rule"):
+        GraphedDecoder(tiny_model, [stacked] * 3, new_cache(tiny_model, MAX_LOOPS, 8))
+
+
+def test_a_cpu_decodes_by_the_engine_unless_told_and_graphs_have_no_exit_clock(tiny_model):
+    caches = new_cache(tiny_model, MAX_LOOPS, 8)
+    assert not isinstance(getattr(token_stepper(tiny_model, caches, rules_of("acceleration")), "__self__", None),
+                          GraphedDecoder)
+    assert isinstance(token_stepper(tiny_model, caches, rules_of("acceleration"), graphs=True).__self__,
+                      GraphedDecoder)
+    with pytest.raises(ValueError, match="no separate time"):
+        token_stepper(tiny_model, caches, rules_of("acceleration"), CriterionClock(), graphs=True)
