@@ -3,6 +3,8 @@ logits and cache as the engine's decoding, whenever the host reads the exit deci
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -35,6 +37,7 @@ def rules_of(name: str) -> list[ExitRule]:
     return [make_rule(spec, max_loops=MAX_LOOPS) for spec in {**RULE_SETS, **OTHER_MODELS_RULE_SETS}[name]]
 
 
+@torch.no_grad()
 def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: int = 4):
     """Greedy decoding of PROMPT and NEW_TOKENS more, one position at a time from the first: the logits and loop
     counts of every position, and the caches."""
@@ -65,17 +68,22 @@ def assert_same_decoding(model: LoopedGPT, name: str, read_every: int) -> list[l
     return loops
 
 
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])  # on a GPU the graphs are captured and replayed
 @pytest.mark.parametrize("name", list(RULE_SETS))
 @pytest.mark.parametrize("read_every", [1, 3])
-def test_static_decoding_under_exit_rules_is_the_engines_decoding(tiny_model, name, read_every):
-    loops = assert_same_decoding(tiny_model, name, read_every)
+def test_static_decoding_under_exit_rules_is_the_engines_decoding(tiny_model, name, read_every, device):
+    loops = assert_same_decoding(copy.deepcopy(tiny_model).to(device), name, read_every)
     depths = {n for counts in loops for n in counts}
     assert len(depths) > 2 and min(depths) < MAX_LOOPS, depths  # the premise: tokens exit at several depths
 
 
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("name", list(OTHER_MODELS_RULE_SETS))
-def test_static_decoding_with_every_norm_and_injection_is_the_engines_decoding(variant_model, name):
-    assert_same_decoding(variant_model, name, read_every=2)
+def test_static_decoding_with_every_norm_and_injection_is_the_engines_decoding(variant_model, name, device):
+    assert_same_decoding(copy.deepcopy(variant_model).to(device), name, read_every=2)
 
 
 def test_generation_on_static_buffers_is_the_engines_generation(tiny_model):

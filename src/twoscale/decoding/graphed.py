@@ -94,6 +94,7 @@ class GraphedDecoder:
     caches `caches` (one row, room for every position to be decoded): `step(token, position)` gives the logits
     (V,) and each group's loop count, as `engine.step_token` does. The caches' `depth` is not kept up to date."""
 
+    @torch.no_grad()  # the warm-ups and captures record no autograd graph, whoever builds the decoder
     def __init__(self, model: LoopedGPT, rules: Sequence[ExitRule], caches: Sequence[LayerCache],
                  read_every: int = READ_EVERY) -> None:
         if any(isinstance(value, Tensor) for rule in rules for value in (rule.threshold, rule.hits,
