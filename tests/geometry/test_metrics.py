@@ -11,9 +11,7 @@ import torch
 
 from twoscale.geometry.metrics import (
     FIRST_K,
-    FLOOR_EPS,
     LAST_STEP,
-    REGIMES,
     MetricAccumulator,
     acceleration,
     acceleration_by_state,
@@ -39,6 +37,7 @@ from twoscale.geometry.metrics import (
     token_path,
     turning_angle,
 )
+from twoscale.geometry.tables import FLOOR_EPS, REGIMES
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 
 torch.set_num_threads(1)

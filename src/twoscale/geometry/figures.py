@@ -23,8 +23,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from twoscale.geometry.metrics import FLOOR_EPS, REGIMES
-from twoscale.geometry.tables import dlr_loops, metric_rows
+from twoscale.geometry.tables import FLOOR_EPS, REGIMES, dlr_loops, metric_rows
 from twoscale.geometry.thresholds import C4_MIN_DLR
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.figures import (

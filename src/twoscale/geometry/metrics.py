@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-DLR_SHOWN_LOOPS = (1, 2, 5, 10, 30)  # the K whose DLR_K the claims and the summaries print (tables hold every K)
+from twoscale.geometry.tables import FLOOR_EPS, REGIMES
 
 Tensor = torch.Tensor
 
@@ -195,7 +195,6 @@ def drift_to_loop_ratio(last_of_g: Tensor, first_of_h: Tensor, g_steps: Tensor) 
 #   other        anything else (a loop still converging slowly, say).
 # A group of fewer than MIN_REGIME_LOOPS loop steps has too short a tail to tell them apart: every token "other".
 
-REGIMES = ("fixed_point", "orbit", "slider", "other")
 CONVERGED_SHRINK = 0.01
 ORBIT_RETURN = 0.1
 ORBIT_MAX_PERIOD = 8
@@ -265,7 +264,6 @@ FIRST_K: dict[str, int] = {
 # Metrics that read the direction of a step (of Δ^(k) for first order; of Δ^(k) or Δ^(k−1) for second order):
 # NaN where a step they read is at the precision floor
 DIRECTIONAL = ("radial_fraction", "step_cosine", "turning_angle", "acceleration_by_step")
-FLOOR_EPS = 1000  # the precision floor in machine epsilons of the measuring dtype (float64: 2.2e-13)
 
 
 def _upcast(x: Tensor) -> Tensor:

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from twoscale.geometry.metrics import DLR_SHOWN_LOOPS, REGIMES
-from twoscale.geometry.tables import dlr_loops, metric_rows
+from twoscale.geometry.tables import DLR_SHOWN_LOOPS, REGIMES, dlr_loops, metric_rows
 from twoscale.geometry.thresholds import (
     C1_K_SETTLED,
     C1_MAX_RATIO,

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 RECORDS = ".built"  # the folder, beside the outputs, of their build records
 JOB_KEYS = ("recipe", "seed", "strategy", "blocks")  # a stage's options that name its job
+NUMBERS_ORIGIN = ("precision", "machine", "torch")  # what a stage records of the arithmetic behind its numbers
 STAGE_FOR_TEACHER = {module: stage for stage, module in STAGE_MODULES.items()}  # train -> train_teacher
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.training.device import PROVENANCE
+from twoscale.pipeline.provenance import NUMBERS_ORIGIN
 
 RUN_KEYS = ("recipe", "seed")  # every table after train says which training run its rows come from
 
@@ -37,12 +37,12 @@ def require(frame: pl.DataFrame | None, name: str, columns: Sequence[str], user:
 
 def origins(frame: pl.DataFrame, computation: str, prefix: str = "") -> list[dict[str, Any]]:
     """What computed a stacked table's numbers, one entry per run: {recipe, seed, computation, precision, machine,
-    torch} from its columns `prefix` + PROVENANCE (several values joined by ' / '; 'not recorded' if absent)."""
+    torch} from its columns `prefix` + NUMBERS_ORIGIN (several values joined by ' / '; 'not recorded' if absent)."""
     out = []
     for recipe, seed in runs_in(frame):
         own = of_run(frame, recipe, seed)
         entry: dict[str, Any] = {"recipe": recipe, "seed": seed, "computation": computation}
-        for key in PROVENANCE:
+        for key in NUMBERS_ORIGIN:
             column = prefix + key
             entry[key] = " / ".join(own[column].unique(maintain_order=True).cast(pl.String)) \
                 if column in own.columns else "not recorded"

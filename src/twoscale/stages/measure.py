@@ -15,7 +15,8 @@ from twoscale.geometry.measurement import (
     boundary_offsets,
     measure_checkpoint,
 )
-from twoscale.geometry.metrics import DLR_SHOWN_LOOPS, FLOOR_EPS, precision_floor
+from twoscale.geometry.metrics import precision_floor
+from twoscale.geometry.tables import DLR_SHOWN_LOOPS, FLOOR_EPS
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_json, write_json, write_parquet
 from twoscale.pipeline.params import RunParams, params_hash

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from twoscale.pipeline.io import read_csv
-from twoscale.training.device import PROVENANCE
+from twoscale.pipeline.provenance import NUMBERS_ORIGIN
 
 
 def recovery_table(evaluations: Sequence[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -26,7 +26,7 @@ def recovery_table(evaluations: Sequence[dict]) -> tuple[pl.DataFrame, pl.DataFr
                      **{f"{model}_parameters": e[f"{model}_parameters"] for model in ("teacher", "surrogate",
                                                                                       "control")},
                      **{key: str(e.get(key, "not recorded")) for prefix in ("teacher_", "")
-                        for key in (prefix + name for name in PROVENANCE)}})
+                        for key in (prefix + name for name in NUMBERS_ORIGIN)}})
         layers += [{**key, "layer": layer, "r2": r2} for layer, r2 in enumerate(e["layer_r2"], start=1)]
     recovery_schema = {"teacher": pl.String, "seed": pl.Int64, "blocks": pl.Int64}
     return (pl.DataFrame(rows, schema_overrides=recovery_schema) if rows else pl.DataFrame(schema=recovery_schema),

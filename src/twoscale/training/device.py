@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.provenance import NUMBERS_ORIGIN
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,8 @@ def machine(device: torch.device) -> str:
     return f"{name or platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
 
 
-PROVENANCE = ("precision", "machine", "torch")  # what a stage records of the arithmetic behind its numbers
-
-
 def provenance(device: torch.device, dtype: torch.dtype) -> dict[str, str]:
-    """What computes a stage's numbers, for its tables and its MLflow run (the keys of PROVENANCE): the arithmetic,
+    """What computes a stage's numbers, for its tables and its MLflow run (the keys of NUMBERS_ORIGIN): the arithmetic,
     the processor and torch's version."""
     return {"precision": str(dtype).removeprefix("torch."), "machine": machine(device), "torch": torch.__version__}
 
@@ -78,7 +76,7 @@ def provenance(device: torch.device, dtype: torch.dtype) -> dict[str, str]:
 def recorded_provenance(record: Mapping[str, Any], prefix: str) -> dict[str, str]:
     """The provenance an earlier stage recorded (the train stage's metrics.json), its keys prefixed ('train_'):
     'not recorded' where a key is missing."""
-    return {f"{prefix}{key}": str(record.get(key, "not recorded")) for key in PROVENANCE}
+    return {f"{prefix}{key}": str(record.get(key, "not recorded")) for key in NUMBERS_ORIGIN}
 
 
 def native_bf16(device: torch.device) -> bool:
