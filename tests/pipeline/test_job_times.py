@@ -16,6 +16,7 @@ from twoscale.pipeline.job_times import (
     busy_seconds,
     read_job_times,
     run_summary,
+    sampled_seconds,
     stage_rows,
 )
 
@@ -46,7 +47,8 @@ def test_each_stage_s_jobs_seconds_share_and_cores(folder):
         ("corpus", 1, 10, 9), ("train", 2, 180, 260), ("measure", 1, 30, 30)]
     assert [round(r["share_pct"], 6) for r in rows] == [round(100 * 10 / 220, 6), round(100 * 180 / 220, 6),
                                                        round(100 * 30 / 220, 6)]
-    assert rows[1]["cores"] == pytest.approx(260 / 180)
+    # Snakemake's samples covered the first 75 s of each training (100 s and 80 s: samples at 15, 45, 75 s)
+    assert [r["sampled_s"] for r in rows] == [10, 150, 15] and rows[1]["cores"] == pytest.approx(260 / 150)
     # alone: corpus 0-10; the paper training 10-20 and 100-110 (the plain one beside it in between); measure 200-230
     assert [r["alone_s"] for r in rows] == [pytest.approx(10), pytest.approx(20), pytest.approx(30)]
 
@@ -63,7 +65,7 @@ def test_the_run_s_span_and_the_time_some_job_ran(folder):
     assert summary["span_s"] == pytest.approx(230)
     assert summary["busy_s"] == pytest.approx(110 + 30)  # 0-110 and 200-230
     assert summary["jobs_at_once"] == pytest.approx(220 / 230)
-    assert summary["cores_busy"] == pytest.approx(299 / 230)
+    assert summary["cores_busy"] == pytest.approx(299 / (10 + 75 + 75 + 15) * 220 / 230)
 
 
 def test_intervals_nested_touching_and_apart():
@@ -82,5 +84,12 @@ def test_no_benchmark_files_or_an_unreadable_one_is_one_line(tmp_path):
 def test_the_command_prints_the_table(folder):
     result = subprocess.run([sys.executable, "-m", "twoscale", "cost", "--benchmarks", str(folder)],
                             capture_output=True, text=True, check=True)
-    assert "| train | 2 | 180 | 260 | 81.8 | 1.44 | 20 |" in result.stdout
+    assert "| train | 2 | 180 | 260 | 150 | 81.8 | 1.73 | 20 |" in result.stdout
     assert "first start to last end 230 s, of which some job ran 140 s" in result.stdout
+
+
+def test_the_cpu_seconds_cover_the_time_of_snakemake_s_last_sample():
+    """Samples at 0, 0.5, ..., 15 s, then 45, 75, ... s (Snakemake 9's benchmark timer)."""
+    assert [sampled_seconds(w) for w in (0.3, 10.2, 14.9, 15.0, 44.7, 45.0, 100.0)] == [0, 10, 14.5, 15, 15, 45, 75]
+    jobs = [JobTime("a", 0.3, 0.2, 1.0)]  # no sample after the start: the rate over its wall seconds
+    assert stage_rows(jobs)[0]["cores"] == pytest.approx(0.2 / 0.3)

@@ -1,9 +1,15 @@
 """Where a pipeline run's time went, from the benchmark file Snakemake writes for every job
 (results/benchmarks/<stage>[/<recipe>/seed_<seed>...].tsv: the job's wall seconds `s` and its processes' CPU
-seconds `cpu_time`; the file's mtime is when the job ended)."""
+seconds `cpu_time`; the file's mtime is when the job ended).
+
+Snakemake reads a job's CPU time by sampling its processes (snakemake/benchmark.py, Snakemake 9): at the start, every
+0.5 s for 30 samples, then every 30 s, and the file keeps the last sample. The CPU seconds of a job therefore cover
+only its first `sampled_seconds` (a job of 44 s reports the CPU of its first 15 s), and a stage's cores are its CPU
+seconds over those sampled seconds, not over its wall seconds."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from twoscale.pipeline.errors import TwoscaleError
+
+SHORT_INTERVAL_S, SHORT_SAMPLES, LONG_INTERVAL_S = 0.5, 30, 30.0  # Snakemake's sampling of a job's resources
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,24 @@ class JobTime:
     @property
     def start(self) -> float:
         return self.end - self.wall_s
+
+    @property
+    def sampled_s(self) -> float:
+        return sampled_seconds(self.wall_s)
+
+
+def sampled_seconds(wall_s: float) -> float:
+    """The time of the last of Snakemake's samples of a job that ran `wall_s` seconds: the CPU seconds it records
+    are those of the job's first so many seconds."""
+    short = SHORT_SAMPLES * SHORT_INTERVAL_S
+    if wall_s < short:
+        return math.floor(wall_s / SHORT_INTERVAL_S) * SHORT_INTERVAL_S
+    return short + math.floor((wall_s - short) / LONG_INTERVAL_S) * LONG_INTERVAL_S
+
+
+def cores(cpu_s: float, sampled_s: float, wall_s: float) -> float:
+    """CPU seconds per second over the sampled seconds (over the wall seconds for a job too short for a sample)."""
+    return cpu_s / sampled_s if sampled_s else cpu_s / wall_s if wall_s else 0.0
 
 
 def read_job_times(folder: Path) -> list[JobTime]:
@@ -64,9 +90,9 @@ def alone_seconds(jobs: Sequence[JobTime]) -> dict[str, float]:
 
 
 def stage_rows(jobs: Sequence[JobTime], order: Sequence[str] = ()) -> list[dict]:
-    """Per stage (in `order`, then the others by name): jobs, job-seconds, CPU-seconds, share of all job-seconds
-    (percent), the cores its jobs kept busy on average (CPU-seconds per job-second), and the seconds one of its
-    jobs ran alone (`alone_seconds`)."""
+    """Per stage (in `order`, then the others by name): jobs, job-seconds, the CPU-seconds Snakemake recorded and the
+    job-seconds its samples covered, share of all job-seconds (percent), the cores its jobs kept busy on average
+    (`cores`), and the seconds one of its jobs ran alone (`alone_seconds`)."""
     total = sum(job.wall_s for job in jobs)
     alone = alone_seconds(jobs)
     stages = sorted({job.stage for job in jobs}, key=lambda stage: (
@@ -74,17 +100,20 @@ def stage_rows(jobs: Sequence[JobTime], order: Sequence[str] = ()) -> list[dict]
     rows = []
     for stage in stages:
         own = [job for job in jobs if job.stage == stage]
-        wall, cpu = sum(job.wall_s for job in own), sum(job.cpu_s for job in own)
-        rows.append({"stage": stage, "jobs": len(own), "job_s": wall, "cpu_s": cpu,
-                     "share_pct": 100 * wall / total if total else 0.0, "cores": cpu / wall if wall else 0.0,
+        wall, cpu, sampled = (sum(job.wall_s for job in own), sum(job.cpu_s for job in own),
+                              sum(job.sampled_s for job in own))
+        rows.append({"stage": stage, "jobs": len(own), "job_s": wall, "cpu_s": cpu, "sampled_s": sampled,
+                     "share_pct": 100 * wall / total if total else 0.0, "cores": cores(cpu, sampled, wall),
                      "alone_s": alone.get(stage, 0.0)})
     return rows
 
 
 def run_summary(jobs: Sequence[JobTime]) -> dict:
     """The whole run: from the first job's start to the last one's end (span), the time some job ran (busy: less
-    than the span when the jobs come from runs apart in time), and how many jobs and cores were busy on average."""
+    than the span when the jobs come from runs apart in time), and how many jobs and cores were busy on average
+    (the cores: the jobs' CPU rate over their sampled seconds, over all their job-seconds)."""
     span = max(job.end for job in jobs) - min(job.start for job in jobs)
     job_s, cpu_s = sum(job.wall_s for job in jobs), sum(job.cpu_s for job in jobs)
+    rate = cores(cpu_s, sum(job.sampled_s for job in jobs), job_s)
     return {"jobs": len(jobs), "span_s": span, "busy_s": busy_seconds(jobs), "job_s": job_s, "cpu_s": cpu_s,
-            "jobs_at_once": job_s / span if span else 0.0, "cores_busy": cpu_s / span if span else 0.0}
+            "jobs_at_once": job_s / span if span else 0.0, "cores_busy": rate * job_s / span if span else 0.0}

@@ -25,11 +25,12 @@ def run(args: argparse.Namespace) -> None:
     jobs = read_job_times(folder)
     order = list(dict.fromkeys(STAGE_MODULES.get(stage, stage) for stage in declaration()))
     summary = run_summary(jobs)
-    print(f"{folder}: {summary['jobs']} jobs; job_s: the jobs' wall seconds, cpu_s: their processes' CPU seconds, "
-          "cores: CPU seconds per wall second of the stage's jobs, alone_s: seconds one of them ran with no other "
-          "job beside it\n")
+    print(f"{folder}: {summary['jobs']} jobs; job_s: the jobs' wall seconds, cpu_s: their processes' CPU seconds "
+          "as Snakemake sampled them, sampled_s: the seconds those samples covered (every 0.5 s for the first 15 s "
+          "of a job, then every 30 s), cores: cpu_s per sampled second, alone_s: seconds one of the stage's jobs ran "
+          "with no other job beside it\n")
     print(markdown_table(stage_rows(jobs, order),
-                         ["stage", "jobs", "job_s", "cpu_s", "share_pct", "cores", "alone_s"]))
+                         ["stage", "jobs", "job_s", "cpu_s", "sampled_s", "share_pct", "cores", "alone_s"]))
     print(f"\nfirst start to last end {summary['span_s']:.0f} s, of which some job ran {summary['busy_s']:.0f} s "
           "(less when the jobs come from runs apart in time); "
           f"{summary['jobs_at_once']:.2f} jobs and {summary['cores_busy']:.2f} cores busy on average over that span")
