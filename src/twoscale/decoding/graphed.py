@@ -2,7 +2,7 @@
 instead of launching its thousands of small kernels one by one from Python.
 
 At batch size 1 a token of the looped model is mostly launch overhead on a GPU: a loop step of a two-layer group is
-some forty small kernels whose work takes microseconds, and an exit rule adds its own kernels and a host
+a few dozen small kernels of microseconds each, and an exit rule adds its own kernels and a host
 synchronisation after every step (results/gpu/run-d/README.md). Here every tensor a token touches has a fixed
 address and shape (the KV cache of every position, the states, the rule's history), the position and the loop step
 are device tensors, and attention reads the whole cache under a mask of the positions written so far. Each piece of
