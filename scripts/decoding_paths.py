@@ -18,35 +18,23 @@ from pathlib import Path
 
 import torch
 
-from twoscale.decoding.engine import decode_prompt, token_stepper
-from twoscale.decoding.graphed import GraphedDecoder
+from twoscale.decoding.engine import decode_prompt, generate
+from twoscale.decoding.graphed import READ_EVERY
 from twoscale.exits.sweep import never_exit_setting, rules_at
 from twoscale.exits.tables import compared_points
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
 from twoscale.stages.latency import sweep_tables
 from twoscale.stages.validation import read_params
 from twoscale.training.batches import held_out_prompts
-from twoscale.training.device import clock
 
 
 def decode_tokens(model, decoded, new_tokens, rules, max_loops, read_every):
-    """Greedy generation from a decoded prompt by one path: the ms of every generated token, the logits and
-    loop counts of each, the tokens."""
-    prompt = decoded.prompt
-    total = len(prompt) + new_tokens
-    caches = [cache.grown(total) for cache in decoded.caches]
-    step = (token_stepper(model, caches, rules, graphs=False) if read_every is None
-            else GraphedDecoder(model, rules, caches, read_every).step)
-    device = model.lm_head.weight.device
-    tokens, times, logits, loops = list(prompt), [], [], []
-    for position in range(len(prompt) - 1, total - 1):
-        started = clock(device)
-        out, counts = step(tokens[position], position)
-        tokens.append(int(out.argmax()))
-        times.append(1000 * (clock(device) - started))
-        logits.append(out)
-        loops.append(counts)
-    return times, torch.stack(logits), loops, tokens
+    """Greedy generation from a decoded prompt by one path (`read_every` None: the engine, else the graphs): the ms
+    of every generated token, the logits and loop counts of each, the tokens."""
+    out = generate(model, decoded.prompt, new_tokens, rules, max_loops, decoded=decoded,
+                   graphs=read_every is not None, read_every=read_every or READ_EVERY)
+    first = len(decoded.prompt) - 1
+    return out.ms_per_token, torch.stack(out.logits[first:]), out.loops[first:], out.tokens
 
 
 def main() -> None:

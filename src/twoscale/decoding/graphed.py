@@ -97,8 +97,7 @@ class GraphedDecoder:
     @torch.no_grad()  # the warm-ups and captures record no autograd graph, whoever builds the decoder
     def __init__(self, model: LoopedGPT, rules: Sequence[ExitRule], caches: Sequence[LayerCache],
                  read_every: int = READ_EVERY) -> None:
-        if any(isinstance(value, Tensor) for rule in rules for value in (rule.threshold, rule.hits,
-                                                                          rule.counter.max_loops)):
+        if not one_setting_per_rule(rules):
             raise ValueError("graphed decoding takes one setting per rule, not a value per row")
         if caches[0].keys.shape[1] != 1:
             raise ValueError("graphed decoding decodes one sequence")
@@ -299,8 +298,12 @@ class RuleGroup:
         self.done()
 
 
+def one_setting_per_rule(rules: Sequence[ExitRule]) -> bool:
+    """Whether every rule has one threshold, hit count and loop limit for all rows (not a value per row)."""
+    return not any(isinstance(value, Tensor) for rule in rules
+                   for value in (rule.threshold, rule.hits, rule.counter.max_loops))
+
+
 def uses_graphs(device: torch.device, rules: Sequence[ExitRule]) -> bool:
     """Whether decoding on `device` under `rules` replays graphs: on a GPU, with one setting per rule."""
-    return device.type == "cuda" and not any(
-        isinstance(value, Tensor) for rule in rules for value in (rule.threshold, rule.hits, rule.counter.max_loops))
-
+    return device.type == "cuda" and one_setting_per_rule(rules)
