@@ -127,6 +127,7 @@ class GraphedDecoder:
                 pending.append(self._segment_work(segment))
         pending.append(lambda x: self.logits.copy_(model.lm_head(model.ln_f(x))))
         self.pieces.append(self._piece(pending))
+        self.rule_groups = [piece for piece in self.pieces if isinstance(piece, RuleGroup)]
 
     # --- the work on the buffers ---------------------------------------------------------------------------------
 
@@ -216,10 +217,10 @@ class GraphedDecoder:
         for piece in self.pieces:
             piece()
         counts = list(self.fixed_loops)
-        exited = [piece for piece in self.pieces if isinstance(piece, RuleGroup)]
-        if exited:
-            for piece, count in zip(exited, torch.cat([piece.loops for piece in exited]).tolist(), strict=True):
-                counts[piece.group] = count
+        if self.rule_groups:
+            read = torch.cat([group.loops for group in self.rule_groups]).tolist()
+            for group, count in zip(self.rule_groups, read, strict=True):
+                counts[group.group] = count
         return self.logits[0].clone(), counts
 
 
