@@ -7,9 +7,10 @@ import copy
 
 import pytest
 import torch
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 from twoscale.decoding.engine import CriterionClock, generate, new_cache, step_token, token_stepper
-from twoscale.decoding.graphed import GraphedDecoder, first_read, next_read
+from twoscale.decoding.graphed import GraphedDecoder, advance, first_read, next_read
 from twoscale.decoding.rules import ExitRule, make_rule
 from twoscale.models.looped_gpt import LoopedGPT
 
@@ -38,11 +39,11 @@ def rules_of(name: str) -> list[ExitRule]:
 
 
 @torch.no_grad()
-def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: int = 4):
+def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: int = 4, fuse: bool | None = None):
     """Greedy decoding of PROMPT and NEW_TOKENS more, one position at a time from the first: the logits and loop
     counts of every position, and the caches."""
     caches = new_cache(model, MAX_LOOPS, len(PROMPT) + NEW_TOKENS)
-    step = (GraphedDecoder(model, rules, caches, read_every).step if graphed else
+    step = (GraphedDecoder(model, rules, caches, read_every, fuse).step if graphed else
             lambda token, position: step_token(model, token, position, caches, rules))
     tokens, logits, loops = list(PROMPT), [], []
     for position in range(len(PROMPT) + NEW_TOKENS - 1):
@@ -54,11 +55,12 @@ def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: i
     return tokens, torch.stack(logits), loops, caches
 
 
-def assert_same_decoding(model: LoopedGPT, name: str, read_every: int) -> list[list[int]]:
-    """Static decoding's tokens, loop counts, logits and caches are the engine's; the loop counts."""
+def assert_same_decoding(model: LoopedGPT, name: str, read_every: int, fuse: bool | None = None) -> list[list[int]]:
+    """Static decoding's tokens, loop counts, logits and caches are the engine's (with the rules' arithmetic
+    compiled if `fuse`, by default on a GPU); the loop counts."""
     tokens, logits, loops, caches = decode(model, rules_of(name), graphed=False)
     got_tokens, got_logits, got_loops, got_caches = decode(model, rules_of(name), graphed=True,
-                                                           read_every=read_every)
+                                                           read_every=read_every, fuse=fuse)
     assert got_tokens == tokens and got_loops == loops
     torch.testing.assert_close(got_logits, logits, rtol=0, atol=1e-12)
     decoded = len(PROMPT) + NEW_TOKENS - 1  # the last slot is where the graphs were captured: never decoded here
@@ -78,6 +80,14 @@ def test_static_decoding_under_exit_rules_is_the_engines_decoding(tiny_model, na
     loops = assert_same_decoding(copy.deepcopy(tiny_model).to(device), name, read_every)
     depths = {n for counts in loops for n in counts}
     assert len(depths) > 2 and min(depths) < MAX_LOOPS, depths  # the premise: tokens exit at several depths
+
+
+def test_the_rules_compiled_arithmetic_decodes_as_the_engine(tiny_model):
+    """torch.compile's fused kernels (here Inductor's C++ on the CPU, Triton on a GPU) for the acceleration rule:
+    the history of two steps, and a first step whose history differs."""
+    loops = assert_same_decoding(tiny_model, "acceleration", read_every=1, fuse=True)
+    assert len({n for counts in loops for n in counts}) > 2  # the premise: tokens exit at several depths
+    assert len(_debug_get_cache_entry_list(advance.__code__)) >= 2  # and it ran compiled: first and later steps
 
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])

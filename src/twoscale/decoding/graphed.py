@@ -4,18 +4,20 @@ instead of launching its thousands of small kernels one by one from Python.
 At batch size 1 a token of the looped model is mostly launch overhead on a GPU: a loop step of a two-layer group is
 a few dozen small kernels of microseconds each, and an exit rule adds its own kernels and a host
 synchronisation after every step (results/gpu/run-d/README.md). Here every tensor a token touches has a fixed
-address and shape (the KV cache of every position, the states, the rule's history), the position and the loop step
-are device tensors, and attention reads the whole cache under a mask of the positions written so far. Each piece of
+address and shape (the KV cache of every position, the states, the rule's history), the position is a device
+tensor, and attention reads the whole cache under a mask of the positions written so far. Each piece of
 work is then one function of those buffers (`StaticStep`): run as it is on a CPU, captured once as a CUDA graph and
 replayed on a GPU. The pieces of a token:
 
 - the work between the exit rules' groups (embedding, single-pass layers, groups looped a fixed number of times,
   the head): one graph each, so ordinary decoding at a fixed depth is one graph per token;
-- a group under an exit rule: its first loop step (with the rule's start) and any later step, one graph each, and
-  the copy of the token's deepest cache entry into the deeper steps' slots once it is done.
+- a group under an exit rule: one graph per loop step (the first with the rule's start), each reading its step's
+  cache entries as views, and the copy of the token's deepest cache entry into the deeper steps' slots once it is
+  done.
 
 The rule's arithmetic (its criterion, the consecutive-hit count, the exit test) runs on the device inside the step's
-graph. A token that has exited keeps its state, its loop count and its cache entries; the steps replayed after its
+graph, on a GPU compiled into a few fused kernels (`fused_advance`): launched op by op it cost 42-64% of a loop
+step on an H200 (results/gpu/run-d). A token that has exited keeps its state, its loop count and its cache entries; the steps replayed after its
 exit only compute what is thrown away. So the host need not read the exit decision after every step: it reads it
 first at the earliest step the rule can exit (`first_read`), and from then every `read_every` steps or, if more, as
 many steps as the token still needs hits to exit (`next_read`). The exits, loop counts, states and cache are those of
@@ -25,21 +27,23 @@ past the exit.
 
 from __future__ import annotations
 
+import copy
+import functools
 import gc
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
-from twoscale.decoding.rules import ExitRule
-from twoscale.models.looped_gpt import LoopedGPT, Segment
+from twoscale.decoding.rules import Criterion, ExitRule
+from twoscale.models.looped_gpt import LoopedGPT, Segment, at_least_float32
 
 if TYPE_CHECKING:
     from twoscale.decoding.engine import LayerCache
 
 Tensor = torch.Tensor
-Step = int | Tensor  # a 0-based loop step: known when the graph is captured, or a device scalar
 
 READ_EVERY = 4  # loop steps between two reads of an exit decision, once the rule can exit
 
@@ -92,11 +96,13 @@ def next_read(step: int, hits_so_far: int, rule: ExitRule, read_every: int) -> i
 class GraphedDecoder:
     """One sequence's tokens, one at a time, through `model` under `rules` (one per looped group), with the KV
     caches `caches` (one row, room for every position to be decoded): `step(token, position)` gives the logits
-    (V,) and each group's loop count, as `engine.step_token` does. The caches' `depth` is not kept up to date."""
+    (V,) and each group's loop count, as `engine.step_token` does. The caches' `depth` is not kept up to date.
+    `fuse_rules`: the rules' arithmetic after each step compiled into a few fused kernels (`fused_advance`), by
+    default on a GPU, or launched op by op."""
 
     @torch.no_grad()  # the warm-ups and captures record no autograd graph, whoever builds the decoder
     def __init__(self, model: LoopedGPT, rules: Sequence[ExitRule], caches: Sequence[LayerCache],
-                 read_every: int = READ_EVERY) -> None:
+                 read_every: int = READ_EVERY, fuse_rules: bool | None = None) -> None:
         if not one_setting_per_rule(rules):
             raise ValueError("graphed decoding takes one setting per rule, not a value per row")
         if caches[0].keys.shape[1] != 1:
@@ -104,6 +110,7 @@ class GraphedDecoder:
         config = model.config
         self.model, self.rules, self.read_every = model, list(rules), read_every
         self.device = model.lm_head.weight.device
+        self.fuse_rules = self.device.type == "cuda" if fuse_rules is None else fuse_rules
         self.keys = [cache.keys[:, 0] for cache in caches]  # (steps, positions, heads, head_dim)
         self.values = [cache.values[:, 0] for cache in caches]
         positions = self.keys[0].shape[1]
@@ -137,7 +144,7 @@ class GraphedDecoder:
             tokens = tokens * math.sqrt(self.model.config.n_embd)
         return tokens + self.model.wpe(self.position.view(1))
 
-    def block(self, layer: int, x: Tensor, step: Step) -> Tensor:
+    def block(self, layer: int, x: Tensor, step: int) -> Tensor:
         """Layer `layer` on the newest position's state x (1, C) at loop step `step`, writing its cache entry there
         and reading the cache's entries of that step up to the newest position."""
         keys, values = self.keys[layer], self.values[layer]
@@ -147,7 +154,7 @@ class GraphedDecoder:
             slot = (step * keys.shape[1] + self.position).view(1)
             keys.view(-1, *heads).index_copy_(0, slot, k)
             values.view(-1, *heads).index_copy_(0, slot, v)
-            return _at(keys, step), _at(values, step), (self.slots <= self.position)[None]
+            return keys[step], values[step], (self.slots <= self.position)[None]
 
         return self.model.blocks[layer].cached(x, context)
 
@@ -162,7 +169,7 @@ class GraphedDecoder:
 
         return self.model.blocks[layer].cached(x, context)
 
-    def group_step(self, segment: Segment, x: Tensor, group_input: Tensor, step: Step) -> Tensor:
+    def group_step(self, segment: Segment, x: Tensor, group_input: Tensor, step: int) -> Tensor:
         group = self.model.group_steps[segment.group]
         h = group.enter(x, group_input)
         for layer in segment.layers:
@@ -224,14 +231,10 @@ class GraphedDecoder:
         return self.logits[0].clone(), counts
 
 
-def _at(held: Tensor, step: Step) -> Tensor:
-    """The entries of one loop step, (positions, heads, head_dim)."""
-    return held[step] if isinstance(step, int) else held.index_select(0, step.view(1))[0]
-
-
 class RuleGroup:
-    """A looped group under an exit rule, for `GraphedDecoder`: its first step and a later step as two graphs, the
-    rule's state on the device, and the host's loop that reads the exit decision now and then."""
+    """A looped group under an exit rule, for `GraphedDecoder`: one graph per loop step (the step known when it is
+    captured, so every layer reads its cache entries as views), the rule's state on the device, and the host's
+    loop that reads the exit decision now and then."""
 
     def __init__(self, decoder: GraphedDecoder, segment_index: int, rule: ExitRule) -> None:
         model = decoder.model
@@ -240,14 +243,17 @@ class RuleGroup:
         self.group = self.segment.group
         device = decoder.device
         self.group_input = torch.zeros_like(decoder.x)
+        value_dtype = at_least_float32(decoder.x).dtype
+        self.threshold = torch.full((), float(rule.threshold), dtype=value_dtype, device=device)
         self.k = torch.ones((), dtype=torch.long, device=device)  # the step being run, 1-based
         self.running = torch.ones(1, dtype=torch.bool, device=device)
         self.hits = torch.zeros(1, dtype=torch.long, device=device)
         self.loops = torch.ones(1, dtype=torch.long, device=device)  # any count: the warm-up of `done` reads it
         self.memory: dict[str, Tensor] = {}  # the criterion's history, kept at fixed addresses
-        self.first = StaticStep(lambda: self._step(first=True), device, decoder.pool)
-        # the warm-up of `later` runs step 2, which a rule of one loop has no cache slot for
-        self.later = StaticStep(lambda: self._step(first=False), device, decoder.pool) if rule.max_loops > 1 else None
+        self.advance = fused_advance() if decoder.fuse_rules else advance
+        self.held: set[int] = set()  # the steps whose history buffers exist
+        # step k's graph; the warm-up of step k writes step k's cache slot, which exists up to max_loops
+        self.steps = [StaticStep(partial(self._step, k), device, decoder.pool) for k in range(1, rule.max_loops + 1)]
         self.done = StaticStep(lambda: decoder.finish(self.segment, self.loops), device, decoder.pool)
 
     def _decode(self, x: Tensor) -> Tensor:
@@ -258,35 +264,41 @@ class RuleGroup:
                     x = self.decoder.look_ahead(layer, x)
         return model.lm_head(model.ln_f(x))
 
-    def _step(self, first: bool) -> None:
+    def _step(self, k: int) -> None:
         criterion, x = self.rule.criterion, self.decoder.x
-        if first:
+        if k == 1:
             self.group_input.copy_(x)
             self.k.fill_(1)
             self.running.fill_(True)
             self.hits.zero_()  # `loops` is set at the token's exit, which comes by max_loops
             criterion.reset(self.group_input)
+            history = dict(criterion.memory)
         else:
-            criterion.memory = dict(self.memory)
-        new = self.decoder.group_step(self.segment, x, self.group_input, self.k - 1)
-        value = criterion.score(new, self._decode(new) if criterion.needs_logits else None)
-        for key, held in criterion.memory.items():
-            if key in self.memory:
+            history = self.memory
+        new = self.decoder.group_step(self.segment, x, self.group_input, k - 1)
+        logits = self._decode(new) if criterion.needs_logits else None
+        if k not in self.held:  # the first run of this step, before its capture: the history's buffers
+            self._hold_history(history, new, logits)
+            self.held.add(k)
+        for key, held in history.items():
+            if held is not self.memory[key]:
                 self.memory[key].copy_(held)
-            else:  # the warm-up run before the first capture
-                self.memory[key] = held.clone()
         counter = self.rule.counter
-        self.hits.copy_(torch.where(value < self.rule.threshold, self.hits + 1, 0))
-        exits = self.running & (((self.hits >= counter.hits) & (self.k >= counter.min_loops))
-                                | (self.k >= counter.max_loops))
-        x.copy_(torch.where(self.running[:, None], new.to(x.dtype), x))
-        self.loops.copy_(torch.where(exits, self.k, self.loops))
-        self.running.copy_(self.running & ~exits)
-        self.k.add_(1)
+        self.advance(criterion, tuple(history), counter.hits, counter.min_loops, counter.max_loops, new, logits, x,
+                     self.memory, self.hits, self.running, self.loops, self.k, self.threshold)
+
+    def _hold_history(self, history: dict[str, Tensor], new: Tensor, logits: Tensor | None) -> None:
+        """Buffers for every entry of the criterion's history before and after a step from `history`."""
+        probe = copy.copy(self.rule.criterion)
+        probe.memory = {key: held.clone() for key, held in history.items()}
+        probe.score(new, logits)
+        for key, held in {**history, **probe.memory}.items():
+            if key not in self.memory:
+                self.memory[key] = torch.zeros_like(held)
 
     def __call__(self) -> None:
         rule = self.rule
-        self.first()
+        self.steps[0]()
         step, read_at = 1, first_read(rule)
         while step < rule.max_loops:
             if step >= read_at:
@@ -294,9 +306,40 @@ class RuleGroup:
                 if not running:
                     break
                 read_at = next_read(step, hits, rule, self.decoder.read_every)
-            self.later()
+            self.steps[step]()
             step += 1
         self.done()
+
+
+def advance(criterion: Criterion, history: tuple[str, ...], hits_needed: int, min_loops: int, max_loops: int,
+            new: Tensor, logits: Tensor | None, x: Tensor, memory: dict[str, Tensor], hits: Tensor,
+            running: Tensor, loops: Tensor, k: Tensor, threshold: Tensor) -> None:
+    """The rule's arithmetic after loop step k (a device scalar) gave the state `new` (and its logits): the
+    criterion's value from the history entries named `history`, the consecutive hits, the exit test, and the
+    token's state, loop count and running flag, all written in place (`memory` keeps the history after the step).
+    `ExitRule.step`'s arithmetic with one setting for the row."""
+    criterion.memory = {key: memory[key] for key in history}
+    value = criterion.score(new, logits)
+    for key, held in criterion.memory.items():
+        memory[key].copy_(held)
+    hits.copy_(torch.where(value < threshold, hits + 1, 0))  # NaN is never a hit
+    exits = running & (((hits >= hits_needed) & (k >= min_loops)) | (k >= max_loops))
+    x.copy_(torch.where(running[:, None], new.to(x.dtype), x))
+    loops.copy_(torch.where(exits, k, loops))
+    running.copy_(running & ~exits)
+    k.add_(1)
+
+
+RULE_COMPILATIONS = 64  # torch.compile's default of 8 is fewer than the criteria and first steps of one run
+
+
+@functools.cache
+def fused_advance() -> Callable[..., None]:
+    """`advance` compiled (a few fused kernels on a GPU instead of a few dozen small ones): once per process, and
+    again per criterion, first step and rule setting it meets (the threshold is a tensor: a sweep's thresholds
+    share one compilation)."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RULE_COMPILATIONS)
+    return torch.compile(advance, dynamic=False)
 
 
 def one_setting_per_rule(rules: Sequence[ExitRule]) -> bool:
