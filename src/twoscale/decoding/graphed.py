@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 Tensor = torch.Tensor
 
 READ_EVERY = 4  # loop steps between two reads of an exit decision, once the rule can exit
+READ_LEAD = 0  # loop steps launched after a read's step before the host waits for that read
 
 
 class StaticStep:
@@ -102,13 +103,13 @@ class GraphedDecoder:
 
     @torch.no_grad()  # the warm-ups and captures record no autograd graph, whoever builds the decoder
     def __init__(self, model: LoopedGPT, rules: Sequence[ExitRule], caches: Sequence[LayerCache],
-                 read_every: int = READ_EVERY, fuse_rules: bool | None = None) -> None:
+                 read_every: int = READ_EVERY, fuse_rules: bool | None = None, read_lead: int = READ_LEAD) -> None:
         if not one_setting_per_rule(rules):
             raise ValueError("graphed decoding takes one setting per rule, not a value per row")
         if caches[0].keys.shape[1] != 1:
             raise ValueError("graphed decoding decodes one sequence")
         config = model.config
-        self.model, self.rules, self.read_every = model, list(rules), read_every
+        self.model, self.rules, self.read_every, self.read_lead = model, list(rules), read_every, read_lead
         self.device = model.lm_head.weight.device
         self.fuse_rules = self.device.type == "cuda" if fuse_rules is None else fuse_rules
         self.keys = [cache.keys[:, 0] for cache in caches]  # (steps, positions, heads, head_dim)
@@ -249,6 +250,10 @@ class RuleGroup:
         self.running = torch.ones(1, dtype=torch.bool, device=device)
         self.hits = torch.zeros(1, dtype=torch.long, device=device)
         self.loops = torch.ones(1, dtype=torch.long, device=device)  # any count: the warm-up of `done` reads it
+        self.flags = torch.zeros(2, dtype=torch.long, device=device)  # running and hits after the step, for the host
+        on_gpu = device.type == "cuda"
+        self.flags_read = torch.zeros(2, dtype=torch.long, pin_memory=on_gpu)
+        self.read_done = torch.cuda.Event() if on_gpu else None
         self.memory: dict[str, Tensor] = {}  # the criterion's history, kept at fixed addresses
         self.advance = fused_advance() if decoder.fuse_rules else advance
         self.held: set[int] = set()  # the steps whose history buffers exist
@@ -285,7 +290,7 @@ class RuleGroup:
                 self.memory[key].copy_(held)
         counter = self.rule.counter
         self.advance(criterion, tuple(history), counter.hits, counter.min_loops, counter.max_loops, new, logits, x,
-                     self.memory, self.hits, self.running, self.loops, self.k, self.threshold)
+                     self.memory, self.hits, self.running, self.loops, self.k, self.threshold, self.flags)
 
     def _hold_history(self, history: dict[str, Tensor], new: Tensor, logits: Tensor | None) -> None:
         """Buffers for every entry of the criterion's history before and after a step from `history`."""
@@ -297,15 +302,22 @@ class RuleGroup:
                 self.memory[key] = torch.zeros_like(held)
 
     def __call__(self) -> None:
-        rule = self.rule
+        rule, lead = self.rule, self.decoder.read_lead
         self.steps[0]()
-        step, read_at = 1, first_read(rule)
+        step, read_at, sent = 1, first_read(rule), None  # sent: the step whose flags are on their way to the host
         while step < rule.max_loops:
-            if step >= read_at:
-                running, hits = torch.stack([self.running[0].long(), self.hits[0]]).tolist()
+            if sent is None and step >= read_at:
+                self.flags_read.copy_(self.flags, non_blocking=True)
+                if self.read_done is not None:
+                    self.read_done.record()
+                sent = step
+            if sent is not None and step >= sent + lead:
+                if self.read_done is not None:
+                    self.read_done.synchronize()
+                running, hits = self.flags_read.tolist()
                 if not running:
                     break
-                read_at = next_read(step, hits, rule, self.decoder.read_every)
+                read_at, sent = next_read(sent, hits, rule, self.decoder.read_every), None
             self.steps[step]()
             step += 1
         self.done()
@@ -313,11 +325,12 @@ class RuleGroup:
 
 def advance(criterion: Criterion, history: tuple[str, ...], hits_needed: int, min_loops: int, max_loops: int,
             new: Tensor, logits: Tensor | None, x: Tensor, memory: dict[str, Tensor], hits: Tensor,
-            running: Tensor, loops: Tensor, k: Tensor, threshold: Tensor) -> None:
+            running: Tensor, loops: Tensor, k: Tensor, threshold: Tensor, flags: Tensor) -> None:
     """The rule's arithmetic after loop step k (a device scalar) gave the state `new` (and its logits): the
     criterion's value from the history entries named `history`, the consecutive hits, the exit test, and the
     token's state, loop count and running flag, all written in place (`memory` keeps the history after the step).
-    `ExitRule.step`'s arithmetic with one setting for the row."""
+    `flags` gets the running flag and the hit count, for the host. `ExitRule.step`'s arithmetic with one setting
+    for the row."""
     criterion.memory = {key: memory[key] for key in history}
     value = criterion.score(new, logits)
     for key, held in criterion.memory.items():
@@ -328,6 +341,7 @@ def advance(criterion: Criterion, history: tuple[str, ...], hits_needed: int, mi
     loops.copy_(torch.where(exits, k, loops))
     running.copy_(running & ~exits)
     k.add_(1)
+    flags.copy_(torch.cat([running.long(), hits]))
 
 
 RULE_COMPILATIONS = 64  # torch.compile's default of 8 is fewer than the criteria and first steps of one run
