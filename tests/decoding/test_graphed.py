@@ -39,12 +39,11 @@ def rules_of(name: str) -> list[ExitRule]:
 
 
 @torch.no_grad()
-def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: int = 4, fuse: bool | None = None,
-           lead: int = 0):
+def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: int = 4, fuse: bool | None = None):
     """Greedy decoding of PROMPT and NEW_TOKENS more, one position at a time from the first: the logits and loop
     counts of every position, and the caches."""
     caches = new_cache(model, MAX_LOOPS, len(PROMPT) + NEW_TOKENS)
-    step = (GraphedDecoder(model, rules, caches, read_every, fuse, lead).step if graphed else
+    step = (GraphedDecoder(model, rules, caches, read_every, fuse).step if graphed else
             lambda token, position: step_token(model, token, position, caches, rules))
     tokens, logits, loops = list(PROMPT), [], []
     for position in range(len(PROMPT) + NEW_TOKENS - 1):
@@ -56,13 +55,12 @@ def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: i
     return tokens, torch.stack(logits), loops, caches
 
 
-def assert_same_decoding(model: LoopedGPT, name: str, read_every: int, fuse: bool | None = None,
-                         lead: int = 0) -> list[list[int]]:
+def assert_same_decoding(model: LoopedGPT, name: str, read_every: int, fuse: bool | None = None) -> list[list[int]]:
     """Static decoding's tokens, loop counts, logits and caches are the engine's (with the rules' arithmetic
-    compiled if `fuse`, by default on a GPU; the host waiting for a read `lead` steps after it); the loop counts."""
+    compiled if `fuse`, by default on a GPU); the loop counts."""
     tokens, logits, loops, caches = decode(model, rules_of(name), graphed=False)
     got_tokens, got_logits, got_loops, got_caches = decode(model, rules_of(name), graphed=True,
-                                                           read_every=read_every, fuse=fuse, lead=lead)
+                                                           read_every=read_every, fuse=fuse)
     assert got_tokens == tokens and got_loops == loops
     torch.testing.assert_close(got_logits, logits, rtol=0, atol=1e-12)
     decoded = len(PROMPT) + NEW_TOKENS - 1  # the last slot is where the graphs were captured: never decoded here
@@ -77,9 +75,9 @@ CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])  # on a GPU the graphs are captured and replayed
 @pytest.mark.parametrize("name", list(RULE_SETS))
-@pytest.mark.parametrize(("read_every", "lead"), [(1, 0), (3, 1), (2, 2)])
-def test_static_decoding_under_exit_rules_is_the_engines_decoding(tiny_model, name, read_every, lead, device):
-    loops = assert_same_decoding(copy.deepcopy(tiny_model).to(device), name, read_every, lead=lead)
+@pytest.mark.parametrize("read_every", [1, 3])
+def test_static_decoding_under_exit_rules_is_the_engines_decoding(tiny_model, name, read_every, device):
+    loops = assert_same_decoding(copy.deepcopy(tiny_model).to(device), name, read_every)
     depths = {n for counts in loops for n in counts}
     assert len(depths) > 2 and min(depths) < MAX_LOOPS, depths  # the premise: tokens exit at several depths
 

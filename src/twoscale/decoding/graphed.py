@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 Tensor = torch.Tensor
 
 READ_EVERY = 4  # loop steps between two reads of an exit decision, once the rule can exit
-READ_LEAD = 0  # loop steps launched after a read's step before the host waits for that read
 
 
 class StaticStep:
@@ -103,13 +102,13 @@ class GraphedDecoder:
 
     @torch.no_grad()  # the warm-ups and captures record no autograd graph, whoever builds the decoder
     def __init__(self, model: LoopedGPT, rules: Sequence[ExitRule], caches: Sequence[LayerCache],
-                 read_every: int = READ_EVERY, fuse_rules: bool | None = None, read_lead: int = READ_LEAD) -> None:
+                 read_every: int = READ_EVERY, fuse_rules: bool | None = None) -> None:
         if not one_setting_per_rule(rules):
             raise ValueError("graphed decoding takes one setting per rule, not a value per row")
         if caches[0].keys.shape[1] != 1:
             raise ValueError("graphed decoding decodes one sequence")
         config = model.config
-        self.model, self.rules, self.read_every, self.read_lead = model, list(rules), read_every, read_lead
+        self.model, self.rules, self.read_every = model, list(rules), read_every
         self.device = model.lm_head.weight.device
         self.fuse_rules = self.device.type == "cuda" if fuse_rules is None else fuse_rules
         self.keys = [cache.keys[:, 0] for cache in caches]  # (steps, positions, heads, head_dim)
@@ -251,9 +250,6 @@ class RuleGroup:
         self.hits = torch.zeros(1, dtype=torch.long, device=device)
         self.loops = torch.ones(1, dtype=torch.long, device=device)  # any count: the warm-up of `done` reads it
         self.flags = torch.zeros(2, dtype=torch.long, device=device)  # running and hits after the step, for the host
-        on_gpu = device.type == "cuda"
-        self.flags_read = torch.zeros(2, dtype=torch.long, pin_memory=on_gpu)
-        self.read_done = torch.cuda.Event() if on_gpu else None
         self.memory: dict[str, Tensor] = {}  # the criterion's history, kept at fixed addresses
         self.advance = fused_advance() if decoder.fuse_rules else advance
         self.held: set[int] = set()  # the steps whose history buffers exist
@@ -302,22 +298,15 @@ class RuleGroup:
                 self.memory[key] = torch.zeros_like(held)
 
     def __call__(self) -> None:
-        rule, lead = self.rule, self.decoder.read_lead
+        rule = self.rule
         self.steps[0]()
-        step, read_at, sent = 1, first_read(rule), None  # sent: the step whose flags are on their way to the host
+        step, read_at = 1, first_read(rule)
         while step < rule.max_loops:
-            if sent is None and step >= read_at:
-                self.flags_read.copy_(self.flags, non_blocking=True)
-                if self.read_done is not None:
-                    self.read_done.record()
-                sent = step
-            if sent is not None and step >= sent + lead:
-                if self.read_done is not None:
-                    self.read_done.synchronize()
-                running, hits = self.flags_read.tolist()
+            if step >= read_at:
+                running, hits = self.flags.tolist()
                 if not running:
                     break
-                read_at, sent = next_read(sent, hits, rule, self.decoder.read_every), None
+                read_at = next_read(step, hits, rule, self.decoder.read_every)
             self.steps[step]()
             step += 1
         self.done()
