@@ -4,6 +4,8 @@ logits and cache as the engine's decoding, whenever the host reads the exit deci
 from __future__ import annotations
 
 import copy
+import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -134,3 +136,14 @@ def test_a_cpu_decodes_by_the_engine_unless_told_and_graphs_have_no_exit_clock(t
                       GraphedDecoder)
     with pytest.raises(ValueError, match="no separate time"):
         token_stepper(tiny_model, caches, rules_of("acceleration"), CriterionClock(), graphs=True)
+
+
+def test_the_profile_script_counts_busy_and_idle_time_of_overlapping_kernels():
+    """scripts/profile_decoding.py's reading of a kernel timeline, against hand values: overlaps counted once, the
+    gaps between them idle."""
+    path = Path(__file__).resolve().parents[2] / "scripts/profile_decoding.py"
+    spec = importlib.util.spec_from_file_location("profile_decoding", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.busy_and_idle([(0, 2), (1, 3), (1.5, 2.5), (5, 6), (8, 9)]) == (5, 4)
+    assert script.busy_and_idle([]) == (0, 0)
