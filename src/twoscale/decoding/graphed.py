@@ -17,12 +17,13 @@ replayed on a GPU. The pieces of a token:
 
 The rule's arithmetic (its criterion, the consecutive-hit count, the exit test) runs on the device inside the step's
 graph, on a GPU compiled into a few fused kernels (`fused_advance`): on an H200 a rule that never exits cost 40-61%
-more than the same loops with its arithmetic launched op by op, 12-24% compiled (results/gpu/run-e). A token that has exited keeps its state, its loop count and its cache entries; the steps replayed after its
-exit only compute what is thrown away. So the host need not read the exit decision after every step: it reads it
-first at the earliest step the rule can exit (`first_read`), and from then every `read_every` steps or, if more, as
-many steps as the token still needs hits to exit (`next_read`). The exits, loop counts, states and cache are those of
-the same rule read after every step (`engine.step_tokens`, tested equal); a later read only costs the steps replayed
-past the exit.
+more than the same loops with its arithmetic launched op by op, 12-24% compiled (results/gpu/run-e). A token that
+has exited keeps its state, its loop count and its cache entries; the steps replayed after its exit only compute
+what is thrown away. So the host need not read the exit decision after every step: it reads it first at the earliest
+step the rule can exit (`first_read`), and from then every `read_every` steps or, if more, as many steps as the
+token still needs hits to exit (`next_read`). The exits, loop counts, states and cache are those of the same rule
+read after every step (`engine.step_tokens`, tested equal); a later read only costs the steps replayed past the
+exit.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import functools
 import gc
 import math
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -254,7 +254,8 @@ class RuleGroup:
         self.advance = fused_advance() if decoder.fuse_rules else advance
         self.held: set[int] = set()  # the steps whose history buffers exist
         # step k's graph; the warm-up of step k writes step k's cache slot, which exists up to max_loops
-        self.steps = [StaticStep(partial(self._step, k), device, decoder.pool) for k in range(1, rule.max_loops + 1)]
+        self.steps = [StaticStep(functools.partial(self._step, k), device, decoder.pool)
+                      for k in range(1, rule.max_loops + 1)]
         self.done = StaticStep(lambda: decoder.finish(self.segment, self.loops), device, decoder.pool)
 
     def _decode(self, x: Tensor) -> Tensor:
