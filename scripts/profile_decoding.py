@@ -67,9 +67,11 @@ def profile_point(model, prompt, new_tokens, rules, max_loops, fuse_rules, on_gp
         wall = time.perf_counter() - started
     busy, idle = busy_and_idle(device_intervals(profiler.events(), on_gpu))
     kernels = len(device_intervals(profiler.events(), on_gpu))
-    return {"kernels_per_token": round(kernels / new_tokens, 1), "busy_ms_per_token": round(busy / 1000 / new_tokens, 4),
+    return {"kernels_per_token": round(kernels / new_tokens, 1),
+            "busy_ms_per_token": round(busy / 1000 / new_tokens, 4),
             "idle_ms_per_token": round(idle / 1000 / new_tokens, 4),
-            "wall_ms_per_token": round(1000 * wall / new_tokens, 4), "loops_per_group": round(statistics.fmean(loops), 2)}
+            "wall_ms_per_token": round(1000 * wall / new_tokens, 4),
+            "loops_per_group": round(statistics.fmean(loops), 2)}
 
 
 def main() -> None:
