@@ -65,9 +65,9 @@ def profile_point(model, prompt, new_tokens, rules, max_loops, fuse_rules, on_gp
             tokens.append(int(logits.argmax()))  # the host waits for the token, as generation does
             loops.append(sum(counts) / len(counts))
         wall = time.perf_counter() - started
-    busy, idle = busy_and_idle(device_intervals(profiler.events(), on_gpu))
-    kernels = len(device_intervals(profiler.events(), on_gpu))
-    return {"kernels_per_token": round(kernels / new_tokens, 1),
+    intervals = device_intervals(profiler.events(), on_gpu)
+    busy, idle = busy_and_idle(intervals)
+    return {"kernels_per_token": round(len(intervals) / new_tokens, 1),
             "busy_ms_per_token": round(busy / 1000 / new_tokens, 4),
             "idle_ms_per_token": round(idle / 1000 / new_tokens, 4),
             "wall_ms_per_token": round(1000 * wall / new_tokens, 4),

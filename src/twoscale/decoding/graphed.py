@@ -245,7 +245,8 @@ class RuleGroup:
         self.group_input = torch.zeros_like(decoder.x)
         value_dtype = at_least_float32(decoder.x).dtype
         self.threshold = torch.full((), float(rule.threshold), dtype=value_dtype, device=device)
-        self.k = torch.ones((), dtype=torch.long, device=device)  # the step being run, 1-based
+        # the step being run, 1-based: each step's graph knows it, but as a tensor one compilation serves them all
+        self.k = torch.ones((), dtype=torch.long, device=device)
         self.running = torch.ones(1, dtype=torch.bool, device=device)
         self.hits = torch.zeros(1, dtype=torch.long, device=device)
         self.loops = torch.ones(1, dtype=torch.long, device=device)  # any count: the warm-up of `done` reads it
