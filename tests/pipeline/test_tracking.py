@@ -21,7 +21,7 @@ import pytest
 from workspace import smoke_params
 
 from twoscale.__main__ import main
-from twoscale.pipeline import tracking
+from twoscale.pipeline import mlflow_store, tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.training.trainer import read_checkpoint
 
@@ -68,7 +68,7 @@ def test_runs_left_running_by_dead_processes_of_this_host_are_closed_as_killed(s
     elsewhere = {**mine_dead, tracking.HOST_TAG: "another-node"}
     made = {name: runs.create_run(experiment, tags=tags).info.run_id for name, tags in
             {"dead": mine_dead, "alive": mine_alive, "reused": reused_pid, "elsewhere": elsewhere}.items()}
-    assert sorted(tracking.close_abandoned_runs(experiment)) == sorted([made["dead"], made["reused"]])
+    assert sorted(tracking.close_abandoned_runs()) == sorted([made["dead"], made["reused"]])
     status = {name: runs.get_run(run_id).info.status for name, run_id in made.items()}
     assert status == {"dead": "KILLED", "alive": "RUNNING", "reused": "KILLED", "elsewhere": "RUNNING"}
 
@@ -76,10 +76,10 @@ def test_runs_left_running_by_dead_processes_of_this_host_are_closed_as_killed(s
 STAGE_THAT_WAITS = """
 import signal, sys, time
 from twoscale.__main__ import stop
-from twoscale.pipeline import tracking
+from twoscale.pipeline import mlflow_store, tracking
 signal.signal(signal.SIGTERM, stop)
 with tracking.stage_run("train", "hash") as run:
-    print(run.info.run_id, flush=True)
+    print(run.run_id, flush=True)
     time.sleep(60)
 """
 
@@ -101,7 +101,7 @@ def test_a_stage_job_stopped_by_sigterm_ends_its_run_killed(store):
 def test_a_stage_run_is_named_by_its_tags_and_also_tagged_with_its_origin(store):
     origin = {"precision": "float64", "machine": "Test CPU, 2 CPUs", "torch": "2.13.0"}
     with tracking.stage_run("measure", "hash", {"recipe": "huginn", "seed": "1"}, origin) as run:
-        run_id = run.info.run_id
+        run_id = run.run_id
     logged = client(store).get_run(run_id)
     assert logged.info.run_name == "measure recipe=huginn seed=1"
     assert {key: logged.data.tags[key] for key in origin} == origin
@@ -115,7 +115,7 @@ def test_only_finite_numbers_are_logged_as_metrics(store):
     assert tracking.finite_metrics(row) == {"a": 1.5, "e": 0.25, "f": 3.0}
     with tracking.stage_run("geometry", "hash") as run:
         tracking.log_metrics(row)
-    assert client(store).get_run(run.info.run_id).data.metrics == {"a": 1.5, "e": 0.25, "f": 3.0}
+    assert client(store).get_run(run.run_id).data.metrics == {"a": 1.5, "e": 0.25, "f": 3.0}
 
 
 # --- a training run, comparable with others: its machine's use, its corpus, its registered model ------------
@@ -160,7 +160,7 @@ JOB_LOGGING_THE_CORPUS = """
 import sys, time
 from pathlib import Path
 import mlflow
-from twoscale.pipeline import tracking
+from twoscale.pipeline import mlflow_store, tracking
 store, me, other = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 with tracking.stage_run("train", "hash", {"seed": me}):
     (store / me).touch()
@@ -232,7 +232,7 @@ def test_a_tracking_server_that_accepts_but_never_answers_is_given_up_after_the_
         silent.listen(8)
         uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
         with pytest.raises(TwoscaleError, match=f"^MLflow tracking server {uri} did not answer within 0.5 s"):
-            tracking.check_server_answers(uri, timeout=0.5)
+            mlflow_store.check_server_answers(uri, timeout=0.5)
 
 
 def test_a_server_that_answers_with_any_http_status_is_up():
@@ -246,7 +246,7 @@ def test_a_server_that_answers_with_any_http_status_is_up():
     with http.server.HTTPServer(("127.0.0.1", 0), Refusing) as server:
         thread = threading.Thread(target=server.handle_request)
         thread.start()
-        tracking.check_server_answers(f"http://127.0.0.1:{server.server_address[1]}", timeout=5)
+        mlflow_store.check_server_answers(f"http://127.0.0.1:{server.server_address[1]}", timeout=5)
         thread.join()
 
 

@@ -12,29 +12,32 @@ in one line naming its URI; later requests give up after a few quick retries (ML
 about four minutes). A store that cannot be opened (a corrupt or locked SQLite file) is named in one line too.
 
 Every run carries the host and process that own it. A job that fails or is stopped ends its run FAILED or KILLED;
-a process killed outright cannot, so each new invocation closes, as KILLED, the runs still RUNNING whose process on
-this host is gone (never a run of another host, which may be alive on a shared tracking server).
+a process killed outright cannot, so its writer ends its open runs KILLED when its connection drops, and each new
+invocation closes, as KILLED, the runs still RUNNING whose process on this host is gone (never a run of another
+host, which may be alive on a shared tracking server).
+
+The calls that need MLflow are `mlflow_store.Store`'s. A job sends them to the store's writer (`tracking_writer`),
+which loads MLflow once for every job; a process that has loaded MLflow already (a test, a notebook) runs them
+itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import numbers
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
-import warnings
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from twoscale.pipeline.errors import Stopped, TwoscaleError
+from twoscale.pipeline.errors import Stopped
 from twoscale.pipeline.io import waiting_file
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -55,10 +58,6 @@ PARENT_ENV = "TWOSCALE_MLFLOW_PARENT_RUN"
 ORCHESTRATOR_ENV = "TWOSCALE_ORCHESTRATOR"
 INVOCATION_TAG = "twoscale.invocation"
 HOST_TAG, PID_TAG, PROCESS_START_TAG = "twoscale.host", "twoscale.pid", "twoscale.process_start"
-# the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant)
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
-DATASET_DIGEST_CHARS = 36  # the most of a dataset's digest an MLflow store keeps
-DATASET_ATTEMPTS = 3
 
 
 def project_root() -> Path:
@@ -69,23 +68,10 @@ def tracking_uri(root: Path | None = None) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root or project_root()) / 'mlflow.db'}"
 
 
-def _mlflow():
-    import mlflow  # imported lazily: it takes seconds, and pure cores and tests must not pay for it
-
-    return mlflow
-
-
-def is_server(uri: str) -> bool:
-    return uri.startswith(("http://", "https://"))
-
-
 def is_sqlite(uri: str) -> bool:
+    from urllib.parse import urlsplit
+
     return urlsplit(uri).scheme.lower() == "sqlite"
-
-
-def store_name(uri: str) -> str:
-    """The file of a SQLite store, else the URI."""
-    return uri.split(":///", 1)[1] if is_sqlite(uri) else uri
 
 
 def sqlite_on_slurm_warning(uri: str, submits_to_slurm: bool) -> str | None:
@@ -93,67 +79,34 @@ def sqlite_on_slurm_warning(uri: str, submits_to_slurm: bool) -> str | None:
     writers on several nodes lock and corrupt over a network file system; None when that is not so."""
     if not submits_to_slurm or not is_sqlite(uri):
         return None
-    return (f"warning: the Slurm jobs will log to the SQLite file {store_name(uri)}, which jobs on "
+    return (f"warning: the Slurm jobs will log to the SQLite file {uri.split(':///', 1)[1]}, which jobs on "
             "several nodes lock and corrupt over a network file system: set MLFLOW_TRACKING_URI to a tracking server "
             "(docs/running.md#a-shared-tracking-server)")
 
 
-def artifact_location(uri: str, root: Path) -> str | None:
-    """Where a new experiment of the store at `uri` keeps its artifacts: `<root>/mlartifacts`, or, behind a
-    tracking server, where the server chooses (its --artifacts-destination: a path of this machine is wrong on
-    another node)."""
-    if is_server(uri):
-        return None
-    return (root / "mlartifacts").as_uri()
+def store(root: Path | None = None):
+    """The store this process logs to (`mlflow_store.Store`'s calls): its own where MLflow is loaded here already,
+    else the writer of `tracking_writer`, which saves each job MLflow's seconds of start-up."""
+    root = root or project_root()
+    uri = tracking_uri(root)
+    if "mlflow" in sys.modules:
+        from twoscale.pipeline.mlflow_store import local_store
 
+        return local_store(uri, root, SERVER_TIMEOUT_S)
+    from twoscale.pipeline.tracking_writer import connect
 
-def check_server_answers(uri: str, timeout: float = SERVER_TIMEOUT_S) -> None:
-    """TwoscaleError in one line unless the tracking server at `uri` answers (any HTTP status: a proxy asking for
-    credentials answers too) within `timeout` seconds."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
-            pass
-    except urllib.error.HTTPError:
-        pass
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise TwoscaleError(f"MLflow tracking server {uri} did not answer within {timeout:g} s ({reason}): start "
-                            "it, or unset MLFLOW_TRACKING_URI to log to mlflow.db") from None
+    return connect(uri, root, SERVER_TIMEOUT_S)
 
 
 def ensure_store(root: Path | None = None) -> str:
     """Create the store and the experiment if needed; return the experiment id. A server that does not answer or a
     store that cannot be opened is a TwoscaleError naming it."""
-    root = root or project_root()
-    mlflow = _mlflow()
-    uri = tracking_uri(root)
-    if is_server(uri):
-        check_server_answers(uri)
-    mlflow.set_tracking_uri(uri)
-    database_log = logging.getLogger("mlflow.store.db.utils")  # logs a failing query with its traceback
-    level = database_log.level
-    database_log.setLevel(logging.CRITICAL)
-    try:
-        return _experiment_id(mlflow, uri, root)
-    except Exception as exc:  # MLflow, SQLAlchemy and requests raise many types; the first line says which
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise TwoscaleError(f"{store_name(uri)}: the MLflow store cannot be used ({first_line})") from None
-    finally:
-        database_log.setLevel(level)
+    return store(root).experiment_id()
 
 
-def _experiment_id(mlflow, uri: str, root: Path) -> str:
-    experiment = mlflow.get_experiment_by_name(EXPERIMENT)
-    if experiment is None:
-        return mlflow.create_experiment(EXPERIMENT, artifact_location=artifact_location(uri, root),
-                                        tags=EXPERIMENT_KIND)
-    if any(experiment.tags.get(key) != value for key, value in EXPERIMENT_KIND.items()):  # a store made before
-        for key, value in EXPERIMENT_KIND.items():
-            mlflow.MlflowClient().set_experiment_tag(experiment.experiment_id, key, value)
-    return experiment.experiment_id
+def close_abandoned_runs() -> list[str]:
+    """Mark KILLED the runs still RUNNING whose owning process on this host is gone; return their ids."""
+    return store().close_abandoned_runs()
 
 
 def git_commit(root: Path | None = None) -> str:
@@ -168,31 +121,13 @@ def git_commit(root: Path | None = None) -> str:
 
 def owner_tags(pid: int | None = None) -> dict[str, str]:
     """The host and process (this one by default) that own a run; the start time tells a reused pid apart."""
+    import socket
+
     import psutil
 
     process = psutil.Process(pid)
     return {HOST_TAG: socket.gethostname(), PID_TAG: str(process.pid),
             PROCESS_START_TAG: str(int(process.create_time()))}
-
-
-def _owner_alive(tags: dict[str, str]) -> bool:
-    import psutil
-
-    try:
-        return int(psutil.Process(int(tags[PID_TAG])).create_time()) == int(tags[PROCESS_START_TAG])
-    except (psutil.Error, KeyError, ValueError):
-        return False
-
-
-def close_abandoned_runs(experiment_id: str) -> list[str]:
-    """Mark KILLED the runs still RUNNING whose owning process on this host is gone; return their ids."""
-    client = _mlflow().MlflowClient()
-    running = client.search_runs([experiment_id], filter_string=(
-        f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{socket.gethostname()}'"))
-    abandoned = [run.info.run_id for run in running if not _owner_alive(run.data.tags)]
-    for run_id in abandoned:
-        client.set_terminated(run_id, status="KILLED")
-    return abandoned
 
 
 def _dvc_process() -> int | None:
@@ -240,29 +175,17 @@ def start_pipeline_run(orchestrator_name: str, invocation: str, tags: dict[str, 
                        pid: int | None = None) -> str:
     """Close the runs abandoned by dead processes of this host, then create the parent run of one pipeline
     invocation, owned by process `pid` (this one by default), and return its id."""
-    mlflow = _mlflow()
-    experiment_id = ensure_store()
-    close_abandoned_runs(experiment_id)
-    client = mlflow.MlflowClient()
-    run = client.create_run(
-        experiment_id,
-        run_name=f"pipeline ({orchestrator_name})",
-        tags={
-            INVOCATION_TAG: invocation,
-            "orchestrator": orchestrator_name,
-            "git_commit": git_commit(),
-            "mlflow.runName": f"pipeline ({orchestrator_name})",
-            **owner_tags(pid),
-            **(tags or {}),
-        },
-    )
-    return run.info.run_id
+    return store().start_pipeline_run(f"pipeline ({orchestrator_name})", {
+        INVOCATION_TAG: invocation,
+        "orchestrator": orchestrator_name,
+        "git_commit": git_commit(),
+        **owner_tags(pid),
+        **(tags or {}),
+    })
 
 
 def end_pipeline_run(run_id: str, status: str) -> None:
-    mlflow = _mlflow()
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.MlflowClient().set_terminated(run_id, status=status)
+    store().end_run(run_id, status)
 
 
 def _parent_run_id(orchestrator_name: str) -> str | None:
@@ -272,50 +195,41 @@ def _parent_run_id(orchestrator_name: str) -> str | None:
     if dvc is None:
         return None
     invocation = _dvc_invocation(dvc)
-    mlflow = _mlflow()
-    experiment_id = ensure_store()
-    found = mlflow.MlflowClient().search_runs(
-        [experiment_id], filter_string=f"tags.`{INVOCATION_TAG}` = '{invocation}'", max_results=1
-    )
-    return found[0].info.run_id if found else start_pipeline_run(orchestrator_name, invocation, pid=dvc)
+    return store().find_pipeline_run(invocation) or start_pipeline_run(orchestrator_name, invocation, pid=dvc)
+
+
+@dataclass(frozen=True)
+class StageRun:
+    run_id: str
+
+
+_open_runs: list[str] = []  # this process's stage runs, innermost last: where the log_ calls go
+
+
+def _current_run() -> str:
+    if not _open_runs:
+        raise RuntimeError("no stage run is open: log inside `stage_run`")
+    return _open_runs[-1]
 
 
 def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
-    """Log an output file to the active run under its own name, also while it waits to land with the stage's other
-    outputs (`outputs_land_together`)."""
-    mlflow = _mlflow()
+    """Log an output file to the open stage run under its own name, also while it waits to land with the stage's
+    other outputs (`outputs_land_together`)."""
     path = Path(path)
     waiting = waiting_file(path)
     if waiting == path:
-        mlflow.log_artifact(str(path), artifact_path)
+        store().log_artifact(_current_run(), str(path.resolve()), artifact_path)
         return
     with tempfile.TemporaryDirectory() as folder:
         named = Path(folder) / path.name
         shutil.copyfile(waiting, named)
-        mlflow.log_artifact(str(named), artifact_path)
+        store().log_artifact(_current_run(), str(named), artifact_path)
 
 
 def log_dataset(name: str, sha256: str, source: str, context: str) -> None:
-    """Log a dataset input of the active run, by name, digest (the first DATASET_DIGEST_CHARS of its `sha256`) and
-    source (a path or URI), for `context` (training, evaluation)."""
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
-    from mlflow.data.meta_dataset import MetaDataset
-
-    with warnings.catch_warnings():  # a path is a local source for two of MLflow's schemes, both the same class
-        warnings.filterwarnings("ignore", "The specified dataset source can be interpreted in multiple ways")
-        resolved = resolve_dataset_source(source)
-    dataset = MetaDataset(resolved, name=name, digest=sha256[:DATASET_DIGEST_CHARS])
-    mlflow = _mlflow()
-    # MLflow looks the dataset up and inserts it when absent, so two jobs logging the same corpus at one moment (two
-    # trainings ending together) can both find it absent: the second insert breaks the store's uniqueness and
-    # fails. Tried again, it finds the winner's row.
-    for attempt in range(DATASET_ATTEMPTS):
-        try:
-            mlflow.log_input(dataset, context=context)
-            return
-        except mlflow.exceptions.MlflowException:
-            if attempt == DATASET_ATTEMPTS - 1:
-                raise
+    """Log a dataset input of the open stage run, by name, digest (the first characters of its `sha256` that the
+    store keeps) and source (a path or URI), for `context` (training, evaluation)."""
+    store().log_dataset(_current_run(), name, sha256, source, context)
 
 
 def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:
@@ -326,18 +240,43 @@ def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:
 
 
 def log_metrics(values: Mapping[str, Any], step: int | None = None) -> None:
-    """Log the `finite_metrics` of `values` to the active run (MLflow refuses None outright)."""
-    _mlflow().log_metrics(finite_metrics(values), step=step)
+    """Log the `finite_metrics` of `values` to the open stage run (MLflow refuses None outright)."""
+    store().log_metrics(_current_run(), finite_metrics(values), step)
+
+
+def log_curves(rows: list[dict[str, Any]], step_key: str = "step") -> None:
+    """Log every finite value of each row as a point of its column's curve at the row's step."""
+    points = [(key, value, int(row[step_key])) for row in rows
+              for key, value in finite_metrics(row).items() if key != step_key]
+    store().log_points(_current_run(), points)
+
+
+def log_params(values: Mapping[str, Any]) -> None:
+    store().log_params(_current_run(), dict(values))
+
+
+def set_tags(tags: Mapping[str, str]) -> None:
+    store().set_tags(_current_run(), dict(tags))
+
+
+def log_model(model, registered_name: str, tags: dict[str, str], pip_requirements: list[str]) -> None:
+    """Log the PyTorch `model` to the open stage run and register it as a version of `registered_name`."""
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:
+        model_file = Path(folder) / "model.pt"
+        torch.save(model, model_file)
+        store().log_model(_current_run(), str(model_file), registered_name, tags, pip_requirements)
 
 
 @contextlib.contextmanager
 def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
-              origin: dict[str, str] | None = None, system_metrics: bool = False) -> Iterator[Any]:
+              origin: dict[str, str] | None = None, system_metrics: bool = False) -> Iterator[StageRun]:
     """A nested MLflow run for one stage job, under the invocation's parent run when there is one, named by the
     stage and `tags`; `origin` (what computed its numbers: arithmetic, processor, torch) is tagged too. With
-    `system_metrics`, a thread samples the machine's use (system/* metrics) while the run is open."""
-    mlflow = _mlflow()
-    experiment_id = ensure_store()
+    `system_metrics`, the machine's use is sampled (system/* metrics) while the run is open. It ends FINISHED,
+    FAILED on an error, KILLED when stopped."""
+    tracked = store()
     orchestrator_name = orchestrator()
     parent = _parent_run_id(orchestrator_name)
     run_tags = {
@@ -350,13 +289,18 @@ def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
         **(origin or {}),
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
-    with mlflow.start_run(experiment_id=experiment_id, run_name=name, parent_run_id=parent, tags=run_tags,
-                          log_system_metrics=system_metrics) as run:
-        try:
-            yield run
-        except (KeyboardInterrupt, Stopped):
-            mlflow.end_run(status="KILLED")
-            raise
+    run_id = tracked.start_run(name, run_tags, parent, system_metrics)
+    _open_runs.append(run_id)
+    status = "FAILED"
+    try:
+        yield StageRun(run_id)
+        status = "FINISHED"
+    except (KeyboardInterrupt, Stopped):
+        status = "KILLED"
+        raise
+    finally:
+        _open_runs.remove(run_id)
+        tracked.end_run(run_id, status)
     if parent and not os.environ.get(PARENT_ENV):
         # under DVC nobody closes the parent: mark it finished after each stage (the next one reopens it)
-        mlflow.MlflowClient().set_terminated(parent, status="FINISHED")
+        tracked.end_run(parent, "FINISHED")

@@ -97,15 +97,13 @@ def run(args: argparse.Namespace) -> None:
                  for teacher, seed in params.teacher_runs()}
     summary = summarise(runs)
     with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample, params.distill)):
-        import mlflow
-
         origin = computations(tables, [*params.runs(), *params.teacher_runs()])
         docs = Path(os.path.relpath(CLAIMS_DOC, args.out_dir)).as_posix()
         write_text(args.out_dir / "claims.md", to_markdown(summary, runs, origin, docs))
         write_text(args.out_dir / "claims.json", to_json(summary, runs, origin))
         tracking.log_artifact(args.out_dir / "claims.md")
         tracking.log_artifact(args.out_dir / "claims.json")
-        mlflow.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]
+        tracking.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]
                          for row in summary for recipe, entry in row["recipes"].items()})
     for row in summary:
         log.info("%s: %s", row["claim"], "; ".join(f"{recipe} {entry['verdict']}"

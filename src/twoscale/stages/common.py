@@ -64,10 +64,8 @@ def log_sections(params: Params, *names: str) -> None:
 
 def log_params(sections: dict[str, BaseModel]) -> None:
     """Parameter sections as flat MLflow params, each under its name."""
-    import mlflow
-
     for name, section in sections.items():
-        mlflow.log_params(flatten(section, name))
+        tracking.log_params(flatten(section, name))
 
 
 def draw_figures(drawings: Mapping[str, Callable[[Path], None]], folder: Path) -> None:

@@ -129,29 +129,13 @@ def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: 
                   data_dir: Path, corpus: str) -> None:
     """Parameters, curves and final metrics; the corpus (its sha256 `corpus`) as the training dataset, read from
     `data_dir`; the final model, registered as a version of the recipe's model tagged with seed and step."""
-    import mlflow
-    from mlflow.entities import Metric
-
     log_params({"runtime": params.runtime, "model": run.model, "train": run.train})
     tracking.log_dataset(describe_source(params.data), corpus, str(data_dir.resolve()), context="training")
-    now = int(time.time() * 1000)
-    curve = [
-        Metric(key, float(value), now, int(row["step"]))
-        for row in frame.iter_rows(named=True)
-        for key, value in row.items()
-        if key != "step" and value is not None
-    ]
-    client = mlflow.MlflowClient()
-    run_id = mlflow.active_run().info.run_id
-    for i in range(0, len(curve), 1000):  # log_batch takes at most 1000 metrics per call
-        client.log_batch(run_id, metrics=curve[i : i + 1000])
+    tracking.log_curves(frame.to_dicts())
     tracking.log_metrics({f"final_{k}": v for k, v in metrics.items()})
     tracking.log_artifact(out_dir / "history.csv")
-    logged = mlflow.pytorch.log_model(
-        model.cpu(), name="model", serialization_format="pickle", pip_requirements=["torch==2.13.0"]
-    )
-    mlflow.register_model(logged.model_uri, MODEL_NAME.format(recipe=run.recipe),
-                          tags={**run.tags, "step": str(metrics["step"])})
+    tracking.log_model(model.cpu(), MODEL_NAME.format(recipe=run.recipe), {**run.tags, "step": str(metrics["step"])},
+                       pip_requirements=["torch==2.13.0"])
 
 
 def run(args: argparse.Namespace) -> None:

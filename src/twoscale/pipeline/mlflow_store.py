@@ -1,0 +1,234 @@
+"""The MLflow store's side of tracking: every call that needs MLflow itself, on runs named by their ids.
+
+A job does not call these directly (importing MLflow and opening its SQL store cost it seconds): `tracking` sends
+them to the writer of `tracking_writer`, which holds one `Store` for the whole workflow, or runs them in its own
+process where MLflow is loaded already. Every operation takes and returns plain values, so that either way is the
+same call.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import psutil
+from mlflow.entities import DatasetInput, InputTag, Metric
+
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.tracking import (
+    EXPERIMENT,
+    HOST_TAG,
+    INVOCATION_TAG,
+    PID_TAG,
+    PROCESS_START_TAG,
+    is_sqlite,
+)
+
+# the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant)
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+DATASET_DIGEST_CHARS = 36  # the most of a dataset's digest an MLflow store keeps
+DATASET_ATTEMPTS = 3
+DATASET_CONTEXT_TAG = "mlflow.data.context"
+BATCH_METRICS = 1000  # the most metrics MLflow's log_batch takes in one call
+
+
+def is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def store_name(uri: str) -> str:
+    """The file of a SQLite store, else the URI."""
+    return uri.split(":///", 1)[1] if is_sqlite(uri) else uri
+
+
+def artifact_location(uri: str, root: Path) -> str | None:
+    """Where a new experiment of the store at `uri` keeps its artifacts: `<root>/mlartifacts`, or, behind a
+    tracking server, where the server chooses (its --artifacts-destination: a path of this machine is wrong on
+    another node)."""
+    if is_server(uri):
+        return None
+    return (root / "mlartifacts").as_uri()
+
+
+def check_server_answers(uri: str, timeout: float) -> None:
+    """TwoscaleError in one line unless the tracking server at `uri` answers (any HTTP status: a proxy asking for
+    credentials answers too) within `timeout` seconds."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+            pass
+    except urllib.error.HTTPError:
+        pass
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise TwoscaleError(f"MLflow tracking server {uri} did not answer within {timeout:g} s ({reason}): start "
+                            "it, or unset MLFLOW_TRACKING_URI to log to mlflow.db") from None
+
+
+def owner_alive(tags: dict[str, str]) -> bool:
+    try:
+        return int(psutil.Process(int(tags[PID_TAG])).create_time()) == int(tags[PROCESS_START_TAG])
+    except (psutil.Error, KeyError, ValueError):
+        return False
+
+
+class Store:
+    """The MLflow store at `uri` (its experiment's artifacts under `root`), one operation per method."""
+
+    def __init__(self, uri: str, root: Path, server_timeout: float):
+        self.uri, self.root, self.server_timeout = uri, root, server_timeout
+        self.monitors: dict[str, Any] = {}  # run id -> its system metrics sampler
+        self._client: mlflow.MlflowClient | None = None
+
+    @property
+    def client(self) -> mlflow.MlflowClient:
+        if self._client is None:
+            self.experiment_id()
+        return self._client
+
+    def experiment_id(self) -> str:
+        """Create the store and the experiment if needed; return the experiment's id. A server that does not
+        answer or a store that cannot be opened is a TwoscaleError naming it."""
+        if is_server(self.uri):
+            check_server_answers(self.uri, self.server_timeout)
+        database_log = logging.getLogger("mlflow.store.db.utils")  # logs a failing query with its traceback
+        level = database_log.level
+        database_log.setLevel(logging.CRITICAL)
+        try:
+            if self._client is None:
+                self._client = mlflow.MlflowClient(tracking_uri=self.uri)
+            return self._find_or_create_experiment()
+        except Exception as exc:  # MLflow, SQLAlchemy and requests raise many types; the first line says which
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise TwoscaleError(f"{store_name(self.uri)}: the MLflow store cannot be used ({first_line})") from None
+        finally:
+            database_log.setLevel(level)
+
+    def _find_or_create_experiment(self) -> str:
+        experiment = self._client.get_experiment_by_name(EXPERIMENT)
+        if experiment is None:
+            return self._client.create_experiment(EXPERIMENT, artifact_location=artifact_location(self.uri, self.root),
+                                                  tags=EXPERIMENT_KIND)
+        for key, value in EXPERIMENT_KIND.items():
+            if experiment.tags.get(key) != value:  # a store made before
+                self._client.set_experiment_tag(experiment.experiment_id, key, value)
+        return experiment.experiment_id
+
+    def close_abandoned_runs(self) -> list[str]:
+        """Mark KILLED the runs still RUNNING whose owning process on this host is gone; return their ids."""
+        running = self.client.search_runs([self.experiment_id()], filter_string=(
+            f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{socket.gethostname()}'"))
+        abandoned = [run.info.run_id for run in running if not owner_alive(run.data.tags)]
+        for run_id in abandoned:
+            self.client.set_terminated(run_id, status="KILLED")
+        return abandoned
+
+    def start_pipeline_run(self, name: str, tags: dict[str, str]) -> str:
+        """Close the runs abandoned by dead processes of this host, then create the parent run of one pipeline
+        invocation, named `name`, and return its id."""
+        self.close_abandoned_runs()
+        return self.client.create_run(self.experiment_id(), run_name=name,
+                                      tags={**tags, "mlflow.runName": name}).info.run_id
+
+    def find_pipeline_run(self, invocation: str) -> str | None:
+        found = self.client.search_runs([self.experiment_id()], filter_string=f"tags.`{INVOCATION_TAG}` = "
+                                        f"'{invocation}'", max_results=1)
+        return found[0].info.run_id if found else None
+
+    def start_run(self, name: str, tags: dict[str, str], parent: str | None, system_metrics: bool) -> str:
+        """A run named `name` (nested under `parent`), sampling the machine's use while open with
+        `system_metrics`; return its id."""
+        nesting = {"mlflow.parentRunId": parent} if parent else {}
+        run_id = self.client.create_run(self.experiment_id(), run_name=name,
+                                        tags={**tags, **nesting}).info.run_id
+        if system_metrics:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # a line per start and stop
+            self.monitors[run_id] = monitor = SystemMetricsMonitor(run_id, tracking_uri=self.uri)
+            monitor.start()
+        return run_id
+
+    def end_run(self, run_id: str, status: str) -> None:
+        if monitor := self.monitors.pop(run_id, None):
+            monitor.finish()
+        self.client.set_terminated(run_id, status=status)
+
+    def log_metrics(self, run_id: str, values: dict[str, float], step: int | None) -> None:
+        self.log_points(run_id, [(key, value, step or 0) for key, value in values.items()])
+
+    def log_points(self, run_id: str, points: list[tuple[str, float, int]]) -> None:
+        """Metric values (key, value, step), timestamped now."""
+        import time
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, value, now, step) for key, value, step in points]
+        for start in range(0, len(metrics), BATCH_METRICS):
+            self.client.log_batch(run_id, metrics=metrics[start:start + BATCH_METRICS])
+
+    def log_params(self, run_id: str, values: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        self.client.log_batch(run_id, params=[Param(key, str(value)) for key, value in values.items()])
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in tags.items()])
+
+    def log_artifact(self, run_id: str, path: str, artifact_path: str | None) -> None:
+        self.client.log_artifact(run_id, path, artifact_path)
+
+    def log_dataset(self, run_id: str, name: str, sha256: str, source: str, context: str) -> None:
+        """A dataset input of the run, by name, digest (the first DATASET_DIGEST_CHARS of its `sha256`) and
+        source (a path or URI), for `context` (training, evaluation)."""
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+
+        with warnings.catch_warnings():  # a path is a local source for two of MLflow's schemes, both the same class
+            warnings.filterwarnings("ignore", "The specified dataset source can be interpreted in multiple ways")
+            resolved = resolve_dataset_source(source)
+        dataset = MetaDataset(resolved, name=name, digest=sha256[:DATASET_DIGEST_CHARS])
+        given = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(DATASET_CONTEXT_TAG, context)])
+        # MLflow looks the dataset up and inserts it when absent, so two runs logging the same corpus at one moment
+        # (two trainings ending together, in two processes) can both find it absent: the second insert breaks the
+        # store's uniqueness and fails. Tried again, it finds the winner's row.
+        for attempt in range(DATASET_ATTEMPTS):
+            try:
+                self.client.log_inputs(run_id, datasets=[given])
+                return
+            except mlflow.exceptions.MlflowException:
+                if attempt == DATASET_ATTEMPTS - 1:
+                    raise
+
+    def log_model(self, run_id: str, model_file: str, registered_name: str, tags: dict[str, str],
+                  pip_requirements: list[str]) -> None:
+        """The PyTorch model pickled whole in `model_file`, logged to the run and registered as a version of
+        `registered_name` tagged with `tags`."""
+        import mlflow.pytorch
+        import torch
+
+        model = torch.load(model_file, weights_only=False)
+        mlflow.set_tracking_uri(self.uri)  # the model logger and the registry take the process's store
+        logged = mlflow.pytorch.log_model(model, name="model", serialization_format="pickle",
+                                          pip_requirements=pip_requirements, run_id=run_id)
+        mlflow.register_model(logged.model_uri, registered_name, tags=tags)
+
+
+_LOCAL: dict[tuple[str, Path], Store] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def local_store(uri: str, root: Path, server_timeout: float) -> Store:
+    """This process's own Store of `uri`, made once."""
+    with _LOCAL_LOCK:
+        if (uri, root) not in _LOCAL:
+            _LOCAL[uri, root] = Store(uri, root, server_timeout)
+        return _LOCAL[uri, root]
