@@ -150,6 +150,8 @@ def test_a_training_run_records_its_machine_use_its_corpus_as_a_dataset_and_its_
 
     [version] = client(store).search_model_versions("name = 'twoscale-paper'")
     assert version.run_id == train.info.run_id
+    assert client(store).search_logged_models([tracking.ensure_store()],
+                                              filter_string=f"source_run_id = '{train.info.run_id}'")
     assert version.tags == {"recipe": "paper", "seed": "1337", "step": "10"}
     registered = mlflow.pytorch.load_model(f"models:/twoscale-paper/{version.version}")
     final = read_checkpoint(store / "out/checkpoints/step_10.pt")["model"]

@@ -216,7 +216,9 @@ class Store:
         import torch
 
         model = torch.load(model_file, weights_only=False)
-        mlflow.set_tracking_uri(self.uri)  # the model logger and the registry take the process's store
+        # the model logger and the registry take the process's store, and the logged model its active experiment
+        mlflow.set_tracking_uri(self.uri)
+        mlflow.set_experiment(experiment_id=self.experiment_id())
         logged = mlflow.pytorch.log_model(model, name="model", serialization_format="pickle",
                                           pip_requirements=pip_requirements, run_id=run_id)
         mlflow.register_model(logged.model_uri, registered_name, tags=tags)
