@@ -80,3 +80,33 @@ def test_a_job_killed_outright_has_its_run_ended_killed_by_the_writer_at_once(tm
     job.send_signal(signal.SIGKILL)
     job.wait(timeout=30)
     assert wait_for(lambda: runs(tmp_path)[run_id].info.status == "KILLED", timeout=10)
+
+
+JOB_OUTLIVING_ITS_WRITER = """
+import sys, time
+from pathlib import Path
+from twoscale.pipeline import tracking
+go = Path(sys.argv[1])
+with tracking.stage_run("geometry", "hash") as run:
+    print(run.run_id, tracking.store().call("ping"), flush=True)
+    while not go.exists():
+        time.sleep(0.05)
+    tracking.log_metrics({"after": 1.0})
+    print(tracking.store().call("ping"), flush=True)
+"""
+
+
+def test_a_job_whose_writer_is_killed_goes_on_with_another(tmp_path, job_env):
+    """As Slurm ends a job with every process of its cgroup, a writer another job started there."""
+    go = tmp_path / "go"
+    job = subprocess.Popen([sys.executable, "-c", JOB_OUTLIVING_ITS_WRITER, str(go)], env=job_env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_id, first_writer = job.stdout.readline().split()
+    os.kill(int(first_writer), signal.SIGKILL)
+    assert wait_for(lambda: not psutil.pid_exists(int(first_writer)))
+    go.touch()
+    second_writer = job.stdout.readline().strip()
+    assert job.wait(timeout=60) == 0, job.stderr.read()[-2000:]
+    assert second_writer and int(second_writer) != int(first_writer)
+    run = runs(tmp_path)[run_id]
+    assert run.info.status == "FINISHED" and run.data.metrics == {"after": 1.0}

@@ -56,18 +56,31 @@ def held(lock_file: Path) -> Iterator[None]:
 
 
 class Writer:
-    """A connection to the writer: each Store method is a call by the same name."""
+    """This process's connection to the writer of a store: each Store method is a call by the same name. A writer
+    lost while the job runs (killed with another job's processes, as Slurm does with a job's whole cgroup) is
+    replaced by another, which is told the job's open runs, and the call is made again."""
 
-    def __init__(self, connection: Connection):
-        self.connection = connection
+    def __init__(self, uri: str, root: Path, server_timeout: float):
+        self.store = (uri, root, server_timeout)
         self.lock = threading.Lock()
+        self.open_runs: set[str] = set()
+        self.connection = _connect(*self.store)
 
     def call(self, operation: str, *args: Any, **kwargs: Any) -> Any:
         with self.lock:
-            self.connection.send((operation, args, kwargs))
-            status, value = self.connection.recv()
+            try:
+                status, value = _exchange(self.connection, operation, args, kwargs)
+            except (OSError, EOFError):
+                self.connection = _connect(*self.store)
+                if self.open_runs:
+                    _exchange(self.connection, "adopt", (sorted(self.open_runs),), {})
+                status, value = _exchange(self.connection, operation, args, kwargs)
         if status == "error":
             raise TwoscaleError(value)
+        if operation == "start_run":
+            self.open_runs.add(value)
+        elif operation == "end_run":
+            self.open_runs.discard(args[0] if args else kwargs["run_id"])
         return value
 
     def __getattr__(self, operation: str):
@@ -76,23 +89,28 @@ class Writer:
         return lambda *args, **kwargs: self.call(operation, *args, **kwargs)
 
 
+def _exchange(connection: Connection, operation: str, args: tuple, kwargs: dict) -> tuple[str, Any]:
+    connection.send((operation, args, kwargs))
+    return connection.recv()
+
+
 _WRITERS: dict[tuple[str, Path], Writer] = {}
 
 
 def connect(uri: str, root: Path, server_timeout: float) -> Writer:
     """This process's connection to the writer of `uri`, starting the writer if none runs."""
     if (uri, root) not in _WRITERS:
-        _WRITERS[uri, root] = _connect(uri, root, server_timeout)
+        _WRITERS[uri, root] = Writer(uri, root, server_timeout)
     return _WRITERS[uri, root]
 
 
-def _connect(uri: str, root: Path, server_timeout: float) -> Writer:
+def _connect(uri: str, root: Path, server_timeout: float) -> Connection:
     address, lock_file, log_file = writer_files(uri, root)
     for _ in range(CONNECT_ATTEMPTS):
         try:
-            writer = Writer(Client(str(address), family="AF_UNIX"))
-            writer.call("ping")  # a writer leaving as this job came ends the connection here: try again
-            return writer
+            connection = Client(str(address), family="AF_UNIX")
+            _exchange(connection, "ping", (), {})  # a writer leaving as this job came ends the connection here
+            return connection
         except (OSError, EOFError):
             with held(lock_file):
                 if not _answers(address):
@@ -122,6 +140,7 @@ def _start(address: Path, log_file: Path, uri: str, root: Path, server_timeout: 
         if process.poll() is not None or time.monotonic() > deadline:
             raise TwoscaleError(f"the MLflow writer of {uri} did not start (its log: {log_file})")
         time.sleep(0.02)
+    threading.Thread(target=process.wait, daemon=True).start()  # reaped when it leaves before this process
 
 
 # --- the writer ----------------------------------------------------------------------------------------------------
@@ -203,6 +222,9 @@ def _take_calls(connection: Connection, store: _StoreOnce, connected: _Connected
 def _answer(store: _StoreOnce, operation: str, args: tuple, kwargs: dict, opened: set[str]) -> tuple[str, Any]:
     if operation == "ping":
         return "ok", os.getpid()
+    if operation == "adopt":  # runs a lost writer opened for this job, to end KILLED if its connection drops
+        opened.update(args[0])
+        return "ok", None
     if operation not in OPERATIONS:
         return "error", f"the MLflow writer has no operation {operation!r}"
     try:
