@@ -9,24 +9,29 @@ import torch
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.stages.train import WARMUP_STEPS, utilisation
 from twoscale.training import device as device_module
+from twoscale.training import gpu
 from twoscale.training.device import (
     datasheet_tflops,
     matmul_tflops,
     median_ms,
     peak_side,
     resolve_device,
-    uses_cuda,
 )
+from twoscale.training.gpu import uses_cuda
 
 CPU = torch.device("cpu")
 
 
-def test_cuda_is_used_when_named_or_when_auto_finds_it(monkeypatch):
+def test_cuda_is_used_when_named_or_when_auto_finds_it(monkeypatch, tmp_path):
     assert uses_cuda("cuda") and not uses_cuda("cpu")
+    driver = tmp_path / "nvidiactl"
+    monkeypatch.setattr(gpu, "GPU_DEVICE_FILES", (str(driver),))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not uses_cuda("auto")  # no driver's device file: torch is not asked
+    driver.touch()
+    assert uses_cuda("auto")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not uses_cuda("auto")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert uses_cuda("auto")
 
 
 @pytest.mark.parametrize(("name", "bf16"), [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),

@@ -19,7 +19,7 @@ from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.params import ParamsError, read_raw, results_root
 from twoscale.stages.validation import read_params
-from twoscale.training.device import uses_cuda
+from twoscale.training.gpu import uses_cuda
 
 # `--configfile X` picks another parameter set (a file that changes params.yaml: its `base`).
 PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
@@ -33,7 +33,8 @@ try:
     if workflow.is_main_process or orchestrators.SNAPSHOT_ENV not in os.environ:
         os.environ[orchestrators.SNAPSHOT_ENV] = str(orchestrators.params_snapshot(PARAMS_FILE))
     SNAPSHOT = os.environ[orchestrators.SNAPSHOT_ENV]
-    PARAMS = read_params(SNAPSHOT, PARAMS_FILE)  # also checks what JSON schema cannot express
+    # also checks what JSON schema cannot express, once per sweep section and code (marks beside the snapshots)
+    PARAMS = read_params(SNAPSHOT, PARAMS_FILE, orchestrators.SNAPSHOTS.parent / "checked")
     # where it writes: the checkout's data/, results/ and logs/ for params.yaml, runs/<name>/ for another file
     RESULTS_ROOT = results_root(PARAMS_FILE)
 except ParamsError as exc:

@@ -58,6 +58,11 @@ def module_path(module: str) -> str:
     return (Path(SOURCE_ROOT.name) / path).as_posix()
 
 
+def module_sources(module: str) -> list[str]:
+    """The source files of a module of the package and of every module it imports, directly or not, sorted."""
+    return sorted(module_path(name) for name in {module, *_import_graph().find_upstream_modules(module)})
+
+
 def stage_modules(stage: str) -> set[str]:
     """The modules whose code a stage runs: its stage module, what that imports transitively, the entry point."""
     graph = _import_graph()

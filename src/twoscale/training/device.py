@@ -34,15 +34,10 @@ DATASHEET_TFLOPS = {
 }
 
 
-def uses_cuda(name: str) -> bool:
-    """Whether runtime.device `name` runs on a GPU here."""
-    return name == "cuda" or (name == "auto" and torch.cuda.is_available())
-
-
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise TwoscaleError("runtime.device is 'cuda' but no CUDA device is available")
-    device = torch.device("cuda" if uses_cuda(name) else "cpu")
+    device = torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
     if name == "auto":
         log.info("runtime.device auto: %s", describe(device))
     return device
