@@ -68,12 +68,15 @@ def test_a_sweep_section_that_fails_is_not_marked(tmp_path):
 
 @pytest.mark.skipif(any(os.path.exists(path) for path in GPU_DEVICE_FILES),
                     reason="a machine with a GPU asks torch whether runtime.device auto runs on it")
-def test_a_snakemake_call_planning_a_checked_set_does_not_load_torch():
+def test_a_snakemake_call_planning_a_checked_set_does_not_load_torch(tmp_path):
+    def own_setting(raw):  # a sweep section no other test plans, whose mark no other test makes meanwhile
+        raw["sweep"]["strategies"]["acceleration"]["settings"].insert(1, 1.2345e-4)
+
+    params = smoke_file(tmp_path, own_setting).rename(tmp_path / "validation-marks.yaml")
     command = [sys.executable, "-X", "importtime", str(Path(sys.executable).with_name("snakemake")), "--dry-run",
-               "--cores", "1", "--configfile", "configs/smoke.yaml", "--quiet", "rules"]
-    snapshot = orchestrators.params_snapshot(ROOT / "configs/smoke.yaml", ROOT / orchestrators.SNAPSHOTS)
-    mark = ROOT / orchestrators.SNAPSHOTS.parent / "checked" / strategies_key(load_params(snapshot).sweep)
-    mark.unlink(missing_ok=True)
+               "--cores", "1", "--configfile", str(params), "--quiet", "rules"]
+    mark = ROOT / orchestrators.SNAPSHOTS.parent / "checked" / strategies_key(load_params(params).sweep)
+    mark.unlink(missing_ok=True)  # made by this test's last run in this checkout
     imported = []
     for _ in range(2):  # the first checks the set and marks it
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
