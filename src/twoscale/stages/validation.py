@@ -7,6 +7,7 @@ folder of marks (the Snakefile's), a sweep section checked once under the same c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from pathlib import Path
 
@@ -30,8 +31,9 @@ def read_params(path: Path | str, name: str | None = None, marks: Path | None = 
     except ParamsError as exc:
         raise ParamsError(f"{name or path}: {exc}") from None
     if mark is not None:
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        mark.touch()
+        with contextlib.suppress(OSError):  # a mark that cannot be written only costs the next call the check
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
     return params
 
 
