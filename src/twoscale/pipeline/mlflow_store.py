@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from twoscale.pipeline.tracking import (
     INVOCATION_TAG,
     PID_TAG,
     PROCESS_START_TAG,
-    is_sqlite,
+    store_name,
 )
 
 # the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant)
@@ -39,11 +40,6 @@ BATCH_METRICS = 1000  # the most metrics MLflow's log_batch takes in one call
 
 def is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
-
-
-def store_name(uri: str) -> str:
-    """The file of a SQLite store, else the URI."""
-    return uri.split(":///", 1)[1] if is_sqlite(uri) else uri
 
 
 def artifact_location(uri: str, root: Path) -> str | None:
@@ -166,8 +162,6 @@ class Store:
 
     def log_points(self, run_id: str, points: list[tuple[str, float, int]]) -> None:
         """Metric values (key, value, step), timestamped now."""
-        import time
-
         now = int(time.time() * 1000)
         metrics = [Metric(key, value, now, step) for key, value, step in points]
         for start in range(0, len(metrics), BATCH_METRICS):

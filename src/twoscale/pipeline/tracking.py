@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from twoscale.pipeline.errors import Stopped
 from twoscale.pipeline.io import waiting_file
@@ -69,9 +70,12 @@ def tracking_uri(root: Path | None = None) -> str:
 
 
 def is_sqlite(uri: str) -> bool:
-    from urllib.parse import urlsplit
-
     return urlsplit(uri).scheme.lower() == "sqlite"
+
+
+def store_name(uri: str) -> str:
+    """The file of a SQLite store, else the URI."""
+    return uri.split(":///", 1)[1] if is_sqlite(uri) else uri
 
 
 def sqlite_on_slurm_warning(uri: str, submits_to_slurm: bool) -> str | None:
@@ -79,7 +83,7 @@ def sqlite_on_slurm_warning(uri: str, submits_to_slurm: bool) -> str | None:
     writers on several nodes lock and corrupt over a network file system; None when that is not so."""
     if not submits_to_slurm or not is_sqlite(uri):
         return None
-    return (f"warning: the Slurm jobs will log to the SQLite file {uri.split(':///', 1)[1]}, which jobs on "
+    return (f"warning: the Slurm jobs will log to the SQLite file {store_name(uri)}, which jobs on "
             "several nodes lock and corrupt over a network file system: set MLFLOW_TRACKING_URI to a tracking server "
             "(docs/running.md#a-shared-tracking-server)")
 
@@ -203,10 +207,11 @@ class StageRun:
     run_id: str
 
 
-_open_runs: list[str] = []  # this process's stage runs, innermost last: where the log_ calls go
+_open_runs: list[tuple[Any, str]] = []  # this process's stage runs and their stores, innermost last
 
 
-def _current_run() -> str:
+def _current_run() -> tuple[Any, str]:
+    """The store and id of the innermost open stage run: where the log_ calls go."""
     if not _open_runs:
         raise RuntimeError("no stage run is open: log inside `stage_run`")
     return _open_runs[-1]
@@ -217,19 +222,21 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
     other outputs (`outputs_land_together`)."""
     path = Path(path)
     waiting = waiting_file(path)
+    tracked, run_id = _current_run()
     if waiting == path:
-        store().log_artifact(_current_run(), str(path.resolve()), artifact_path)
+        tracked.log_artifact(run_id, str(path.resolve()), artifact_path)
         return
     with tempfile.TemporaryDirectory() as folder:
         named = Path(folder) / path.name
         shutil.copyfile(waiting, named)
-        store().log_artifact(_current_run(), str(named), artifact_path)
+        tracked.log_artifact(run_id, str(named), artifact_path)
 
 
 def log_dataset(name: str, sha256: str, source: str, context: str) -> None:
     """Log a dataset input of the open stage run, by name, digest (the first characters of its `sha256` that the
     store keeps) and source (a path or URI), for `context` (training, evaluation)."""
-    store().log_dataset(_current_run(), name, sha256, source, context)
+    tracked, run_id = _current_run()
+    tracked.log_dataset(run_id, name, sha256, source, context)
 
 
 def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:
@@ -241,22 +248,26 @@ def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:
 
 def log_metrics(values: Mapping[str, Any], step: int | None = None) -> None:
     """Log the `finite_metrics` of `values` to the open stage run (MLflow refuses None outright)."""
-    store().log_metrics(_current_run(), finite_metrics(values), step)
+    tracked, run_id = _current_run()
+    tracked.log_metrics(run_id, finite_metrics(values), step)
 
 
 def log_curves(rows: list[dict[str, Any]], step_key: str = "step") -> None:
     """Log every finite value of each row as a point of its column's curve at the row's step."""
     points = [(key, value, int(row[step_key])) for row in rows
               for key, value in finite_metrics(row).items() if key != step_key]
-    store().log_points(_current_run(), points)
+    tracked, run_id = _current_run()
+    tracked.log_points(run_id, points)
 
 
 def log_params(values: Mapping[str, Any]) -> None:
-    store().log_params(_current_run(), dict(values))
+    tracked, run_id = _current_run()
+    tracked.log_params(run_id, dict(values))
 
 
 def set_tags(tags: Mapping[str, str]) -> None:
-    store().set_tags(_current_run(), dict(tags))
+    tracked, run_id = _current_run()
+    tracked.set_tags(run_id, dict(tags))
 
 
 def log_model(model, registered_name: str, tags: dict[str, str], pip_requirements: list[str]) -> None:
@@ -266,7 +277,8 @@ def log_model(model, registered_name: str, tags: dict[str, str], pip_requirement
     with tempfile.TemporaryDirectory() as folder:
         model_file = Path(folder) / "model.pt"
         torch.save(model, model_file)
-        store().log_model(_current_run(), str(model_file), registered_name, tags, pip_requirements)
+        tracked, run_id = _current_run()
+        tracked.log_model(run_id, str(model_file), registered_name, tags, pip_requirements)
 
 
 @contextlib.contextmanager
@@ -290,7 +302,7 @@ def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
     run_id = tracked.start_run(name, run_tags, parent, system_metrics)
-    _open_runs.append(run_id)
+    _open_runs.append((tracked, run_id))
     status = "FAILED"
     try:
         yield StageRun(run_id)
@@ -299,7 +311,7 @@ def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
         status = "KILLED"
         raise
     finally:
-        _open_runs.remove(run_id)
+        _open_runs.remove((tracked, run_id))
         tracked.end_run(run_id, status)
     if parent and not os.environ.get(PARENT_ENV):
         # under DVC nobody closes the parent: mark it finished after each stage (the next one reopens it)
