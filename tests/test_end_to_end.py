@@ -1,14 +1,16 @@
 """The whole workflow on the smoke parameter set (two recipes), in a temporary copy of the repository, as a user
 would run it.
 
-Snakemake runs everything; DVC then finds nothing to do; a change to one recipe reruns that recipe's jobs and the
-stages that gather every run, and nothing else, under both orchestrators; MLflow holds a parent run per
-invocation with a nested run per job, tagged with its recipe and seed.
+Snakemake runs everything; DVC then finds nothing to do; a change to one recipe plans that recipe's jobs and the
+stages that gather every run, and nothing else, in both orchestrators (DVC's reruns read from its graph, and checked
+against a real `dvc repro` of a teacher's change); MLflow holds a parent run per invocation with a nested run per
+job, tagged with its recipe and seed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -119,7 +121,7 @@ def test_a_checkpoint_copied_over_another_is_refused_by_the_stage_run_by_hand(fi
     checkpoints = first_run / "results/train/paper/seed_1337/checkpoints"
     kept = first_run / "step_40.pt.kept"  # the file itself, mtime and all, put back afterwards
     os.replace(checkpoints / "step_40.pt", kept)
-    shutil.copy2(checkpoints / "step_5.pt", checkpoints / "step_40.pt")
+    shutil.copy2(checkpoints / "step_10.pt", checkpoints / "step_40.pt")
     try:
         result = attempt([sys.executable, "-m", "twoscale", "sweep", "--params", "params.yaml", "--recipe", "paper",
                           "--seed", "1337", "--strategy", "fixed", "--checkpoint", str(checkpoints / "step_40.pt"),
@@ -476,16 +478,47 @@ def test_timing_one_strategy_no_more_reruns_the_latency_rounds_alone(first_run):
                                             "claims": 1}
 
 
+def dvc_graph(repo: Path) -> dict[str, set[str]]:
+    """Each DVC stage and the stages that read its outputs, from `dvc dag --dot`."""
+    following: dict[str, set[str]] = {}
+    for line in run(["dvc", "dag", "--dot"], repo).splitlines():
+        if " -> " in line:
+            before, after = (name.strip(' ";') for name in line.split(" -> "))
+            following.setdefault(before, set()).add(after)
+    return following
+
+
+def dvc_reruns(graph: dict[str, set[str]], changed: set[str]) -> set[str]:
+    """What `dvc repro` runs when the stages `changed` (those whose own dependencies changed) and every stage after
+    them write new outputs: the changed stages and everything that follows them in the graph."""
+    reached, waiting = set(changed), list(changed)
+    while waiting:
+        for after in graph.get(waiting.pop(), set()) - reached:
+            reached.add(after)
+            waiting.append(after)
+    return reached
+
+
+def reran_by_dvc(out: str) -> set[str]:
+    return {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
+
+
 @pytest.fixture(scope="module")
 def after_recipe_change(first_run) -> dict:
-    """Change one recipe's learning rate, record what each orchestrator plans, then let DVC rerun and Snakemake
-    catch up."""
-    params = first_run / "params.yaml"
-    raw = yaml.safe_load(params.read_text())
-    raw["recipes"]["huginn"]["train"]["learning_rate"] = 0.002
-    params.write_text(yaml.safe_dump(raw, sort_keys=False))
-    seen = {"snakemake_plan": planned_jobs(first_run), "dvc_plan": dvc_changed_stages(first_run)}
-    seen["dvc_repro"] = run(["dvc", "repro"], first_run)
+    """What each orchestrator plans for a change of one recipe's learning rate (the file then restored): Snakemake
+    its jobs, DVC the stages whose own parameters changed and, from its graph, what `dvc repro` reruns after them.
+    Then a change of the teacher's learning rate, which DVC reruns (a training and what follows it: 8 stages where a
+    recipe's change reruns 28) and Snakemake catches up with."""
+    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    recipe_changed = copy.deepcopy(raw)
+    recipe_changed["recipes"]["huginn"]["train"]["learning_rate"] = 0.002
+    with params_edited(first_run, recipe_changed):
+        seen = {"snakemake_plan": planned_jobs(first_run), "dvc_plan": dvc_changed_stages(first_run)}
+    seen["dvc_graph"] = dvc_graph(first_run)
+    raw["teachers"]["plain"]["train"] = {"learning_rate": 0.002}
+    (first_run / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    seen["teacher_dvc_plan"] = dvc_changed_stages(first_run)
+    seen["teacher_dvc_repro"] = run(["dvc", "repro"], first_run)
     run(["snakemake", "--touch", "--cores", "1"], first_run)
     seen["snakemake_after"] = planned_jobs(first_run)
     seen["dvc_after"] = dvc_changed_stages(first_run)
@@ -497,23 +530,30 @@ def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_
     steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
     assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "precision": len(steps),
                                                      "spectrum": len(steps), "lens": len(steps),
-                                                     "mechanism_figures": 1, "beyond": 1, "precision_figures": 1, "sweep": len(strategies),
-                                                     "latency": 1, "sample": 1, "sampler_figures": 1, "geometry": 1,
-                                                     "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1,
-                                                     "surrogates": 1, "surrogate_figures": 1, "claims": 1}
+                                                     "mechanism_figures": 1, "beyond": 1, "precision_figures": 1,
+                                                     "sweep": len(strategies), "latency": 1, "sample": 1,
+                                                     "sampler_figures": 1, "geometry": 1, "geometry_figures": 1,
+                                                     "tradeoff": 1, "exit_figures": 1, "surrogates": 1,
+                                                     "surrogate_figures": 1, "claims": 1}
     # DVC lists the stages whose own parameters changed; those after them follow in repro
     assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "precision_figures",
                                                "mechanism_figures", "tradeoff", "surrogates"}
-    out = after_recipe_change["dvc_repro"]
-    reran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")}
-    assert reran == {"train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
-                     *(f"precision@huginn-1337-{step}" for step in steps), "precision_figures",
-                     *(f"spectrum@huginn-1337-{step}" for step in steps),
-                     *(f"lens@huginn-1337-{step}" for step in steps), "mechanism_figures",
-                     "beyond@huginn-1337",
-                     *(f"sweep@huginn-1337-{name}" for name in strategies), "latency@huginn-1337",
-                     "sample@huginn-1337", "sampler_figures@huginn-1337", "geometry", "geometry_figures", "tradeoff",
-                     "exit_figures", "surrogates", "surrogate_figures", "claims"}
+    assert dvc_reruns(after_recipe_change["dvc_graph"], after_recipe_change["dvc_plan"]) == {
+        "train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
+        *(f"precision@huginn-1337-{step}" for step in steps), "precision_figures",
+        *(f"spectrum@huginn-1337-{step}" for step in steps), *(f"lens@huginn-1337-{step}" for step in steps),
+        "mechanism_figures", "beyond@huginn-1337", *(f"sweep@huginn-1337-{name}" for name in strategies),
+        "latency@huginn-1337", "sample@huginn-1337", "sampler_figures@huginn-1337", "geometry", "geometry_figures",
+        "tradeoff", "exit_figures", "surrogates", "surrogate_figures", "claims"}
+
+
+def test_dvc_reruns_a_teacher_s_change_as_its_graph_says_and_snakemake_then_has_nothing_to_do(after_recipe_change):
+    """The graph read above, checked against a real `dvc repro`: the teacher's training and what follows it."""
+    blocks = read_raw(ROOT / "configs/smoke.yaml")["distill"]["blocks"]
+    reran = reran_by_dvc(after_recipe_change["teacher_dvc_repro"])
+    assert reran == {"train_teacher@plain-1337", "phases@plain-1337", "phase_figures@plain-1337",
+                     *(f"distill@plain-1337-{k}" for k in blocks), "surrogates", "surrogate_figures", "claims"}
+    assert reran == dvc_reruns(after_recipe_change["dvc_graph"], after_recipe_change["teacher_dvc_plan"])
     assert after_recipe_change["snakemake_after"] == {}
     assert after_recipe_change["dvc_after"] == set()
 
@@ -544,14 +584,15 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering,
                              *["sample", "sampler_figures"] * len(sampled),
                              *per_teacher * len(teacher_runs(first_run))])
-    per_run += ["sample", "sampler_figures"]  # the recipe changed below (huginn) is sampled
     dvc_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["dvc"].info.run_id]
-    assert sorted(r.data.tags["stage"] for r in dvc_children) == sorted(per_run + gathering)
-    assert {r.data.tags["recipe"] for r in dvc_children if r.data.tags["stage"] in per_run} == {"huginn"}
+    # the teacher's change that DVC reran: its training, what follows it, and the stages gathering every teacher
+    assert sorted(r.data.tags["stage"] for r in dvc_children) == sorted(
+        [*per_teacher, "surrogates", "surrogate_figures", "claims"])
+    assert {r.data.tags["recipe"] for r in dvc_children if r.data.tags["stage"] in per_teacher} == {"plain"}
     for child in children:
         assert {"stage", "git_commit", "params_hash", "orchestrator"} <= set(child.data.tags)
         assert child.data.tags["git_commit"] != "unknown"
-        if child.data.tags["stage"] in per_run:
+        if child.data.tags["stage"] in {*per_run, "sample", "sampler_figures", *per_teacher}:
             assert {"recipe", "seed"} <= set(child.data.tags)
 
     train = next(r for r in snakemake_children

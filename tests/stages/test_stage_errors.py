@@ -130,10 +130,10 @@ def measure(tmp_path: Path, checkpoint: Path, params: Path, train_metrics: str =
 
 
 def test_measure_with_corrupt_checkpoint(tmp_path, tiny_data):
-    checkpoint = tmp_path / "step_5.pt"
+    checkpoint = tmp_path / "step_10.pt"
     checkpoint.write_bytes(b"\x80\x02garbage")
     result = measure(tmp_path, checkpoint, smoke_params(tmp_path))
-    assert_one_line_error(result, "measure", "step_5.pt", "not a readable checkpoint")
+    assert_one_line_error(result, "measure", "step_10.pt", "not a readable checkpoint")
     assert not (tmp_path / "measured").exists()
 
 
@@ -143,8 +143,8 @@ def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
 
     trained = load_params(smoke_params(tmp_path, model={"n_embd": 16}))
     config = model_config(trained.model, vocab_size=300)
-    save_checkpoint(tmp_path / "step_5.pt", build_state(config, trained.train, 0, torch.device("cpu")), "fp")
-    result = measure(tmp_path, tmp_path / "step_5.pt", smoke_params(tmp_path))  # n_embd back to the smoke value
+    save_checkpoint(tmp_path / "step_10.pt", build_state(config, trained.train, 0, torch.device("cpu")), "fp")
+    result = measure(tmp_path, tmp_path / "step_10.pt", smoke_params(tmp_path))  # n_embd back to the smoke value
     assert_one_line_error(result, "measure", "trained with other model parameters (n_embd)")
     assert not (tmp_path / "measured").exists()
 
@@ -165,8 +165,8 @@ def save_trained(path: Path, params: Path, data: Path, step: int, seed: int = 13
 
 def test_measure_without_the_training_metrics(tmp_path, tiny_data):
     params = smoke_params(tmp_path)
-    save_trained(tmp_path / "step_5.pt", params, tiny_data, 5)
-    result = measure(tmp_path, tmp_path / "step_5.pt", params, train_metrics="train/metrics.json")
+    save_trained(tmp_path / "step_10.pt", params, tiny_data, 10)
+    result = measure(tmp_path, tmp_path / "step_10.pt", params, train_metrics="train/metrics.json")
     assert_one_line_error(result, "measure", "train/metrics.json: not found")
     assert not (tmp_path / "measured").exists()
 
@@ -176,14 +176,14 @@ def changed_val_ids(data: Path) -> None:
 
 
 @pytest.mark.parametrize(("saved", "named", "change", "message"), [
-    ({"step": 5}, "step_40.pt", None, "step_40.pt: holds training step 5, so its name must be step_5.pt"),
-    ({"step": 5}, "copy.pt", None, "copy.pt: holds training step 5, so its name must be step_5.pt"),
-    ({"step": 3}, "step_3.pt", None, "step_3.pt: step 3 is not one of train.checkpoint_steps [5, 10, 20, 40]"),
-    ({"step": 5, "seed": 7}, "step_5.pt", None,
-     "step_5.pt: not trained with the train and runtime parameters and seed 1337 of paper in force; rerun train"),
-    ({"step": 5, "learning_rate": 0.5}, "step_5.pt", None, "not trained with the train and runtime parameters"),
-    ({"step": 5}, "step_5.pt", changed_val_ids,
-     "step_5.pt: trained on other data than the prepared data in force; rerun train"),
+    ({"step": 10}, "step_40.pt", None, "step_40.pt: holds training step 10, so its name must be step_10.pt"),
+    ({"step": 10}, "copy.pt", None, "copy.pt: holds training step 10, so its name must be step_10.pt"),
+    ({"step": 3}, "step_3.pt", None, "step_3.pt: step 3 is not one of train.checkpoint_steps [10, 40]"),
+    ({"step": 10, "seed": 7}, "step_10.pt", None,
+     "step_10.pt: not trained with the train and runtime parameters and seed 1337 of paper in force; rerun train"),
+    ({"step": 10, "learning_rate": 0.5}, "step_10.pt", None, "not trained with the train and runtime parameters"),
+    ({"step": 10}, "step_10.pt", changed_val_ids,
+     "step_10.pt: trained on other data than the prepared data in force; rerun train"),
 ])
 def test_measure_refuses_a_checkpoint_that_is_not_what_its_path_and_the_parameters_say(
         tmp_path, tiny_data, saved, named, change, message):
@@ -199,15 +199,15 @@ def test_measure_refuses_a_checkpoint_that_is_not_what_its_path_and_the_paramete
 def test_a_checkpoint_of_the_parameters_in_force_is_measured(tmp_path, tiny_data):
     """The control of the refusals above: the same checkpoint, named and trained as the parameters say."""
     params = smoke_params(tmp_path, measure={"n_sequences": 2, "batch_size": 2, "max_loops": 3, "loss_loops": [1]})
-    save_trained(tmp_path / "step_5.pt", params, tiny_data, 5)
-    result = measure(tmp_path, tmp_path / "step_5.pt", params)
+    save_trained(tmp_path / "step_10.pt", params, tiny_data, 10)
+    result = measure(tmp_path, tmp_path / "step_10.pt", params)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads((tmp_path / "measured/summary.json").read_text())["step"] == 5
+    assert json.loads((tmp_path / "measured/summary.json").read_text())["step"] == 10
 
 
 def test_sweep_of_a_strategy_not_in_the_parameters(tmp_path, tiny_data):
     result = stage(tmp_path, "sweep", "--params", str(smoke_params(tmp_path)), *RUN, "--strategy", "telepathy",
-                   "--checkpoint", "step_5.pt", "--data-dir", "prepared", "--out", "sweep/telepathy.parquet",
+                   "--checkpoint", "step_10.pt", "--data-dir", "prepared", "--out", "sweep/telepathy.parquet",
                    "--depth-out", "sweep/telepathy.depth.parquet")
     assert_one_line_error(result, "sweep", "'telepathy'", "known: acceleration, fixed")
     assert not (tmp_path / "sweep").exists()
