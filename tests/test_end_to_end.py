@@ -32,6 +32,9 @@ from twoscale.pipeline.params import read_raw
 pytestmark = pytest.mark.e2e
 
 
+BY_MTIME = ("--max-checksum-file-size", "0")  # Snakemake compares files up to this size by checksum, not mtime
+
+
 def planned_jobs(repo: Path, *options: str) -> dict[str, int]:
     """How many jobs of each rule Snakemake would run now."""
     out = run(["snakemake", "--dry-run", "--quiet", "rules", "--cores", "1", *options], repo)
@@ -412,21 +415,34 @@ def test_a_new_stage_module_reruns_nothing(first_run):
         new.unlink()
 
 
+def test_a_newer_checkpoint_plans_what_reads_it_by_mtime(first_run):
+    """Snakemake judges files under 1 MB by checksum, so the smoke files show what a newer input reruns with mtimes
+    alone, as full-size checkpoints do."""
+    smoke = yaml.safe_load((first_run / "params.yaml").read_text())
+    checkpoint = first_run / f"results/train/paper/seed_1337/checkpoints/step_{smoke['train']['checkpoint_steps'][0]}.pt"
+    stat = checkpoint.stat()
+    os.utime(checkpoint)
+    try:
+        # surrogates reads the teachers' and recipes' checkpoints; like DVC, its rule names their whole folder
+        assert planned_jobs(first_run, *BY_MTIME) == {"measure": 1, "precision": 1, "spectrum": 1, "lens": 1,
+                                                      "geometry": 1, "geometry_figures": 1, "precision_figures": 1,
+                                                      "mechanism_figures": 1, "surrogates": 1,
+                                                      "surrogate_figures": 1, "claims": 1}
+    finally:
+        os.utime(checkpoint, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert planned_jobs(first_run, *BY_MTIME) == {}
+
+
 def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_run):
     """A newer input reruns a job whose outputs come out identical to what the DVC cache holds; the commit at the
-    end links them to the cache, and they must not look older than their input afterwards. Snakemake judges files
-    under 1 MB by checksum, so the smoke files only show it with mtimes alone, as full-size checkpoints do."""
-    by_mtime = ("--max-checksum-file-size", "0")
-    smoke = yaml.safe_load((first_run / "params.yaml").read_text())
-    first = smoke["train"]["checkpoint_steps"][0]
-    os.utime(first_run / f"results/train/paper/seed_1337/checkpoints/step_{first}.pt")
-    # surrogates reads the teachers' and recipes' checkpoints; like DVC, its rule names their whole folder
-    assert planned_jobs(first_run, *by_mtime) == {"measure": 1, "precision": 1, "spectrum": 1, "lens": 1,
-                                                  "geometry": 1, "geometry_figures": 1, "precision_figures": 1,
-                                                  "mechanism_figures": 1, "surrogates": 1, "surrogate_figures": 1,
-                                                  "claims": 1}
-    run(["snakemake", "--cores", "2", *by_mtime], first_run)
-    assert planned_jobs(first_run, *by_mtime) == {}
+    end links them to the cache, and they must not look older than their input afterwards."""
+    measured = first_run / "results/measure/paper/seed_1337"
+    os.utime(next(measured.glob("step_*/geometry.parquet")))
+    assert planned_jobs(first_run, *BY_MTIME) == {"geometry": 1, "geometry_figures": 1, "claims": 1}
+    before = (first_run / "results/geometry/geometry.parquet").read_bytes()
+    run(["snakemake", "--cores", "2", *BY_MTIME], first_run)
+    assert (first_run / "results/geometry/geometry.parquet").read_bytes() == before
+    assert planned_jobs(first_run, *BY_MTIME) == {}
     assert dvc_changed_stages(first_run) == set()
 
 
