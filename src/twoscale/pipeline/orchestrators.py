@@ -24,7 +24,7 @@ import yaml
 
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
-from twoscale.pipeline.params import HASH_CHARS, ParamsError, is_overlay, resolved_from
+from twoscale.pipeline.params import HASH_CHARS, ParamsError, is_overlay, parse_yaml, resolved_from
 
 WRITTEN = ("data", "results")  # what the pipeline writes
 SNAPSHOTS = Path(".snakemake/twoscale/params")
@@ -40,7 +40,7 @@ def params_snapshot(path: str | Path, folder: Path = SNAPSHOTS) -> Path:
     except OSError as exc:
         raise ParamsError(f"{path}: cannot read ({exc.strerror})") from None
     with contextlib.suppress(yaml.YAMLError):
-        raw = yaml.safe_load(content)
+        raw = parse_yaml(content)
         if is_overlay(raw):  # resolved from the bytes read above, so the snapshot is named by what it holds
             content = yaml.safe_dump(resolved_from(raw, Path(path), str(path)), sort_keys=False).encode()
     snapshot = folder / f"{hashlib.sha256(content).hexdigest()[:HASH_CHARS]}.yaml"

@@ -616,9 +616,15 @@ def resolved_from(raw: Any, path: Path, shown: str, depth: int = MOST_BASES) -> 
         raise ParamsError(f"{shown}: {exc}") from None
 
 
+def parse_yaml(text: str | bytes) -> Any:
+    """yaml.safe_load through libyaml's parser where PyYAML has it: seven to nine times faster, and every job and
+    every Snakemake call reads the parameter file and the stages' declaration."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _parsed(path: Path, shown: str) -> Any:
     try:
-        return yaml.safe_load(path.read_text())
+        return parse_yaml(path.read_text())
     except FileNotFoundError:
         raise ParamsError(f"{shown}: parameter file not found") from None
     except IsADirectoryError:
