@@ -21,6 +21,7 @@ def environment() -> dict[str, str]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("TWOSCALE_PARAMS_SNAPSHOT", None)  # what a workflow's spawned jobs read: a test's workflow makes its own
+    env.pop("PYTEST_CURRENT_TEST", None)  # one per test: the tests' workflows share preloaded interpreters
     return env
 
 

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import importlib
 import logging
+import resource
 import signal
 import sys
 import traceback
@@ -69,6 +70,15 @@ def setup_logging(log_file: Path | None) -> None:
     logging.getLogger("mlflow.pytorch").setLevel(logging.ERROR)  # the pickle-format notice: our own model class
 
 
+def usage_line() -> str:
+    """This process's record of its own use as it ends, the last line of a job's log (read by
+    pipeline.job_times): CPU seconds, its waited-for children's included, and peak resident memory (for a job forked
+    from the preloaded interpreter, the pages it shares with it included)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return f"resources used: cpu_s={cpu_s:.3f} max_rss_mb={own.ru_maxrss / 1024:.1f}"
+
+
 def stop(signum, frame) -> None:
     raise Stopped
 
@@ -113,6 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(stage_named(argv)).parse_args(argv)
     signal.signal(signal.SIGTERM, stop)
+    try:
+        return run_stage(args)
+    finally:
+        if args.log is not None:  # the job's own CPU seconds and peak memory, for `twoscale cost`
+            with contextlib.suppress(OSError), args.log.open("a") as handle:
+                handle.write(usage_line() + "\n")
+
+
+def run_stage(args: argparse.Namespace) -> int:
     try:
         setup_logging(args.log)
         params_file = getattr(args, "params", None)

@@ -72,9 +72,9 @@ def test_a_rule_reads_as_a_rule():
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale sweep --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --strategy {wildcards.strategy:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
-        " --out {output.out:q} --depth-out {output.depth_out:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload sweep --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --strategy {wildcards.strategy:q} --checkpoint {input.checkpoint:q}"
+        " --data-dir {params.data_dir:q} --out {output.out:q} --depth-out {output.depth_out:q} --log {log:q}"
 '''
 
 
@@ -139,7 +139,7 @@ def test_a_name_that_reaches_the_shell_runs_nothing(tmp_path):
     from snakemake.utils import format as snakemake_format
 
     hostile = "x$(touch PWNED)`touch PWNED2`;touch PWNED3"
-    shell = shell_command("sweep").replace("python -m twoscale sweep", "printf '%s\\n'")
+    shell = shell_command("sweep").replace("python -m twoscale.pipeline.preload sweep", "printf '%s\\n'")
     command = snakemake_format(
         shell, wildcards=SimpleNamespace(recipe="paper", seed="1", strategy=hostile),
         params=SimpleNamespace(file=Path("my params.yaml"), data_dir="data/prepared"),

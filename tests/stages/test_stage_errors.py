@@ -318,4 +318,6 @@ def test_a_file_a_stage_cannot_write_is_one_line_with_the_traceback_in_its_log(t
     assert capsys.readouterr().err.strip().splitlines() == [
         f"twoscale schema: error: {tmp_path / 'schema.json'}: Permission denied"]
     log = (tmp_path / "schema.log").read_text()
-    assert "Traceback" in log and log.endswith(f"{tmp_path / 'schema.json'}: Permission denied\n")
+    *_, error, usage = log.splitlines()  # the error, then the job's record of its own use
+    assert "Traceback" in log and error.endswith(f"{tmp_path / 'schema.json'}: Permission denied")
+    assert usage.startswith("resources used: cpu_s=")

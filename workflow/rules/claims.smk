@@ -48,7 +48,7 @@ rule claims:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale claims --params {params.file:q} --geometry-dir {params.geometry_dir:q}"
+        "python -m twoscale.pipeline.preload claims --params {params.file:q} --geometry-dir {params.geometry_dir:q}"
         " --sweep {input.sweep:q} --latency {input.latency:q} --sample-dir {params.sample_dir:q}"
         " --beyond-dir {params.beyond_dir:q} --spectrum-dir {params.spectrum_dir:q} --recovery {input.recovery:q}"
         " --out-dir {params.out_dir:q} --log {log:q}"

@@ -26,7 +26,8 @@ rule corpus:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale corpus --params {params.file:q} --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload corpus --params {params.file:q} --out-dir {params.out_dir:q}"
+        " --log {log:q}"
 
 
 rule tokenize:
@@ -54,5 +55,5 @@ rule tokenize:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale tokenize --params {params.file:q} --corpus-dir {params.corpus_dir:q}"
+        "python -m twoscale.pipeline.preload tokenize --params {params.file:q} --corpus-dir {params.corpus_dir:q}"
         " --out-dir {params.out_dir:q} --log {log:q}"

@@ -35,9 +35,9 @@ rule sweep:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale sweep --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --strategy {wildcards.strategy:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
-        " --out {output.out:q} --depth-out {output.depth_out:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload sweep --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --strategy {wildcards.strategy:q} --checkpoint {input.checkpoint:q}"
+        " --data-dir {params.data_dir:q} --out {output.out:q} --depth-out {output.depth_out:q} --log {log:q}"
 
 
 rule latency:
@@ -70,9 +70,9 @@ rule latency:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale latency --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --strategies-dir {params.strategies_dir:q}"
-        " --out {output.out:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload latency --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
+        " --strategies-dir {params.strategies_dir:q} --out {output.out:q} --log {log:q}"
 
 
 rule tradeoff:
@@ -105,8 +105,9 @@ rule tradeoff:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale tradeoff --params {params.file:q} --strategies-dir {params.strategies_dir:q}"
-        " --latency-dir {params.latency_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload tradeoff --params {params.file:q}"
+        " --strategies-dir {params.strategies_dir:q} --latency-dir {params.latency_dir:q}"
+        " --out-dir {params.out_dir:q} --log {log:q}"
 
 
 rule exit_figures:
@@ -149,5 +150,5 @@ rule exit_figures:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale exit_figures --params {params.file:q} --sweep {input.sweep:q}"
+        "python -m twoscale.pipeline.preload exit_figures --params {params.file:q} --sweep {input.sweep:q}"
         " --strategies-dir {params.strategies_dir:q} --figures-dir {params.figures_dir:q} --log {log:q}"

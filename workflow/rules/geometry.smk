@@ -40,9 +40,9 @@ rule measure:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale measure --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --checkpoint {input.checkpoint:q} --train-metrics {input.train_metrics:q} --data-dir {params.data_dir:q}"
-        " --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload measure --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --train-metrics {input.train_metrics:q}"
+        " --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
 
 
 rule precision:
@@ -73,7 +73,7 @@ rule precision:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale precision --params {params.file:q} --recipe {wildcards.recipe:q}"
+        "python -m twoscale.pipeline.preload precision --params {params.file:q} --recipe {wildcards.recipe:q}"
         " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
         " --out {output.out:q} --log {log:q}"
 
@@ -105,8 +105,9 @@ rule beyond:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale beyond --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out {output.out:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload beyond --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
+        " --out {output.out:q} --log {log:q}"
 
 
 rule spectrum:
@@ -137,8 +138,9 @@ rule spectrum:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale spectrum --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out {output.out:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload spectrum --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
+        " --out {output.out:q} --log {log:q}"
 
 
 rule lens:
@@ -169,8 +171,9 @@ rule lens:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale lens --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out {output.out:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload lens --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
+        " --out {output.out:q} --log {log:q}"
 
 
 rule mechanism_figures:
@@ -220,8 +223,9 @@ rule mechanism_figures:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale mechanism_figures --params {params.file:q} --spectrum-dir {params.spectrum_dir:q}"
-        " --lens-dir {params.lens_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload mechanism_figures --params {params.file:q}"
+        " --spectrum-dir {params.spectrum_dir:q} --lens-dir {params.lens_dir:q} --out-dir {params.out_dir:q}"
+        " --log {log:q}"
 
 
 rule precision_figures:
@@ -253,8 +257,8 @@ rule precision_figures:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale precision_figures --params {params.file:q} --precision-dir {params.precision_dir:q}"
-        " --out {output.out:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload precision_figures --params {params.file:q}"
+        " --precision-dir {params.precision_dir:q} --out {output.out:q} --log {log:q}"
 
 
 rule geometry:
@@ -288,7 +292,7 @@ rule geometry:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale geometry --params {params.file:q} --measure-dir {params.measure_dir:q}"
+        "python -m twoscale.pipeline.preload geometry --params {params.file:q} --measure-dir {params.measure_dir:q}"
         " --out-dir {params.out_dir:q} --log {log:q}"
 
 
@@ -360,5 +364,5 @@ rule geometry_figures:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale geometry_figures --params {params.file:q} --geometry-dir {params.geometry_dir:q}"
-        " --figures-dir {params.figures_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload geometry_figures --params {params.file:q}"
+        " --geometry-dir {params.geometry_dir:q} --figures-dir {params.figures_dir:q} --log {log:q}"

@@ -36,8 +36,9 @@ rule sample:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale sample --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload sample --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
+        " --out-dir {params.out_dir:q} --log {log:q}"
 
 
 rule sampler_figures:
@@ -67,5 +68,5 @@ rule sampler_figures:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale sampler_figures --params {params.file:q} --recipe {wildcards.recipe:q}"
+        "python -m twoscale.pipeline.preload sampler_figures --params {params.file:q} --recipe {wildcards.recipe:q}"
         " --seed {wildcards.seed:q} --summary {input.summary:q} --out {output.out:q} --log {log:q}"

@@ -34,8 +34,9 @@ rule phases:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale phases --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload phases --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --checkpoint {input.checkpoint:q} --data-dir {params.data_dir:q}"
+        " --out-dir {params.out_dir:q} --log {log:q}"
 
 
 rule phase_figures:
@@ -66,7 +67,7 @@ rule phase_figures:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale phase_figures --params {params.file:q} --recipe {wildcards.recipe:q}"
+        "python -m twoscale.pipeline.preload phase_figures --params {params.file:q} --recipe {wildcards.recipe:q}"
         " --seed {wildcards.seed:q} --distance {input.distance:q} --phases {input.phases:q} --out {output.out:q}"
         " --log {log:q}"
 
@@ -106,9 +107,10 @@ rule distill:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale distill --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --blocks {wildcards.blocks:q} --checkpoint {input.checkpoint:q} --train-metrics {input.train_metrics:q}"
-        " --phases {input.phases:q} --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload distill --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --blocks {wildcards.blocks:q} --checkpoint {input.checkpoint:q}"
+        " --train-metrics {input.train_metrics:q} --phases {input.phases:q} --data-dir {params.data_dir:q}"
+        " --out-dir {params.out_dir:q} --log {log:q}"
 
 
 rule surrogates:
@@ -152,7 +154,7 @@ rule surrogates:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale surrogates --params {params.file:q} --train-dir {params.train_dir:q}"
+        "python -m twoscale.pipeline.preload surrogates --params {params.file:q} --train-dir {params.train_dir:q}"
         " --distill-dir {params.distill_dir:q} --data-dir {params.data_dir:q} --out-dir {params.out_dir:q}"
         " --log {log:q}"
 
@@ -188,5 +190,5 @@ rule surrogate_figures:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale surrogate_figures --params {params.file:q} --surrogates-dir {params.surrogates_dir:q}"
-        " --figures-dir {params.figures_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload surrogate_figures --params {params.file:q}"
+        " --surrogates-dir {params.surrogates_dir:q} --figures-dir {params.figures_dir:q} --log {log:q}"

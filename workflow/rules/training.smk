@@ -48,8 +48,8 @@ rule train:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale train --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload train --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
 
 
 rule train_teacher:
@@ -94,5 +94,5 @@ rule train_teacher:
     conda:
         "../envs/twoscale.yaml"
     shell:
-        "python -m twoscale train --params {params.file:q} --recipe {wildcards.recipe:q} --seed {wildcards.seed:q}"
-        " --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+        "python -m twoscale.pipeline.preload train --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"

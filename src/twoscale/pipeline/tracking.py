@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 from twoscale.pipeline.errors import Stopped
 from twoscale.pipeline.io import waiting_file
+from twoscale.pipeline.preload import COMMAND_PID_ENV
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -135,10 +136,12 @@ def owner_tags(pid: int | None = None) -> dict[str, str]:
 
 
 def _dvc_process() -> int | None:
-    """The pid of the `dvc` process this stage runs under, if any."""
+    """The pid of the `dvc` process this stage runs under, if any: among its parents, or, for a job forked from the
+    preloaded interpreter, its command's."""
     import psutil
 
-    for process in psutil.Process().parents():
+    command = psutil.Process(int(os.environ.get(COMMAND_PID_ENV, os.getpid())))
+    for process in command.parents():
         try:
             cmdline = process.cmdline()
         except psutil.Error:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.preload import user_folder
 
 IDLE_ENV = "TWOSCALE_MLFLOW_WRITER_IDLE_S"
 IDLE_S = float(os.environ.get(IDLE_ENV, "60"))  # read by the writer as it starts
@@ -41,10 +42,8 @@ OPERATIONS = frozenset({"experiment_id", "close_abandoned_runs", "start_pipeline
 
 def writer_files(uri: str, root: Path) -> tuple[Path, Path, Path]:
     """The writer's socket, start lock and log for the store at `uri` (artifacts under `root`) on this host."""
-    folder = Path(tempfile.gettempdir()) / f"twoscale-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
     key = hashlib.sha256(f"{uri}\n{root}\n{socket.gethostname()}".encode()).hexdigest()[:16]
-    stem = folder / f"mlflow-{key}"
+    stem = user_folder() / f"mlflow-{key}"
     return stem.with_suffix(".sock"), stem.with_suffix(".lock"), stem.with_suffix(".log")
 
 
