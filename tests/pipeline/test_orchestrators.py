@@ -134,3 +134,33 @@ def test_the_snapshot_of_an_overlay_is_the_whole_set_it_resolves_to(tmp_path):
     (tmp_path / "base.yaml").write_text("measure: {max_loops: 10, batch_size: 4}\n")  # the base edited: a new set
     assert yaml.safe_load(params_snapshot(tmp_path / "over.yaml", tmp_path / "snapshots").read_text()) == {
         "measure": {"max_loops": 6, "batch_size": 4}}
+
+
+# four jobs of 1.2 s on one core: three wait at first, then two, then one
+WAITING_JOBS = """
+from twoscale.pipeline import orchestrators
+onstart:
+    if config.get("woken_by_jobs"):
+        orchestrators.scheduler_woken_by_jobs(workflow.scheduler)
+rule all:
+    input: expand("done/{i}", i=range(4))
+rule one:
+    output: "done/{i}"
+    shell: "sleep 1.2; touch {output}"
+"""
+
+
+def scheduling_rounds(folder: Path, *options: str) -> int:
+    """How many times Snakemake's scheduler selected among ready jobs in a run of WAITING_JOBS (its debug log)."""
+    done = attempt(["snakemake", "--cores", "1", "--verbose", "--forceall", *options], folder)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return (done.stdout + done.stderr).count("Ready jobs")
+
+
+def test_a_local_run_s_scheduler_is_woken_by_its_jobs_only(tmp_path):
+    (tmp_path / "Snakefile").write_text(WAITING_JOBS)
+    by_jobs = scheduling_rounds(tmp_path, "--config", "woken_by_jobs=1")
+    with_timers = scheduling_rounds(tmp_path)
+    assert by_jobs <= 5  # as the run starts and as each job ends
+    # the premise: Snakemake's own limit wakes it every second while jobs wait, once more for every job that ended
+    assert with_timers >= by_jobs + 4, (with_timers, by_jobs)

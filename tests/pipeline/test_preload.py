@@ -21,6 +21,12 @@ from twoscale.pipeline import preload
 
 PROBE = """
 import json, os, signal, sys, time
+if sys.argv[1] == "threads":  # as the libraries a job uses count them
+    import numpy, scipy.stats, threadpoolctl, torch
+    apis = {api: sorted({lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == api})
+            for api in ("openmp", "blas")}
+    print(json.dumps({"torch": torch.get_num_threads(), **apis}))
+    sys.exit(0)
 if sys.argv[1] == "wait":  # until a signal: SIGTERM writes a mark first
     signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[2], "w").write("stopped"), sys.exit(143)))
     open(sys.argv[3], "w").write(str(os.getpid()))
@@ -103,6 +109,21 @@ def test_a_forked_job_gets_its_command_s_arguments_folder_environment_umask_and_
     assert job["probe"] == fresh["probe"] == server[1]["PROBE"] and job["umask"] == fresh["umask"]
     assert fresh["parent"] == os.getpid() != job["parent"]  # the fresh one exec'd the command; the other forked
     assert (fresh["command"], job["command"]) == (None, str(command))  # whose parents ran it (tracking reads them)
+
+
+def test_jobs_of_other_thread_counts_share_the_server_and_each_counts_its_own(server, started):
+    """Snakemake sets six variables to each job's threads: one server serves them all, and each job's libraries count
+    what a fresh interpreter's count with the same variables."""
+    _, _, address = server
+    jobs_before, seen = forked_jobs(address).count("python -m probe threads"), set()
+    for threads in ("1", "2"):
+        counts = dict.fromkeys(preload.THREAD_ENV, threads)
+        fresh = json.loads(probe(server, "threads", **counts, **{preload.OFF_ENV: "0"})[0].stdout)
+        forked = json.loads(probe(server, "threads", **counts)[0].stdout)
+        assert forked == fresh and fresh["torch"] == int(threads) and fresh["blas"] == [int(threads)], (fresh, forked)
+        seen.add(json.dumps(fresh))
+    assert len(seen) == 2  # the counts differed, and each job had its own
+    assert forked_jobs(address).count("python -m probe threads") == jobs_before + 2
 
 
 def test_an_edit_to_the_module_is_seen_by_the_next_job(server, started):

@@ -107,9 +107,11 @@ def submits_to_slurm():
 
 def pipeline_started():
     """Claim data/ and results/ against DVC, then create the MLflow store and this invocation's parent run, before
-    any job starts."""
+    any job starts; on a local run, the scheduler is woken by jobs only (no timers)."""
     if warning := tracking.sqlite_on_slurm_warning(tracking.tracking_uri(), submits_to_slurm()):
         print(warning, file=sys.stderr)
+    if not submits_to_slurm():
+        orchestrators.scheduler_woken_by_jobs(workflow.scheduler)
     command = " ".join(["snakemake", *sys.argv[1:]])
     try:
         with tracking.interrupts_held():

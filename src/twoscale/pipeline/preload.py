@@ -49,6 +49,10 @@ PRELOADED = ("numpy", "yaml", "pydantic", "psutil", "tqdm", "polars", "pyarrow",
              "scipy.stats", "matplotlib.pyplot", "seaborn")
 COMMAND_PID_ENV = "TWOSCALE_COMMAND_PID"  # in a forked job: the command it stands for, whose parents ran it
 RUN_TIME_ENV = ("TWOSCALE_", "MLFLOW_", "DVC_")  # read by what a job runs, never by what the server imports
+# set by Snakemake to each job's thread count: the server imports with none of them, each job takes its own counts
+# (take_thread_counts), so that the workflow's one-thread and two-thread jobs share a server
+THREAD_ENV = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 LENGTH = struct.Struct("!I")
 
@@ -66,8 +70,8 @@ def server_key(environment: dict[str, str]) -> str:
     """What a forked job's libraries depend on: the interpreter, the search path beyond the working folder, the
     environment that a preloaded library could read (all of it but the variables of twoscale, MLflow and DVC, none of
     them preloaded: a run's own, such as its MLflow parent run, or DVC's name of the stage it runs, would otherwise
-    start a server per run or per stage), and this module's and the preloaded libraries' files (an upgrade is a new
-    server)."""
+    start a server per run or per stage; nor the thread counts of THREAD_ENV), and this module's and the preloaded
+    libraries' files (an upgrade is a new server)."""
     files = [__file__]
     for name in PRELOADED:
         with contextlib.suppress(ImportError, ValueError):
@@ -75,8 +79,8 @@ def server_key(environment: dict[str, str]) -> str:
             if spec is not None and spec.origin:
                 files.append(spec.origin)
     stamps = [(path, os.stat(path).st_mtime_ns) for path in files if os.path.exists(path)]
-    read = sorted((name, value) for name, value in environment.items()
-                  if name.startswith(OFF_ENV) or not name.startswith(RUN_TIME_ENV))
+    read = sorted((name, value) for name, value in environment.items() if name not in THREAD_ENV
+                  and (name.startswith(OFF_ENV) or not name.startswith(RUN_TIME_ENV)))
     described = json.dumps([sys.executable, sys.path[1:], read, stamps, os.uname().nodename])
     return hashlib.sha256(described.encode()).hexdigest()[:20]
 
@@ -137,9 +141,10 @@ def start_server(address: Path) -> subprocess.Popen:
     """A server in a session of its own, holding none of the command's files and started in a folder of its own (a
     job's folder is first on the search path as the libraries are imported); it leaves at once if another holds the
     address's lock (starting or serving)."""
+    environment = {name: value for name, value in os.environ.items() if name not in THREAD_ENV}
     with open(address.with_suffix(".log"), "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "twoscale.pipeline.preload", "--serve", str(address)],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environment,
                                 start_new_session=True, close_fds=True, cwd=address.parent)
 
 
@@ -324,6 +329,7 @@ def run_job(request: dict, streams: list[int]) -> int | str | None:
     os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
+    take_thread_counts(request["env"])
     sys.path[0] = request["cwd"]
     sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 (as an interpreter opens them)
     sys.stdout = sys.__stdout__ = open(1, "w", buffering=1 if os.isatty(1) else -1, closefd=False)  # noqa: SIM115
@@ -338,6 +344,29 @@ def run_job(request: dict, streams: list[int]) -> int | str | None:
         return 0
     except SystemExit as exc:
         return exc.code
+
+
+def take_thread_counts(environment: dict[str, str]) -> None:
+    """The thread counts a fresh interpreter would take from the job's variables as its libraries load, applied to
+    the libraries the server loaded without them (with their defaults, as a fresh interpreter without them): OpenMP's
+    and torch's from OMP_NUM_THREADS, the BLAS libraries' (NumPy's and SciPy's OpenBLAS) from OPENBLAS_NUM_THREADS
+    or GOTO_NUM_THREADS. torch sets the MKL inside it to its own count (Snakemake sets MKL_NUM_THREADS to the same);
+    VECLIB is macOS's and numexpr is not preloaded."""
+    def count(*names: str) -> int | None:
+        values = [environment.get(name, "") for name in names]
+        return next((int(value) for value in values if value.isdigit() and int(value) > 0), None)
+
+    openmp, blas = count("OMP_NUM_THREADS"), count("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")
+    if openmp is None and blas is None:
+        return
+    from threadpoolctl import threadpool_limits
+
+    if openmp is not None:
+        threadpool_limits(openmp, user_api="openmp")
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(openmp)
+    if blas is not None:
+        threadpool_limits(blas, user_api="blas")
 
 
 def end_job(code: int | str | None):
