@@ -21,7 +21,10 @@ def environment() -> dict[str, str]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("TWOSCALE_PARAMS_SNAPSHOT", None)  # what a workflow's spawned jobs read: a test's workflow makes its own
-    env.pop("PYTEST_CURRENT_TEST", None)  # one per test: the tests' workflows share preloaded interpreters
+    # pytest's per-test and xdist's per-worker variables left out: the tests' workflows, in whichever worker, share
+    # the preloaded interpreters, whose key is the environment
+    for name in [name for name in env if name.startswith("PYTEST_")]:
+        del env[name]
     return env
 
 
