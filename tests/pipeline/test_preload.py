@@ -100,7 +100,7 @@ def started(server):
 def test_a_forked_job_gets_its_command_s_arguments_folder_environment_umask_and_streams(server, started, tmp_path):
     _, _, address = server
     fresh_run, _ = probe(server, "3", cwd=tmp_path, stdin="fresh", **{preload.OFF_ENV: "0"})
-    forked, command = probe(server, "3", "b c", cwd=tmp_path, stdin="forked")
+    forked, command = probe(server, "3", "b c", cwd=tmp_path, stdin="forked", PWD=str(tmp_path))  # as a shell sets it
     assert forked_jobs(address).count("python -m probe 3 b c") == 2  # the fixture's and this one; not the fresh one
     fresh, job = json.loads(fresh_run.stdout), json.loads(forked.stdout)
     assert (fresh_run.returncode, forked.returncode, started.returncode) == (3, 3, 3)

@@ -53,6 +53,7 @@ RUN_TIME_ENV = ("TWOSCALE_", "MLFLOW_", "DVC_")  # read by what a job runs, neve
 # (take_thread_counts), so that the workflow's one-thread and two-thread jobs share a server
 THREAD_ENV = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+SHELL_ENV = ("PWD", "OLDPWD", "SHLVL", "_")  # the shell's own bookkeeping: the folder a job runs in is its request's
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 LENGTH = struct.Struct("!I")
 
@@ -70,8 +71,9 @@ def server_key(environment: dict[str, str]) -> str:
     """What a forked job's libraries depend on: the interpreter, the search path beyond the working folder, the
     environment that a preloaded library could read (all of it but the variables of twoscale, MLflow and DVC, none of
     them preloaded: a run's own, such as its MLflow parent run, or DVC's name of the stage it runs, would otherwise
-    start a server per run or per stage; nor the thread counts of THREAD_ENV), and this module's and the preloaded
-    libraries' files (an upgrade is a new server)."""
+    start a server per run or per stage; nor the thread counts of THREAD_ENV, nor the shell's PWD and the like, which
+    would start one per checkout), and this module's and the preloaded libraries' files (an upgrade is a new
+    server)."""
     files = [__file__]
     for name in PRELOADED:
         with contextlib.suppress(ImportError, ValueError):
@@ -79,7 +81,7 @@ def server_key(environment: dict[str, str]) -> str:
             if spec is not None and spec.origin:
                 files.append(spec.origin)
     stamps = [(path, os.stat(path).st_mtime_ns) for path in files if os.path.exists(path)]
-    read = sorted((name, value) for name, value in environment.items() if name not in THREAD_ENV
+    read = sorted((name, value) for name, value in environment.items() if name not in THREAD_ENV + SHELL_ENV
                   and (name.startswith(OFF_ENV) or not name.startswith(RUN_TIME_ENV)))
     described = json.dumps([sys.executable, sys.path[1:], read, stamps, os.uname().nodename])
     return hashlib.sha256(described.encode()).hexdigest()[:20]
