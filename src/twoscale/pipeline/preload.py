@@ -358,17 +358,15 @@ def take_thread_counts(environment: dict[str, str]) -> None:
         values = [environment.get(name, "") for name in names]
         return next((int(value) for value in values if value.isdigit() and int(value) > 0), None)
 
-    openmp, blas = count("OMP_NUM_THREADS"), count("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")
-    if openmp is None and blas is None:
+    counts = {api: n for api, n in [("openmp", count("OMP_NUM_THREADS")),
+                                    ("blas", count("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS"))] if n is not None}
+    if not counts:
         return
     from threadpoolctl import threadpool_limits
 
-    if openmp is not None:
-        threadpool_limits(openmp, user_api="openmp")
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(openmp)
-    if blas is not None:
-        threadpool_limits(blas, user_api="blas")
+    threadpool_limits(counts)  # one walk of the loaded libraries
+    if "openmp" in counts and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(counts["openmp"])
 
 
 def end_job(code: int | str | None):
