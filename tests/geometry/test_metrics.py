@@ -33,6 +33,7 @@ from twoscale.geometry.metrics import (
     step_size,
     step_size_difference,
     steps,
+    tail_step_ratio_fit,
     tangential_step,
     token_path,
     turning_angle,
@@ -332,27 +333,85 @@ def sliding() -> torch.Tensor:  # the same step every time
     return path(*[(k * 1.0, k * 1.0) for k in range(K_REGIMES + 1)])
 
 
-def slow_spiral() -> torch.Tensor:  # turns 60° per step and shrinks 5% per step: still converging at k = 12
+def slow_spiral() -> torch.Tensor:  # turns 60° per step and shrinks 5% per step: converging at k = 12
     return path(*[(0.95 ** k * math.cos(k * math.pi / 3), 0.95 ** k * math.sin(k * math.pi / 3))
                   for k in range(K_REGIMES + 1)])
+
+
+def widening_spiral() -> torch.Tensor:  # turns 60° per step and grows 5% per step: neither converges nor returns
+    return path(*[(1.05 ** k * math.cos(k * math.pi / 3), 1.05 ** k * math.sin(k * math.pi / 3))
+                  for k in range(K_REGIMES + 1)])
+
+
+def geometric(ratio: float, loops: int) -> torch.Tensor:  # straight on, each step `ratio` times the one before
+    return path(*[(sum(ratio ** i for i in range(k)), 0.0) for k in range(loops + 1)])
 
 
 TRIANGLE = [(1.0, 0.0), (-0.5, math.sqrt(3) / 2), (-0.5, -math.sqrt(3) / 2)]
 
 
+def names(code: torch.Tensor) -> list[str]:
+    return [REGIMES[i] for i in code]
+
+
 def test_each_regime_on_a_hand_built_trajectory():
     x = tokens(converging(), stopped(), period([(1.0, 0.0), (0.0, 1.0)]), period(TRIANGLE), sliding(),
-               slow_spiral())
+               slow_spiral(), widening_spiral())
     code, periods = regimes(x, precision_floor(torch.float64))
-    assert [REGIMES[i] for i in code] == ["fixed_point", "fixed_point", "orbit", "orbit", "slider", "other"]
-    assert periods.tolist() == [0, 0, 2, 3, 0, 0]
+    assert names(code) == ["fixed_point", "fixed_point", "orbit", "orbit", "slider", "fixed_point", "other"]
+    assert periods.tolist() == [0, 0, 2, 3, 0, 0, 0]
 
 
-def test_a_slider_that_slows_down_or_wanders_is_not_one():
-    slowing = path(*[(sum(0.8 ** i for i in range(k)), 0.0) for k in range(K_REGIMES + 1)])  # tail shrinks to 0.26
+def test_a_slider_that_slows_down_converges_and_one_that_wanders_is_other():
+    slowing = geometric(0.8, K_REGIMES)  # the tail's steps shrink by 0.8 each: converging
     zigzag = path(*[(k * 1.0, (k % 2) * 1.0) for k in range(K_REGIMES + 1)])  # cos 0 between steps
     code, _ = regimes(tokens(slowing, zigzag), precision_floor(torch.float64))
-    assert [REGIMES[i] for i in code] == ["other", "other"]
+    assert names(code) == ["fixed_point", "other"]
+
+
+def test_a_slow_straight_converger_is_a_fixed_point_not_a_slider():
+    # K = 30: the last step is 0.97^29 = 0.41 (0.99^29 = 0.75) of the first, 0.65 (0.87) of the tail's first
+    code, periods = regimes(tokens(geometric(0.97, 30), geometric(0.99, 30)), precision_floor(torch.float64))
+    assert names(code) == ["fixed_point", "fixed_point"] and periods.tolist() == [0, 0]
+
+
+def test_a_noisy_constant_slide_is_a_slider():
+    noise = 0.01 * torch.randn(30, 3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x = torch.cat([torch.zeros(1, 3, 2, dtype=torch.float64), (torch.tensor([0.6, 0.8]) + noise).cumsum(0)])
+    code, _ = regimes(x, precision_floor(torch.float64))  # steps of size 1 ± 1%, straight on
+    assert names(code) == ["slider"] * 3
+
+
+def test_a_large_entry_step_does_not_make_a_fixed_point():
+    # one step of size 1000√2 into the loop, then a slide of unit steps or a 2-cycle of steps √2: the tail's
+    # largest step is the last one's size, so neither is a fixed point
+    entry_slide = path(*[(-1000.0, -1000.0), *[(k * 1.0, 0.0) for k in range(K_REGIMES)]])
+    entry_cycle = path((1000.0, 1000.0), *[[(1.0, 0.0), (0.0, 1.0)][k % 2] for k in range(K_REGIMES)])
+    code, periods = regimes(tokens(entry_slide, entry_cycle), precision_floor(torch.float64))
+    assert names(code) == ["slider", "orbit"] and periods.tolist() == [0, 2]
+
+
+def test_a_damped_flip_converges_onto_a_fixed_point():
+    # x^(k) = (−0.9)^k: each step reverses the last and is 0.9 of it; x^(K) − x^(K−2) is only 0.19·0.9^10 = 0.066,
+    # within ORBIT_RETURN of the tail's mean step, so it would pass for a 2-cycle were convergence not tested first
+    flip = path(*[((-0.9) ** k, 0.0) for k in range(K_REGIMES + 1)])
+    code, periods = regimes(flip, precision_floor(torch.float64))
+    assert names(code) == ["fixed_point"] and periods.tolist() == [0]
+
+
+def test_the_tail_step_ratio_fit_is_ordinary_least_squares_on_the_usable_steps():
+    sizes = torch.rand(9, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 0.1
+    usable = torch.ones(9, 3, dtype=torch.bool)
+    usable[[0, 4], 1] = False  # token 1 fits 7 of its steps; token 2 only 2, too few for a standard error
+    usable[2:, 2] = False
+    b, se = tail_step_ratio_fit(sizes, usable)
+    for n in range(2):
+        k = np.arange(9)[usable[:, n].numpy()]
+        y = np.log(sizes[:, n].numpy()[usable[:, n].numpy()])
+        (slope, _), residual, *_ = np.linalg.lstsq(np.stack([k, np.ones_like(k)], 1).astype(float), y, rcond=None)
+        assert b[n].item() == pytest.approx(slope)
+        assert se[n].item() == pytest.approx(math.sqrt(residual[0] / (len(k) - 2) / ((k - k.mean()) ** 2).sum()))
+    assert b[2].isnan() and se[2].isnan()
 
 
 def test_too_short_a_loop_has_no_regime_but_other():
@@ -362,8 +421,8 @@ def test_too_short_a_loop_has_no_regime_but_other():
 
 def test_regime_shares_and_per_regime_cosines_reach_the_accumulator_at_k_equals_K():
     # tokens: two at a fixed point, one orbit of period 2, one slider, two others (B = 6, T = 1)
-    x = tokens(converging(), stopped(), period([(1.0, 0.0), (0.0, 1.0)]), sliding(), slow_spiral(),
-               slow_spiral())[:, :, None, :]
+    x = tokens(converging(), stopped(), period([(1.0, 0.0), (0.0, 1.0)]), sliding(), widening_spiral(),
+               widening_spiral())[:, :, None, :]
     acc = MetricAccumulator()
     acc.add_measurements(measure_trajectories([x]))
     rows = {(r["metric"], r["k"]): r for r in acc.summary()}

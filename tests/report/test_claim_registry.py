@@ -12,7 +12,7 @@ import pytest
 from test_claims import checkpoint, frame, inverse
 from workspace import ROOT
 
-from twoscale.claims import table
+from twoscale.claims import by_recipe, table
 from twoscale.claims.by_recipe import summarise, to_markdown
 from twoscale.geometry import claims as geometry_claims
 from twoscale.geometry.verdicts import step_cosine_settles
@@ -73,3 +73,22 @@ def test_an_unknown_claim_is_a_clear_error():
 def test_a_ratio_reads_as_a_multiple_and_a_missing_one_as_n_a_alone():
     assert times(0.3824) == "0.38×" and times(150.2) == "150×"
     assert times(None) == "n/a" and times(float("nan")) == "n/a"  # not "n/a×"
+
+
+def test_every_reading_chosen_after_the_numbers_is_said_where_its_test_is_read():
+    """The claims report's test table says when each claim's readings were chosen, and docs/claims.md's table of
+    readings chosen after the numbers names every claim that has one."""
+    doc = (ROOT / "docs/claims.md").read_text()
+    after = doc[doc.index("## Readings chosen after the numbers"):]
+    named = set(re.findall(r"\b(S|C\d+b?)\b", "\n".join(line.split("|")[1] for line in after.splitlines()
+                                                          if line.startswith("| ") and "---" not in line)))
+    named |= {f"C{i}" for i in range(1, 6)} if "C1–C5" in after else set()
+    revised = [c for c in table.REGISTRY if c.revisions]
+    assert {c.id for c in revised} <= named
+    assert {"S", "C1", "C2", "C4", "C6", "C6b", "C8"} <= {c.id for c in revised}
+    for claim in revised:
+        assert all(r.reading and r.replaced and r.why and r.when for r in claim.revisions)
+    assert by_recipe.chosen_text(table.claim("C7")) == "before the numbers"
+    c6b = by_recipe.chosen_text(table.claim("C6b"))
+    assert c6b.startswith("after the numbers: (1) the whole claim") and "replacing: K* = the fixed loop count with the " \
+        "lowest perplexity" in c6b and "(4) " in c6b

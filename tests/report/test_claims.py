@@ -288,7 +288,8 @@ def test_claims_table_rows_are_strict_json_with_hand_checked_headlines():
     headline = {r["claim"]: r["headline"] for r in rows}
     assert headline["C1"] == {"s(10)/s(1) g0": pytest.approx(0.1), "s(10)/s(1) g1": pytest.approx(0.1)}
     assert headline["C3"] == {"late cosine g0": pytest.approx(0.6), "late cosine g1": pytest.approx(0.6)}
-    assert headline["C4"] == {"median DLR_30 0->1": 50.0, "median DLR_10 0->1": 50.0}
+    assert headline["C4"] == {"median DLR_30 0->1": 50.0, "median DLR_10 0->1": 50.0,
+                              "K where DLR reaches 10 0->1": 1}  # 50 at every K
 
 
 def test_nan_becomes_null_in_json():
@@ -318,9 +319,10 @@ CRITERION = {"kl_head": "kl", "kl_rest": "kl", "step_norm_relative": "step_norm"
 
 def paper_like() -> dict[str, list[tuple[float, float, float]]]:
     """(setting, perplexity, ms/token) per strategy, built so that every C6 sub-test passes:
-    full depth 10.0 ppl / 300 ms; the 1% band is ppl <= 10.1."""
+    full depth 10.0 ppl / 300 ms; the 1% band is ppl <= 10.1. The rules stop after one loop per group at their
+    most eager (mean loops 1 unless given), where the fixed depth is 50% worse: stopping there could hurt."""
     return {
-        "fixed": [(10.0, 12.0, 100.0), (30.0, FULL_PPL, FULL_MS)],
+        "fixed": [(1.0, 15.0, 10.0), (10.0, 12.0, 100.0), (30.0, FULL_PPL, FULL_MS)],
         "acceleration": [  # flat over [1e-5, 1e-2]: 10.08 / 10.00 - 1 = 0.8%; best 1e-2 at 190 ms: cut 36.7%
             (0.0, 10.0, 300.0), (1e-5, 10.0, 290.0), (1e-4, 10.02, 260.0), (1e-3, 10.05, 200.0),
             (1e-2, 10.08, 190.0), (1.0, 11.0, 150.0), (INF, 20.0, 100.0)],  # 1.0 is faster but +10%: ignored
@@ -402,7 +404,8 @@ def test_c6_paper_like_sweep_reproduces_with_hand_numbers():
     assert passes(row) == {"latency_cut": True, "flat": True, "first_order": True, "kl_slower": True}
     d = row["detail"]
     assert d["full_depth"] == {"strategy": "fixed", "setting": 30.0, "max_loops": 30, "perplexity": 10.0,
-                               "gflops_per_token": 0.3, "ms_per_token": 300.0, "mean_loops": 1.0}
+                               "gflops_per_token": 0.3, "ms_per_token": 300.0, "mean_loops": 1.0,
+                               "matched_perplexity": 10.0}
     flat = d["tests"]["flat"]
     assert [p["setting"] for p in flat["points"]] == [1e-5, 1e-4, 1e-3, 1e-2]  # 0, 1.0 and inf are outside
     assert flat["spread"] == pytest.approx(0.008)
@@ -470,7 +473,7 @@ def test_c6_undecided_sub_tests():
     # (a) and (b): no acceleration rows at all; (d) then has no reference point
     none = c6_with(acceleration=None)
     assert passes(none) == {"latency_cut": None, "flat": None, "first_order": True, "kl_slower": None}
-    assert none["reproduced"] is None and none["verdict"] == "inconclusive"
+    assert none["reproduced"] is None and none["verdict"] == "inconclusive (1 of 4 pass, 3 undecided)"
     # (b): thresholds only outside [1e-5, 1e-2], or a single one inside: nothing to call flat
     outside = c6_with(acceleration=[(0.0, 10.0, 300.0), (1.0, 10.05, 150.0), (INF, 20.0, 100.0)])
     assert passes(outside)["flat"] is None and passes(outside)["latency_cut"] is None
@@ -485,7 +488,7 @@ def test_c6_undecided_sub_tests():
     for pts in ([(0.0, 10.0, 300.0), (1e-4, 10.0, 280.0), (INF, 25.0, 100.0)],
                 [(1e-2, 10.5, 200.0), (0.1, 12.0, 150.0)], None):
         row = c6_with(step_norm_relative=pts)
-        assert passes(row)["first_order"] is None and row["verdict"] == "inconclusive"
+        assert passes(row)["first_order"] is None and row["verdict"] == "inconclusive (3 of 4 pass, 1 undecided)"
     # (d): no KL strategy; or one KL strategy without a point within 1%
     assert passes(c6_with(kl_head=None, kl_rest=None))["kl_slower"] is None
     assert passes(c6_with(kl_rest=[(5e-4, 10.5, 400.0)]))["kl_slower"] is None
@@ -507,7 +510,7 @@ def test_c6_a_rule_that_never_exits_at_the_paper_s_thresholds_decides_neither_it
     assert tests["latency_cut"]["reason"] == tests["flat"]["reason"] == reason
     assert tests["flat"]["spread"] == 0.0  # measured, and shown, but not read as "flat"
     assert tests["latency_cut"]["best_anywhere"]["ms_per_token"] == 100.0  # τ = ∞ (JSON: null)
-    assert row["verdict"] == "inconclusive" and reason in row["measured"]
+    assert row["verdict"] == "inconclusive (1 of 4 pass, 3 undecided)" and reason in row["measured"]
     barely = c6_with(acceleration=[*idle[:3], (1e-2, 10.0, 290.0, 29.0), idle[4]])
     assert passes(barely)["flat"] is True and passes(barely)["latency_cut"] is False  # 290 / 300: a 3% cut
     # C6b reads acceleration at the same thresholds: never exiting there, its cut against K* is undecided
@@ -593,6 +596,39 @@ def test_claims_table_leads_with_s_given_the_loss_curves():
     assert rows[0]["headline"]["rise to the most loops"] == pytest.approx(0.0)  # 30 loops is the best
 
 
+@pytest.mark.parametrize(("one_loop", "used"), [
+    (5.0, True),                    # a gain of 1 nat
+    (4.0 + 0.0100, True),           # 0.0100 nats: just over ln(1.01) = 0.00995, a 1% perplexity
+    (4.0 + 0.0099, False),          # just under
+    (4.0 + 0.004, False),           # the GPU model's 5.209 against 5.205
+])
+def test_geometry_claims_on_a_loop_the_model_does_not_use_are_inconclusive_and_say_their_reading(one_loop, used):
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
+    loss = loss_frame({100: {1: 9.0, 30: 1.0}, 900: {1: one_loop, 8: 4.0, 30: 4.001}})  # the last checkpoint's
+    rows = {r["claim"]: r for r in claims_table({"geometry": geometry, "loss_vs_loops": loss})}
+    for claim in ("C1", "C2", "C3", "C4", "C5"):
+        row = rows[claim]
+        gain = row["headline"]["depth gain (nats)"]
+        assert gain == pytest.approx(one_loop - 4.0) and row["detail"]["premise"]["met"] is used
+        if used:
+            assert row["measured"].startswith("Depth used: validation loss")
+            assert row["verdict"] == geometry_claims.CLAIMS[int(claim[1])].row_of({"geometry": geometry})["verdict"]
+        else:
+            assert row["measured"].startswith("Depth unused: validation loss") and row["reproduced"] is None
+            assert row["verdict"].startswith("inconclusive (depth unused; the checks read ")
+    assert rows["C1"]["verdict"] == ("reproduced" if used else
+                                     "inconclusive (depth unused; the checks read reproduced)")
+    assert "premise" not in rows["S"]["detail"]  # S is about more loops, not about whether they help
+
+
+def test_geometry_claims_without_a_one_loop_loss_say_depth_is_not_measured_and_decide_as_before():
+    geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
+    rows = {r["claim"]: r for r in claims_table({"geometry": geometry,
+                                                 "loss_vs_loops": loss_frame({900: {2: 5.0, 30: 4.0}})})}
+    assert rows["C1"]["verdict"] == "reproduced" and rows["C1"]["detail"]["premise"]["met"] is None
+    assert rows["C1"]["measured"].startswith("Depth: no one-loop loss at step 900")
+
+
 def test_claims_table_adds_c6_only_with_a_sweep():
     geometry = frame(checkpoint(900, {0: inverse(), 1: inverse()}, cosine=0.6, dlr=50.0))
     without = claims_table({"geometry": geometry})
@@ -653,8 +689,12 @@ def test_c4_and_c5_read_dlr_by_eq_2_over_every_loop_step_and_k_10_beside():
     assert "Beside it, the stricter reading at K = 10: 0->1 5.00 (< 10.00)" in c4["measured"]
     assert handoff["by_loops"] == {"1": 0.5, "2": 1.0, "5": 2.5, "10": 5.0, str(K): K / 2}  # JSON keys
     assert "K=1 0.50, K=2 1.00, K=5 2.50, K=10 5.00, K=30 15.00" in c4["measured"]
+    # K / 2 first reaches 10 at K = 20; lowered by 5.5, at no K up to 30
+    assert handoff["first_k_reaching"] == 20 and "first reaches 10 at: 0->1 K = 20" in c4["measured"]
     below = [dict(r, median=r["median"] - 5.5) if r["metric"] == "drift_to_loop_ratio" else r for r in rows]
-    assert geometry_claims.C4.row(frame(below))["reproduced"] is False  # 9.5 over all 30 loop steps
+    lower = geometry_claims.C4.row(frame(below))
+    assert lower["reproduced"] is False  # 9.5 over all 30 loop steps
+    assert lower["detail"]["handoffs"][0]["first_k_reaching"] is None and "0->1 no K up to 30" in lower["measured"]
     c5 = geometry_claims.C5.row(frame(rows))
     assert c5["detail"]["jumps"][0]["median_dlr"] == 15.0
     short = [r for r in rows if r["k"] is None or r["k"] <= 4]  # 4 loops measured: K = 4, the strict reading too
@@ -696,7 +736,7 @@ def test_c3_a_late_cosine_of_steps_mostly_at_the_floor_decides_nothing():
     groups = by_group(row["detail"]["groups"])
     assert groups[0]["in_band"] is True and groups[0]["passes"] is None
     assert groups[0]["reason"].startswith("375 of 1500 late cosines above the precision floor: fewer than 50%")
-    assert groups[1]["passes"] is True and row["verdict"] == "inconclusive"
+    assert groups[1]["passes"] is True and row["verdict"] == "inconclusive (1 of 2 pass, 1 undecided)"
 
 
 def with_regimes(rows: list[dict], shares: dict[str, float], cosine: dict[str, float]) -> list[dict]:

@@ -90,7 +90,7 @@ def test_markdown_has_a_column_per_recipe_and_a_section_per_run():
     assert "**reproduced**<br>dlr 40" in table[1]
     assert "Seeds: paper 1, 2, 3; huginn 1." in md
     sections = [line for line in lines if line.startswith("## ")]
-    assert sections == ["## The tests (fixed before the numbers)", "## paper, seed 1", "## paper, seed 2",
+    assert sections == ["## The tests", "## paper, seed 1", "## paper, seed 2",
                         "## paper, seed 3", "## huginn, seed 1"]
 
 
@@ -120,7 +120,7 @@ def test_what_computed_the_numbers_is_a_section_of_its_own_from_the_tables_colum
     md = to_markdown(summarise(RUNS), RUNS, trained + measured)
     lines = md.splitlines()
     start = lines.index("## What computed these numbers")
-    assert lines.index("## The tests (fixed before the numbers)") > start
+    assert lines.index("## The tests") > start
     assert "| huginn, seed 1 | training | bfloat16 | CPU X, 2 CPUs | 2.13.0 |" in lines
     assert "| paper, seed 1 | geometry | float64 | CPU Y, 8 CPUs | 2.13.0 |" in lines
     assert json.loads(to_json(summarise(RUNS), RUNS, measured))["origins"] == measured

@@ -36,8 +36,14 @@ from twoscale.surrogates.thresholds import C8_RECOVERY
     ([True, True], (True, "reproduced")),
     ([False, False], (False, "not reproduced")),
     ([True, False], (None, "mixed")),
-    ([True, None], (None, "inconclusive")),  # one undecided check makes the claim undecided, even beside a pass
-    ([False, None], (None, "inconclusive")),
+    # an undecided check beside passes leaves the claim undecided: it could still fail
+    ([True, None], (None, "inconclusive (1 of 2 pass, 1 undecided)")),
+    ([True, True, None, None], (None, "inconclusive (2 of 4 pass, 2 undecided)")),
+    # beside failures it does not: every decided check failing is a failure, and it says how many did not decide
+    ([False, None], (False, "not reproduced (1 check undecided)")),
+    ([False, False, None, None], (False, "not reproduced (2 checks undecided)")),
+    ([True, False, None], (None, "mixed (1 check undecided)")),
+    ([None, None], (None, "inconclusive")),
     ([], (None, "inconclusive")),
 ])
 def test_checks_add_up_to_a_verdict(checks, expected):
@@ -180,9 +186,11 @@ FIXED = [(1.0, 12.0, 10.0), (2.0, 10.0, 20.0), (4.0, 11.0, 40.0)]
 def test_the_reference_points_of_the_sweep():
     sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-3, 10.05, 15.0), (1e-2, 10.5, 12.0)]})
     assert exit_tables.full_depth(sweep) == {"strategy": "fixed", "setting": 4.0, "max_loops": 4, "perplexity": 11.0,
-                                       "gflops_per_token": 0.04, "ms_per_token": 40.0, "mean_loops": 2.0}
+                                       "gflops_per_token": 0.04, "ms_per_token": 40.0, "mean_loops": 2.0,
+                                       "matched_perplexity": 11.0}
     kstar = exit_tables.best_fixed_depth(sweep)
     assert (kstar["loops"], kstar["perplexity"], kstar["ms_per_token"]) == (2, 10.0, 20.0)
+    assert (kstar["matched_perplexity"], kstar["lowest_loops"]) == (10.0, 2)
     # within 1% of full depth (ppl <= 11.11) both settings qualify: the cheaper one, 12 ms, cuts 1 - 12/40 = 70%
     best = exit_tables.best_within(sweep, "acceleration")
     assert (best["setting"], best["latency_cut"], best["flop_ratio"]) == (1e-2, pytest.approx(0.7), pytest.approx(0.3))
@@ -243,10 +251,14 @@ def test_c6b_is_undecided_when_the_latency_interval_straddles_the_line():
     assert verdict.checks == [None, None] and verdict.verdict == "inconclusive"
 
 
+# fixed depth where stopping early hurts: 2 loops (where the rules stop, 2.0 mean loops) is 4.5% worse than 4
+HURTING = [(1.0, 12.0, 10.0), (2.0, 11.5, 20.0), (4.0, 11.0, 40.0)]
+
+
 def test_c6_flat_and_first_order_sub_tests_on_hand_numbers():
     # full depth ppl 11 (limit 11.11); acceleration over [1e-5, 1e-2]: 10.9 .. 11.0, spread 11/10.9 - 1 = 0.92%;
     # step_norm_relative within at 1e-3 (11.05), 11.2 at 1e-2: degrades beyond the knee
-    sweep = sweep_frame({"fixed": FIXED, "acceleration": [(1e-5, 11.0, 39.0), (1e-2, 10.9, 25.0)],
+    sweep = sweep_frame({"fixed": HURTING, "acceleration": [(1e-5, 11.0, 39.0), (1e-2, 10.9, 25.0)],
                          "step_norm_relative": [(1e-3, 11.05, 30.0), (1e-2, 11.2, 20.0)],
                          "kl_head": [(1e-3, 11.0, 30.0)]})
     verdict = exits.acceleration_exit(sweep, latency_rounds(sweep))
@@ -256,6 +268,89 @@ def test_c6_flat_and_first_order_sub_tests_on_hand_numbers():
     assert tests["latency_cut"]["best"]["latency_cut"] == pytest.approx(1 - 25 / 40)
     assert tests["kl_slower"]["passes"] is True
     assert verdict.checks == [True, True, True, True] and verdict.verdict == "reproduced"
+
+
+def sweep_with_loops(points: dict[str, list[tuple[float, float, float, float]]], max_loops: int = 30
+                     ) -> pl.DataFrame:
+    """(setting, perplexity, ms/token, mean loops per group) per strategy, FLOPs proportional to ms."""
+    return pl.DataFrame([{"strategy": name, "criterion": "kl" if name.startswith("kl_") else name,
+                          "swept": "loops" if name == "fixed" else "threshold", "setting": setting,
+                          "perplexity": ppl, "gflops_per_token": ms / 1000, "ms_per_token": ms, "mean_loops": loops,
+                          "max_loops": max_loops}
+                         for name, pts in points.items() for setting, ppl, ms, loops in pts])
+
+
+# acceleration can stop no earlier than 3 loops (τ = ∞); in the paper's range as early as 11 loops per group;
+# the relative first-order exit as early as 1 loop (τ = ∞), in (1e-3, 1e-2] as early as 6
+RULES = {
+    "acceleration": [(1e-5, 100.0, 26.0, 26.0), (1e-2, 100.1, 11.0, 11.0), (math.inf, 100.2, 3.0, 3.0)],
+    "step_norm_relative": [(1e-4, 100.0, 26.0, 26.0), (1e-3, 100.05, 20.0, 20.0), (1e-2, 103.0, 6.0, 6.0),
+                           (math.inf, 120.0, 1.0, 1.0)],
+}
+
+
+def fixed_at(ppl_by_loops: dict[int, float]) -> list[tuple[float, float, float, float]]:
+    return [(float(k), ppl, float(k), float(k)) for k, ppl in ppl_by_loops.items()]
+
+
+@pytest.mark.parametrize(("fixed", "flat", "first_order"), [
+    # depth flat from 2 loops on (as `huginn`'s 0.6%): no stop between a rule's earliest exit and where it stops
+    # could hurt, so flat perplexity and a degradation are both beyond the rule's doing; 1 loop is 20% worse,
+    # but acceleration cannot stop there, while the first-order exit can
+    ({1: 120.0, 2: 100.6, 3: 100.5, 8: 100.0, 30: 100.0}, None, True),
+    # every fixed depth within 0.34% (the GPU model): neither decides
+    ({1: 100.34, 2: 100.2, 8: 100.0, 30: 100.0}, None, None),
+    # 3 loops 2% worse: stopping where acceleration can stop could hurt, and it stays flat: (b) passes (the
+    # first-order exit, 3% worse at 1e-2, degrades beyond the knee: (c) passes wherever 1 loop's 20% counts)
+    ({1: 120.0, 3: 102.0, 8: 100.0, 30: 100.0}, True, True),
+])
+def test_c6_flat_and_degrading_count_only_where_stopping_could_have_hurt(fixed, flat, first_order):
+    sweep = sweep_with_loops({"fixed": fixed_at(fixed), **RULES})
+    tests = exits.acceleration_exit(sweep, latency_rounds(sweep)).detail["tests"]
+    assert tests["flat"]["passes"] is flat and tests["first_order"]["passes"] is first_order
+    premise = tests["flat"]["premise"]
+    assert (premise["earliest"], premise["reached"]) == (3.0, 11.0)
+    assert [d["loops"] for d in premise["depths"]] == [k for k in fixed if 3 <= k <= 11]
+    if flat is None:
+        assert tests["flat"]["reason"].startswith("stopping where 'acceleration' stops at τ ∈ [1e-5, 1e-2] could "
+                                                  "not hurt")
+    # the first-order exit stops from 1 loop (its τ = ∞) to 6 (its fewest in (1e-3, 1e-2]): 1 loop counts for it
+    assert [d["loops"] for d in tests["first_order"]["premise"]["depths"]] == [k for k in fixed if k <= 6]
+
+
+def test_c6_with_no_fixed_depth_where_the_rule_stops_cannot_tell_whether_it_could_hurt():
+    sweep = sweep_with_loops({"fixed": fixed_at({1: 120.0, 30: 100.0}), **RULES})
+    flat = exits.acceleration_exit(sweep, latency_rounds(sweep)).detail["tests"]["flat"]
+    assert flat["passes"] is None and flat["reason"].startswith("no fixed depth was swept between")
+
+
+def test_k_star_is_the_fewest_loops_within_1_percent_of_the_lowest_not_the_argmin_of_near_ties():
+    # 8 loops lowest by 0.02%, as `huginn`'s 146.861 against 146.889; 2 loops 0.5% above it: K* = 2
+    sweep = sweep_with_loops({"fixed": fixed_at({1: 105.0, 2: 100.5, 8: 100.0, 30: 100.02})})
+    kstar = exit_tables.best_fixed_depth(sweep)
+    assert (kstar["loops"], kstar["perplexity"], kstar["matched_perplexity"], kstar["lowest_loops"]) == (
+        2, 100.5, 100.0, 8)
+    # exits compared with it meet the bar it meets, 1% above the lowest (101.0), not 1% above its own (101.505)
+    points = {"fixed": fixed_at({1: 105.0, 2: 100.5, 8: 100.0, 30: 100.02}),
+              "acceleration": [(1e-2, 101.2, 1.5, 1.5), (1e-3, 100.9, 1.8, 1.8)]}
+    best = exit_tables.best_within(sweep_with_loops(points), "acceleration", reference=kstar)
+    assert best["setting"] == 1e-3
+
+
+def test_c6_kl_reads_its_own_range_against_acceleration_s_and_both_at_any_threshold_beside():
+    # KL at τ = ∞ stops after one loop (1 ms) where acceleration's range stops it at 11 (11 ms): read there, KL
+    # would be "faster"; in the paper's range its best point takes 20 ms, slower than acceleration's 11
+    points = {"fixed": fixed_at({1: 100.5, 30: 100.0}), **RULES,
+              "kl_head": [(1e-4, 100.0, 20.0, 20.0), (math.inf, 100.5, 1.0, 1.0)]}
+    sweep = sweep_with_loops(points)
+    verdict = exits.acceleration_exit(sweep, latency_rounds(sweep))
+    (kl,) = verdict.detail["tests"]["kl_slower"]["kl"]
+    assert kl["best"]["setting"] == 1e-4 and kl["slower"] is True
+    assert verdict.detail["tests"]["kl_slower"]["passes"] is True
+    # beside: KL at any threshold (τ = ∞, 1 ms) against acceleration at any threshold (τ = ∞, 3 ms): faster
+    (anywhere,) = verdict.detail["kl_anywhere"]
+    assert anywhere["best"]["setting"] == math.inf and anywhere["slower"] is False
+    assert anywhere["ratio"].ratio == pytest.approx(1 / 3)
 
 
 # --- sampler: C7 and C7b ----------------------------------------------------------------------------------------
@@ -365,7 +460,24 @@ def test_c8b_the_surrogate_must_recover_more_than_the_control(surrogate, control
 def test_c8_without_two_blocks_is_inconclusive():
     one_block = pl.DataFrame({"blocks": [1], "surrogate_recovered": [0.95], "control_recovered": [0.5]})
     result = surrogates.two_blocks_recover(one_block)
-    assert result.detail == {"k2": None} and result.verdict == "inconclusive"
+    assert result.detail == {"k2": None, "depth_matters": None} and result.verdict == "inconclusive"
+
+
+@pytest.mark.parametrize(("control", "verdict", "matters"), [
+    (0.5, "reproduced", True), (0.8999, "reproduced", True),
+    # 2 layers from scratch recover the bar or more (the default teacher's 104%): nothing to compress
+    (C8_RECOVERY, "inconclusive", False), (1.041, "inconclusive", False),
+    (math.nan, "inconclusive", None),  # no control: not known
+])
+def test_c8_counts_only_where_the_teacher_s_depth_matters(control, verdict, matters):
+    result = surrogates.two_blocks_recover(recovery(0.98, control))
+    assert result.verdict == verdict and result.detail["depth_matters"] is matters
+    if verdict == "inconclusive":
+        assert result.detail["reason"].startswith("the teacher's depth has nothing to compress" if matters is False
+                                                  else "no control trained from scratch")
+    # a surrogate below the bar fails only where the premise is met
+    assert surrogates.two_blocks_recover(recovery(0.5, control)).verdict == (
+        "not reproduced" if matters else "inconclusive")
 
 
 # --- speed ratios from paired repeats -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 
 from twoscale.claims.table import claim as claim_record
 from twoscale.pipeline.errors import TwoscaleError
+from twoscale.report.claim import Claim
 
 Runs = Mapping[tuple[str, int], Sequence[Mapping[str, Any]]]
 
@@ -129,12 +130,26 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
                   "| run | computation | arithmetic | processor | torch |", "|---|---|---|---|---|"]
         lines += [f"| {o['recipe']}, seed {o['seed']} | {o['computation']} | {_cell(o['precision'])} | "
                   f"{_cell(o['machine'])} | {_cell(o['torch'])} |" for o in origins]
-    lines += ["", "## The tests (fixed before the numbers)", "", "| claim | test |", "|---|---|"]
-    lines += [f"| {row['claim']} | {_cell(row['test'])} |" for row in summary]
+    lines += ["", "## The tests", "",
+              ("Each test as it reads now, and when its readings were chosen: before the numbers, or after them "
+               "(with the reading each replaced and why; docs/claims.md#readings-chosen-after-the-numbers)."), "",
+              "| claim | test | chosen |", "|---|---|---|"]
+    lines += [f"| {row['claim']} | {_cell(row['test'])} | {_cell(chosen_text(claim_record(row['claim'])))} |"
+              for row in summary]
     for (recipe, seed), rows in runs.items():
         lines += ["", f"## {recipe}, seed {seed}", "", "| claim | measured | verdict |", "|---|---|---|"]
         lines += [f"| {row['claim']} | {_cell(row['measured'])} | **{row['verdict']}** |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def chosen_text(record: Claim) -> str:
+    """When a claim's readings were chosen: 'before the numbers', or each reading chosen after them with what it
+    replaced and why."""
+    if not record.revisions:
+        return "before the numbers"
+    return "after the numbers: " + " ".join(
+        f"({i}) {r.reading}, replacing: {r.replaced}; why: {r.why} ({r.when})."
+        for i, r in enumerate(record.revisions, 1))
 
 
 def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = ()) -> str:

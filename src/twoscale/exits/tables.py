@@ -1,6 +1,9 @@
 """Selections on the sweep table that the figures, the verdicts, the tradeoff stage and the latency stage share:
 full depth, the best fixed depth K*, a strategy's cheapest setting within a perplexity tolerance of either, and so
-the points whose latencies the verdicts compare. They follow from quality and FLOPs alone."""
+the points whose latencies the verdicts compare. They follow from quality and FLOPs alone.
+
+A reference point carries `matched_perplexity`, the perplexity its tolerance is read against: full depth's own, and
+for K* the lowest perplexity of any fixed depth, so that K* and the exits compared with it meet one bar."""
 
 from __future__ import annotations
 
@@ -62,27 +65,37 @@ def full_depth(sweep: pl.DataFrame) -> dict[str, Any]:
         raise TwoscaleError("C6: the full-depth row has no positive finite perplexity and gflops_per_token")
     return {"strategy": FULL_DEPTH, "setting": float(r["setting"]), "max_loops": int(r["max_loops"]),
             "perplexity": ppl, "gflops_per_token": gflops, "ms_per_token": finite(r["ms_per_token"]),
-            "mean_loops": finite(r["mean_loops"])}
+            "mean_loops": finite(r["mean_loops"]), "matched_perplexity": ppl}
 
 
-def best_fixed_depth(sweep: pl.DataFrame) -> dict[str, Any]:
-    """The fixed loop count K* with the lowest perplexity, in the form of `full_depth`."""
+def fixed_depths(sweep: pl.DataFrame) -> list[dict[str, Any]]:
+    """The fixed-depth points with a perplexity and a cost, by loop count."""
+    return [p for p in sweep_points(sweep, FULL_DEPTH) if p["perplexity"] is not None
+            and p["gflops_per_token"] is not None]
+
+
+def best_fixed_depth(sweep: pl.DataFrame, tolerance: float = WITHIN) -> dict[str, Any]:
+    """K*, in the form of `full_depth`: the fewest fixed loops whose perplexity is within `tolerance` of the lowest
+    fixed-depth perplexity (which is its `matched_perplexity`; `lowest_loops` is where it is reached). Not the argmin
+    itself: fixed depths 0.02% apart are a tie decided by noise, and the cheapest of them is the fair baseline."""
     full = full_depth(sweep)
-    points = [p for p in sweep_points(sweep, FULL_DEPTH) if p["perplexity"] is not None
-              and p["gflops_per_token"] is not None]
-    best = min(points, key=lambda p: (p["perplexity"], p["setting"]))
-    return {**best, "max_loops": full["max_loops"], "loops": int(best["setting"])}
+    points = fixed_depths(sweep)
+    lowest = min(points, key=lambda p: (p["perplexity"], p["setting"]))
+    fewest = min((p for p in points if p["perplexity"] <= (1 + tolerance) * lowest["perplexity"]),
+                 key=lambda p: p["setting"])
+    return {**fewest, "max_loops": full["max_loops"], "loops": int(fewest["setting"]),
+            "matched_perplexity": lowest["perplexity"], "lowest_loops": int(lowest["setting"])}
 
 
 def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = WITHIN,
                 reference: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The strategy's cheapest setting (fewest GFLOPs per token) whose perplexity is <= (1 + tolerance) x the
-    reference's (default: full depth): {strategy, setting, gflops_per_token, ms_per_token, perplexity,
+    reference's `matched_perplexity` (default: full depth): {strategy, setting, gflops_per_token, ms_per_token, perplexity,
     mean_loops, flop_ratio = gflops / gflops_reference, latency_cut = 1 - ms / ms_reference (medians, None
     without latencies), perplexity_increase = ppl / ppl_reference - 1}; None when no setting qualifies (or the
     strategy is absent). Ties in cost go to the lower perplexity, then the lower setting."""
     full = reference or full_depth(sweep)
-    limit = (1 + tolerance) * full["perplexity"]
+    limit = (1 + tolerance) * full["matched_perplexity"]
     qualifying = [p for p in sweep_points(sweep, strategy) if p["perplexity"] is not None
                   and p["gflops_per_token"] is not None and p["perplexity"] <= limit]
     if not qualifying:
@@ -108,7 +121,7 @@ def compared_points(sweep: pl.DataFrame, tolerance: float = WITHIN) -> set[tuple
     depth K*, and every strategy's best point within `tolerance` of either, over all its settings and over those
     in the paper's range. They follow from quality and FLOPs alone, so the sweep table names them before anything
     is timed."""
-    references = [full_depth(sweep), best_fixed_depth(sweep)]
+    references = [full_depth(sweep), best_fixed_depth(sweep, tolerance)]
     points = {(reference["strategy"], reference["setting"]) for reference in references}
     for name in sweep["strategy"].unique(maintain_order=True).to_list():
         for table in (sweep, in_paper_range(sweep, name)):

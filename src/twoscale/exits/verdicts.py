@@ -21,6 +21,7 @@ from twoscale.exits.tables import (
     WITHIN,
     best_fixed_depth,
     best_within,
+    fixed_depths,
     full_depth,
     in_paper_range,
     sweep_points,
@@ -75,19 +76,52 @@ def _span(low: float, high: float, open_low: bool = False) -> str:
 PAPER_SPAN = _span(*PAPER_RANGE)
 
 
+def _mean_loops(points: list[dict[str, Any]]) -> list[float]:
+    return [p["mean_loops"] for p in points if p["mean_loops"] is not None]
+
+
 def exits_early(points: list[dict[str, Any]], max_loops: int) -> bool:
     """Whether a rule exits at some of these settings: at one of them it saves at least C6_MIN_SAVED_LOOPS loops
     per group on average against full depth."""
-    loops = [p["mean_loops"] for p in points if p["mean_loops"] is not None]
+    loops = _mean_loops(points)
     return bool(loops) and max_loops - min(loops) >= C6_MIN_SAVED_LOOPS
 
 
 def _never_exits(name: str, points: list[dict[str, Any]], max_loops: int, span: str) -> str:
     """Why a check that reads a rule over a range of thresholds cannot decide: the rule never exits there."""
-    loops = [p["mean_loops"] for p in points if p["mean_loops"] is not None]
+    loops = _mean_loops(points)
     fewest = f"{min(loops):.2f}" if loops else "n/a"
     return (f"'{name}' never exits at τ ∈ {span}: its fewest mean loops per group there are {fewest} of "
             f"{max_loops}, saving less than {C6_MIN_SAVED_LOOPS:g}")
+
+
+def could_hurt(sweep: pl.DataFrame, full: dict[str, Any], strategy: str, ranged: list[dict[str, Any]]
+               ) -> dict[str, Any]:
+    """The premise of a check that reads how a rule's quality holds as it exits earlier: stopping where the rule
+    stops could have hurt. The rule stops, over the thresholds read (`ranged`), as early as `reached` mean loops
+    per group, and can stop no earlier than `earliest` (its fewest over every setting swept: τ = ∞ exits as soon as
+    it can). Met when some fixed depth k with earliest <= k <= reached is more than 1% worse than full depth; where
+    none is, a flat perplexity holds, and a degradation fails, whatever the rule does."""
+    earliest = min(_mean_loops(sweep_points(sweep, strategy)))
+    reached = min(_mean_loops(ranged))
+    depths = [{"loops": int(p["setting"]), "increase": p["perplexity"] / full["perplexity"] - 1}
+              for p in fixed_depths(sweep)
+              if earliest * (1 - ROUND_OFF) <= p["setting"] <= reached * (1 + ROUND_OFF)]
+    return {"earliest": earliest, "reached": reached, "depths": depths,
+            "met": any(d["increase"] > WITHIN for d in depths)}
+
+
+def _could_not_hurt(name: str, premise: dict[str, Any], span: str) -> str:
+    """Why a check on a rule's quality over a range of thresholds cannot decide: stopping there could not hurt."""
+    depths = premise["depths"]
+    if not depths:
+        return (f"no fixed depth was swept between '{name}''s earliest exit ({premise['earliest']:.2f} loops per "
+                f"group) and where it stops at τ ∈ {span} ({premise['reached']:.2f}): whether stopping there could "
+                "hurt is unknown")
+    worst = max(depths, key=lambda d: d["increase"])
+    return (f"stopping where '{name}' stops at τ ∈ {span} could not hurt: every fixed depth from its earliest exit "
+            f"({premise['earliest']:.2f} loops per group) to there ({premise['reached']:.2f}) is within 1% of full "
+            f"depth (the worst {100 * worst['increase']:+.2f}% at {worst['loops']} loops)")
 
 
 def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
@@ -113,9 +147,10 @@ def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any
     return info if passes is not None else {**info, "reason": "the ratio's interval straddles the line"}
 
 
-def _flat(sweep: pl.DataFrame, max_loops: int) -> dict[str, Any]:
+def _flat(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
     """(b) over the swept acceleration thresholds in the paper's range, max/min perplexity - 1 <= 1%; undecided
-    where the rule never exits there (it would be flat by construction)."""
+    where the rule never exits there, or where stopping where it stops could not hurt (`could_hurt`): it would be
+    flat by construction."""
     points = [p for p in sweep_points(in_paper_range(sweep, C6_ACCELERATION), C6_ACCELERATION)
               if p["perplexity"] is not None]
     info: dict[str, Any] = {"points": points}
@@ -123,17 +158,22 @@ def _flat(sweep: pl.DataFrame, max_loops: int) -> dict[str, Any]:
         return {**info, "passes": None, "reason": f"{len(points)} swept {C6_ACCELERATION} threshold(s) in "
                 f"{PAPER_SPAN}"}
     ppl = [p["perplexity"] for p in points]
-    loops = [p["mean_loops"] for p in points if p["mean_loops"] is not None] or [math.nan]
+    loops = _mean_loops(points) or [math.nan]
     spread = max(ppl) / min(ppl) - 1
     info.update(min=min(ppl), max=max(ppl), spread=spread, loops=(min(loops), max(loops)))
-    if not exits_early(points, max_loops):
-        return {**info, "passes": None, "reason": _never_exits(C6_ACCELERATION, points, max_loops, PAPER_SPAN)}
+    if not exits_early(points, full["max_loops"]):
+        return {**info, "passes": None, "reason": _never_exits(C6_ACCELERATION, points, full["max_loops"],
+                                                                PAPER_SPAN)}
+    info["premise"] = premise = could_hurt(sweep, full, C6_ACCELERATION, points)
+    if not premise["met"]:
+        return {**info, "passes": None, "reason": _could_not_hurt(C6_ACCELERATION, premise, PAPER_SPAN)}
     return {**info, "passes": spread <= C6_MAX_FLAT_SPREAD}
 
 
 def first_order_knee(sweep: pl.DataFrame, full: dict[str, Any], strategy: str = C6_FIRST_ORDER) -> dict[str, Any]:
     """(c) a first-order strategy is within 1% at every swept tau <= 1e-3 and more than 1% above full depth at
-    some tau in (1e-3, 1e-2]; undecided where it never exits in (1e-3, 1e-2] (it could not degrade there)."""
+    some tau in (1e-3, 1e-2]; undecided where it never exits in (1e-3, 1e-2], or where stopping where it stops
+    there could not hurt (`could_hurt`): it could not degrade."""
     limit = (1 + WITHIN) * full["perplexity"]
     knee, high = C6_FIRST_ORDER_KNEE, PAPER_RANGE[1]
     points = [{**p, "increase": p["perplexity"] / full["perplexity"] - 1}
@@ -154,13 +194,16 @@ def first_order_knee(sweep: pl.DataFrame, full: dict[str, Any], strategy: str = 
     info["degrades_above"] = any(p["perplexity"] > limit for p in above)
     if not exits_early(above, full["max_loops"]):
         return {**info, "passes": None, "reason": _never_exits(strategy, above, full["max_loops"], above_span)}
+    info["premise"] = premise = could_hurt(sweep, full, strategy, above)
+    if not premise["met"]:
+        return {**info, "passes": None, "reason": _could_not_hurt(strategy, premise, above_span)}
     return {**info, "passes": info["within_below"] and info["degrades_above"]}
 
 
 def _kl_slower(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any],
                acceleration: dict[str, Any] | None) -> dict[str, Any]:
-    """(d) at each one's best point within 1%, every KL strategy is slower than acceleration: the paired latency
-    ratio KL / acceleration is above 1, the whole interval."""
+    """(d) at each one's best point within 1%, each in the paper's range, every KL strategy is slower than
+    acceleration: the paired latency ratio KL / acceleration is above 1, the whole interval."""
     kl = _kl_against(sweep, latency, full, acceleration)
     info: dict[str, Any] = {"kl": kl}
     if not kl:
@@ -178,12 +221,15 @@ def _kl_slower(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any],
 
 
 def _kl_against(sweep: pl.DataFrame, latency: pl.DataFrame, reference: dict[str, Any],
-                acceleration: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Each KL strategy's best point within 1% of `reference`, its latency and FLOP ratios to acceleration's best
-    point, and whether it is slower (None: undecided, or no best point)."""
+                acceleration: dict[str, Any] | None, ranged: bool = True) -> list[dict[str, Any]]:
+    """Each KL strategy's best point within 1% of `reference` among its thresholds in the paper's range (`ranged`,
+    the range its sources state too: Geiping et al.'s 5e-4 lies inside; else at any threshold), its latency and FLOP
+    ratios to `acceleration`'s best point, and whether it is slower (None: undecided, or no best point). Each side
+    is read in its own range: KL at any threshold (τ = ∞ stops after one loop) against acceleration held to the
+    paper's range compares unequal ranges."""
     kl = []
     for name in _kl_strategies(sweep):
-        best = best_within(sweep, name, reference=reference)
+        best = best_within(in_paper_range(sweep, name) if ranged else sweep, name, reference=reference)
         ratio = speed_ratio(latency, best, acceleration)
         kl.append({"strategy": name, "best": best, "ratio": ratio, "slower": _slower(ratio),
                    "flop_ratio": _flop_ratio(best, acceleration)})
@@ -207,9 +253,10 @@ def acceleration_exit(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
     """C6 against full depth: (a) acceleration, at the paper's thresholds, cuts ms/token by >= 25% within 1% of
     full-depth perplexity, (b) its perplexity is flat (<= 1%) over those thresholds, (c) the relative first-order
     exit is within 1% up to tau = 1e-3 and degrades beyond, (d) every KL strategy is slower than acceleration at
-    matched quality. (a) and (b) are undecided where acceleration never exits at the paper's thresholds, (c) where
-    the first-order exit never exits beyond 1e-3. Every strategy's best point within 1% is reported, and the
-    absolute first-order exit's (c) beside."""
+    matched quality, both at the paper's thresholds. (a) and (b) are undecided where acceleration never exits at
+    the paper's thresholds, (c) where the first-order exit never exits beyond 1e-3, and (b) and (c) where stopping
+    where the rule stops could not hurt (`could_hurt`). Every strategy's best point within 1% is reported, and
+    beside the verdict the absolute first-order exit's (c) and (d) with both sides at any threshold."""
     full = full_depth(sweep)
     strategies = []
     for name in sweep["strategy"].unique(maintain_order=True).to_list():
@@ -217,34 +264,42 @@ def acceleration_exit(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
         strategies.append({"strategy": name, "criterion": rows["criterion"][0], "swept": rows["swept"][0],
                            "settings": rows.height, "best": best_within(sweep, name, reference=full)})
     latency_cut = _latency_cut(sweep, latency, full)
-    tests = {"latency_cut": latency_cut, "flat": _flat(sweep, full["max_loops"]),
+    tests = {"latency_cut": latency_cut, "flat": _flat(sweep, full),
              "first_order": first_order_knee(sweep, full),
              "kl_slower": _kl_slower(sweep, latency, full, latency_cut.get("best"))}
-    absolute = first_order_knee(sweep, full, C6_FIRST_ORDER_ABSOLUTE)  # reported, not scored
+    # reported, not scored: the absolute first-order exit's (c), and (d) with both sides at any threshold
+    absolute = first_order_knee(sweep, full, C6_FIRST_ORDER_ABSOLUTE)
+    anywhere = _kl_against(sweep, latency, full, latency_cut["best_anywhere"], ranged=False)
     return Verdict([t["passes"] for t in tests.values()],
                    {"tolerance": WITHIN, "full_depth": full, "strategies": strategies, "tests": tests,
-                    "first_order_absolute": absolute})
+                    "first_order_absolute": absolute, "kl_anywhere": anywhere})
 
 
 def acceleration_against_best_fixed_depth(sweep: pl.DataFrame, latency: pl.DataFrame) -> Verdict:
-    """C6b: C6's (a) and (d) read against the best fixed depth K* instead of full depth, acceleration at the paper's
-    thresholds (both undecided where it never exits there). Added after the numbers showed that on our model full
-    depth is the worst setting, which makes "within 1% of full depth" admit any early exit."""
+    """C6b: C6's (a) and (d) read against the best fixed depth K* (`best_fixed_depth`) instead of full depth, within
+    1% of the lowest fixed-depth perplexity, acceleration and the KL exits at the paper's thresholds (both
+    undecided where acceleration never exits there); (d) with both at any threshold beside. Added after the numbers
+    showed that on our model full depth is the worst setting, which makes "within 1% of full depth" admit any
+    early exit."""
     reference = best_fixed_depth(sweep)
     ranged = in_paper_range(sweep, C6_ACCELERATION)
     fires = exits_early(sweep_points(ranged, C6_ACCELERATION), reference["max_loops"])
     acceleration = best_within(ranged, C6_ACCELERATION, reference=reference) if fires else None
     ratio = speed_ratio(latency, acceleration, reference)
     cut = None if acceleration is None else at_most(ratio, 1 - C6_MIN_LATENCY_CUT)
-    # a KL exit that never comes within 1% of K* cannot match acceleration's quality: it loses
-    kl = [{**k, "slower": True if k["best"] is None else k["slower"]}
-          for k in _kl_against(sweep, latency, reference, acceleration)]
+    anywhere = best_within(sweep, C6_ACCELERATION, reference=reference)
+    kl = _losing_unmatched(_kl_against(sweep, latency, reference, acceleration))
     slower = [k["slower"] for k in kl]
     if acceleration is None or not kl:
         kl_slower = None
     else:
         kl_slower = False if False in slower else (None if None in slower else True)
     return Verdict([cut, kl_slower], {"reference": reference, "acceleration": acceleration, "ratio": ratio,
-                                      "kl": kl, "acceleration_exits": fires,
-                                      "acceleration_anywhere": best_within(sweep, C6_ACCELERATION,
-                                                                           reference=reference)})
+                                      "kl": kl, "acceleration_exits": fires, "acceleration_anywhere": anywhere,
+                                      "kl_anywhere": _losing_unmatched(
+                                          _kl_against(sweep, latency, reference, anywhere, ranged=False))})
+
+
+def _losing_unmatched(kl: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A KL exit that never comes within 1% of K* cannot match acceleration's quality: it counts as slower."""
+    return [{**k, "slower": True if k["best"] is None else k["slower"]} for k in kl]

@@ -21,9 +21,11 @@ from twoscale.geometry.thresholds import (
     C5_MAX_PATH_TO_JUMP,
     C5_MIN_DLR,
     C5_MIN_TURNING_DEG,
+    DEPTH_MIN_GAIN,
     S_TOLERANCE,
 )
 from twoscale.geometry.verdicts import (
+    depth_gain,
     drift_exceeds_loop,
     loop_stability,
     spirals_and_jumps,
@@ -31,7 +33,7 @@ from twoscale.geometry.verdicts import (
     step_sizes_shrink,
     steps_shrink_over_training,
 )
-from twoscale.report.claim import Claim, Headline, counted, fmt
+from twoscale.report.claim import Claim, Headline, Premise, Revision, counted, fmt
 from twoscale.report.verdicts import Verdict
 
 
@@ -76,7 +78,48 @@ S = Claim(
     reads=("loss_vs_loops", "schedule", "beyond"),
     verdict=loop_stability,
     measured=_s_measured,
+    revisions=(Revision(
+        reading="the loss at twice the most loops training drew (64) within 0.05 nats of the best; within training's "
+        "range beside",
+        replaced="the loss at the geometry's loop count (30), inside training's range",
+        why="whether more loops than trained degrade the model is what a user of a looped model asks; it made the "
+        "check stricter",
+        when="November 2026"),),
 )
+
+
+def depth_premise(frames: Mapping[str, pl.DataFrame | None]) -> Premise | None:
+    """The premise of C1-C5: at the last checkpoint, looping lowers the validation loss below one loop's by at least
+    DEPTH_MIN_GAIN nats (`depth_gain`); not measured without the loss-vs-loops table."""
+    loss = frames.get("loss_vs_loops")
+    if loss is None:
+        return None
+    d = depth_gain(loss)
+    if d["used"] is None:
+        return Premise(None, f"Depth: no one-loop loss at step {d['step']}, so whether the model uses its loop is "
+                       "not known.", "depth not measured")
+    return Premise(d["used"], f"Depth {'used' if d['used'] else 'unused'}: validation loss "
+                   f"{fmt(d['loss_at_one_loop'], 3)} at 1 loop, {fmt(d['best_loss'], 3)} at its best "
+                   f"({d['best_loops']} loops), a gain of {d['gain']:.4f} nats (used from {DEPTH_MIN_GAIN:g}, a 1% "
+                   f"perplexity).", "depth unused", {"depth gain (nats)": d["gain"]})
+
+
+K_OF_EQ_2 = Revision(
+    reading="DLR_K at K = the loop count measured (30 by default), the paper's Eq. 2; K = 10 and the K at which the "
+    "ratio first reaches 10 beside",
+    replaced="DLR_K at K = 10, the k by which C1 says the steps have settled",
+    why="the paper's definition decides; for a converging loop DLR_K grows about linearly with K, so the reading "
+    "at K = 30 is partly a statement about K, said beside the verdict (it turned `huginn` from not reproduced to "
+    "reproduced)",
+    when="November 2026")
+
+DEPTH_PREMISE = Revision(
+    reading=f"inconclusive where looping gains less than {DEPTH_MIN_GAIN:g} nats (a 1% perplexity) over one loop at "
+    "the last checkpoint ('depth unused'; the checks' own reading said beside)",
+    replaced="read on any model",
+    why="the GPU model's loss was 5.209 at one loop and 5.205 at its best: the geometry claims read 'reproduced' on "
+    "the steps of a loop that does nothing",
+    when="2026-11-28")
 
 
 def _agreement_words(a: Mapping[str, Any]) -> str:
@@ -127,6 +170,8 @@ C1 = Claim(
     reads=("geometry", "spectrum"),
     verdict=step_sizes_shrink,
     measured=_c1_measured,
+    premise=depth_premise,
+    revisions=(DEPTH_PREMISE,),
 )
 
 
@@ -169,6 +214,12 @@ C2 = Claim(
     reads=("geometry", "schedule"),
     verdict=steps_shrink_over_training,
     measured=_c2_measured,
+    premise=depth_premise,
+    revisions=(Revision(
+        reading="the first checkpoint after the learning-rate warm-up against the last",
+        replaced="the first checkpoint (step 25, inside the 100-step warm-up) against the last",
+        why="against a model that has barely trained, 'smaller later' is close to certain; it made the check stricter",
+        when="November 2026"), DEPTH_PREMISE),
 )
 
 
@@ -231,6 +282,8 @@ C3 = Claim(
     reads=("geometry", "spectrum"),
     verdict=step_cosine_settles,
     measured=_c3_measured,
+    premise=depth_premise,
+    revisions=(DEPTH_PREMISE,),
 )
 
 
@@ -257,10 +310,15 @@ def _c4_measured(verdict: Verdict, geometry: pl.DataFrame) -> tuple[str, Headlin
            f". The stricter reading at K = {C4_STRICT_LOOPS} is this one: {K} loops were measured")
         + ". By K: " + "; ".join(f"{h['handoff']} " + ", ".join(f"K={k} {fmt(v)}" for k, v in h["by_loops"].items())
                                  for h in handoffs)
+        + f". The median first reaches {fmt(d['threshold'], 0)} at: " + ", ".join(
+            f"{h['handoff']} " + (f"K = {h['first_k_reaching']}" if h["first_k_reaching"] is not None
+                                  else f"no K up to {max(h['by_loops'])}") for h in handoffs)
         + (f". DLR_{K} over steps {', '.join(map(str, steps))}: {history}" if len(steps) > 1 else "")
     )
     return measured, {**{f"median DLR_{K} {h['handoff']}": h["median"] for h in handoffs},
-                      **{f"median DLR_{strict['loops']} {h['handoff']}": h["median"] for h in strict["handoffs"]}}
+                      **{f"median DLR_{strict['loops']} {h['handoff']}": h["median"] for h in strict["handoffs"]},
+                      **{f"K where DLR reaches {fmt(d['threshold'], 0)} {h['handoff']}": h["first_k_reaching"]
+                         for h in handoffs}}
 
 
 C4 = Claim(
@@ -276,6 +334,8 @@ C4 = Claim(
     reads=("geometry",),
     verdict=drift_exceeds_loop,
     measured=_c4_measured,
+    premise=depth_premise,
+    revisions=(K_OF_EQ_2, DEPTH_PREMISE),
 )
 
 
@@ -323,6 +383,8 @@ C5 = Claim(
     reads=("geometry", "depth", "trajectory"),
     verdict=spirals_and_jumps,
     measured=_c5_measured,
+    premise=depth_premise,
+    revisions=(K_OF_EQ_2, DEPTH_PREMISE),
 )
 
 CLAIMS = (S, C1, C2, C3, C4, C5)

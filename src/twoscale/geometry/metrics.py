@@ -185,23 +185,54 @@ def drift_to_loop_ratio(last_of_g: Tensor, first_of_h: Tensor, g_steps: Tensor) 
 
 
 # --- per-token regimes: k = K, shape (N,) ---------------------------------------------------------------------
-# Each token's trajectory in a group is read over its tail, the last half of its K loop steps (at least 2), and
-# classified, in this order (docs/methods.md#per-token-regimes):
-#   fixed_point  its last step is at most CONVERGED_SHRINK of its largest step, or at the precision floor;
+# Each token's trajectory in a group is read over its tail, the last half of its K loop steps (at least 2). Over
+# the tail, the log step size is fitted by least squares against k, log ‖Δ^(k)‖ ≈ a + b·k, on the tail's steps
+# above the precision floor (steps at the floor, exact zeros included, are left out of the fit); exp(b) is the
+# tail's step ratio and se the fit's ordinary least-squares standard error of b. The token is *converging* when
+# b + CONVERGING_SE·se < 0: its steps shrink, however slowly, by more than twice their own uncertainty, so a
+# perfectly geometric ratio of 0.99 converges and noise around a constant step does not. A token with fewer than
+# three tail steps above the floor has no standard error and is not called converging by the fit.
+# Each token is then classified, in this order (docs/methods.md#per-token-regimes):
+#   fixed_point  at or converging onto a fixed point: its last step is at most CONVERGED_SHRINK of the tail's
+#                largest step, or at the precision floor, or it is converging (a damped flip, steps alternating
+#                in direction and shrinking, is one: hence this test comes before the orbit's);
 #   orbit        it returns: for a period p in 2..ORBIT_MAX_PERIOD, ‖x^(K) − x^(K−p)‖ is at most ORBIT_RETURN of
 #                the tail's mean step (the smallest such p is its period);
-#   slider       a steady drift: the tail's consecutive steps are aligned (mean cosine >= SLIDER_COSINE) and do
-#                not shrink (the last step is at least SLIDER_KEEP of the tail's first);
-#   other        anything else (a loop still converging slowly, say).
+#   slider       a steady drift: the tail's consecutive steps are aligned (mean cosine >= SLIDER_COSINE) and it is
+#                not converging;
+#   other        anything else (a wandering or growing path, say).
 # A group of fewer than MIN_REGIME_LOOPS loop steps has too short a tail to tell them apart: every token "other".
+# Until November 2026 the fixed-point test compared the last step with the largest of all K steps and a slider
+# needed its last step to be at least half the tail's first; a referee's hand-built slow convergers (ratios 0.97
+# and 0.99 at K = 30) were called sliders, and sliders or 2-cycles after a large entry step fixed points.
 
 CONVERGED_SHRINK = 0.01
+CONVERGING_SE = 2.0
 ORBIT_RETURN = 0.1
 ORBIT_MAX_PERIOD = 8
 SLIDER_COSINE = 0.9
-SLIDER_KEEP = 0.5
 MIN_REGIME_LOOPS = 4
 BY_REGIME = ("step_cosine", "turning_angle")  # metrics also kept per regime, as <metric>_<regime>
+
+
+def tail_step_ratio_fit(sizes: Tensor, usable: Tensor) -> tuple[Tensor, Tensor]:
+    """The least-squares slope b of log(step size) against k, and its ordinary standard error se, per token.
+
+    sizes: step sizes (n_k, N) at consecutive k; usable: booleans (n_k, N), the steps to fit (each > 0). Both
+    are (N,); NaN for a token with fewer than three usable steps (no residual degree of freedom)."""
+    k = torch.arange(len(sizes), dtype=sizes.dtype, device=sizes.device)[:, None]
+    w = usable.to(sizes.dtype)
+    y = torch.where(usable, sizes, 1.0).log() * w  # log(1) = 0 where unused: never log(0)
+    n = w.sum(0)
+    fit = n >= 3
+    n_ = torch.where(fit, n, 3.0)
+    dk = (k - (w * k).sum(0) / n_) * w
+    dy = (y - y.sum(0) / n_) * w
+    sxx = (dk * dk).sum(0)
+    b = (dk * dy).sum(0) / torch.where(sxx > 0, sxx, 1.0)
+    residual = (dy - b * dk) * w
+    se = ((residual * residual).sum(0) / (n_ - 2) / torch.where(sxx > 0, sxx, 1.0)).sqrt()
+    return torch.where(fit, b, math.nan), torch.where(fit, se, math.nan)
 
 
 def regimes(x: Tensor, floor: float) -> tuple[Tensor, Tensor]:
@@ -211,17 +242,20 @@ def regimes(x: Tensor, floor: float) -> tuple[Tensor, Tensor]:
     period = torch.zeros(n, dtype=torch.long, device=x.device)
     if K < MIN_REGIME_LOOPS:
         return other, period
-    sizes = step_size(x)
     tail = max(2, K // 2)
-    converged = (sizes[-1] <= CONVERGED_SHRINK * sizes.max(0).values) | at_floor(x, floor)[-1].bool()
-    typical = sizes[-tail:].mean(0)
+    sizes = step_size(x)[-tail:]
+    floored = at_floor(x, floor)[-tail:].bool()
+    b, se = tail_step_ratio_fit(sizes, ~floored)
+    converging = b + CONVERGING_SE * se < 0  # False where NaN: too few usable steps
+    fixed = (sizes[-1] <= CONVERGED_SHRINK * sizes.max(0).values) | floored[-1] | converging
+    typical = sizes.mean(0)
     for p in range(min(ORBIT_MAX_PERIOD, K), 1, -1):  # the smallest period that returns is the one kept
         returns = _norm(x[-1] - x[-1 - p]) <= ORBIT_RETURN * typical
         period = torch.where(returns, p, period)
-    orbit = ~converged & (period > 0)
+    orbit = ~fixed & (period > 0)
     aligned = torch.nanmean(step_cosine(x)[-(tail - 1):], 0) >= SLIDER_COSINE
-    slider = ~converged & ~orbit & aligned & (sizes[-1] >= SLIDER_KEEP * sizes[-tail])
-    code = torch.where(converged, REGIMES.index("fixed_point"),
+    slider = ~fixed & ~orbit & aligned & ~converging
+    code = torch.where(fixed, REGIMES.index("fixed_point"),
                        torch.where(orbit, REGIMES.index("orbit"), torch.where(slider, REGIMES.index("slider"), other)))
     return code, torch.where(orbit, period, 0)
 

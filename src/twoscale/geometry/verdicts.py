@@ -32,6 +32,7 @@ from twoscale.geometry.thresholds import (
     C5_MAX_PATH_TO_JUMP,
     C5_MIN_DLR,
     C5_MIN_TURNING_DEG,
+    DEPTH_MIN_GAIN,
     S_TOLERANCE,
     SPECTRUM_REAL_MAX_DEG,
 )
@@ -56,8 +57,9 @@ def _curves(geometry: pl.DataFrame, metric: str, step: int,
 
 
 def _handoffs(geometry: pl.DataFrame, step: int, loops: int) -> list[dict[str, Any]]:
-    """Every hand-off's DLR_K at K = loops (median, q10, q90 over tokens) and, under "by_loops", its median at
-    every K of DLR_SHOWN_LOOPS measured and at the most loops measured."""
+    """Every hand-off's DLR_K at K = loops (median, q10, q90 over tokens), under "by_loops" its median at every K
+    of DLR_SHOWN_LOOPS measured and at the most loops measured, and the fewest K at which its median reaches
+    C4_MIN_DLR (None: at no K measured)."""
     rows = metric_rows(geometry, "drift_to_loop_ratio", "claims").filter(pl.col("step") == step)
     most = int(rows["k"].max())
     shown = sorted({k for k in DLR_SHOWN_LOOPS if k <= most} | {loops, most})
@@ -66,8 +68,10 @@ def _handoffs(geometry: pl.DataFrame, step: int, loops: int) -> list[dict[str, A
         own = {int(k): (med, q10, q90) for k, med, q10, q90 in
                rows.filter(pl.col("group") == g).select("k", "median", "q10", "q90").iter_rows()}
         med, q10, q90 = own.get(loops, (None, None, None))
+        reaching = [k for k in sorted(own) if own[k][0] is not None and own[k][0] >= C4_MIN_DLR]
         out.append({"step": step, "handoff": f"{g}->{g + 1}", "group": g, "loops": loops, "median": med,
-                    "q10": q10, "q90": q90, "by_loops": {k: own[k][0] for k in shown if k in own}})
+                    "q10": q10, "q90": q90, "by_loops": {k: own[k][0] for k in shown if k in own},
+                    "first_k_reaching": reaching[0] if reaching else None})
     return out
 
 
@@ -116,15 +120,31 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+def _last_loss_curve(loss_vs_loops: pl.DataFrame) -> tuple[int, dict[int, float]]:
+    """The last checkpoint and its validation loss by loop count."""
+    require(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), "claims")
+    last = training_steps(loss_vs_loops)[-1]
+    return last, dict(loss_vs_loops.filter(pl.col("step") == last).sort("loops").select("loops", "val_loss")
+                      .iter_rows())
+
+
+def depth_gain(loss_vs_loops: pl.DataFrame) -> dict[str, Any]:
+    """What looping gains at the last checkpoint: the validation loss at one loop minus the lowest over the loop
+    counts measured (None without a one-loop loss); `used` when that is at least DEPTH_MIN_GAIN nats."""
+    step, curve = _last_loss_curve(loss_vs_loops)
+    best = min(curve, key=curve.get)
+    gain = curve[1] - curve[best] if 1 in curve else None
+    return {"step": step, "loss_at_one_loop": curve.get(1), "best_loss": curve[best], "best_loops": best,
+            "gain": gain, "used": None if gain is None else gain >= DEPTH_MIN_GAIN}
+
+
 def loop_stability(loss_vs_loops: pl.DataFrame, schedule: pl.DataFrame | None = None,
                    beyond: pl.DataFrame | None = None) -> Verdict:
     """S on the last checkpoint: validation loss at the most loops measured is within S_TOLERANCE nats of the
     lowest loss over all measured loop counts (flat or improving, not drifting away). Given the run's `schedule`,
     the most loops training ever drew (`most_trained_loops`) is reported, and the same reading within it beside;
     given also the `beyond` stage's geometry, what the loop does past that range (`beyond_training`)."""
-    require(loss_vs_loops, "loss_vs_loops", ("step", "loops", "val_loss"), "claims")
-    last = training_steps(loss_vs_loops)[-1]
-    curve = dict(loss_vs_loops.filter(pl.col("step") == last).sort("loops").select("loops", "val_loss").iter_rows())
+    last, curve = _last_loss_curve(loss_vs_loops)
     most = max(curve)
     best = min(curve, key=curve.get)
     rise = curve[most] - curve[best]

@@ -25,13 +25,38 @@ Headline = Mapping[str, float | None]
 
 
 @dataclass(frozen=True)
+class Premise:
+    """What a claim's checks need of the model to be able to fail, as measured on a run: `met` (None where it cannot
+    be measured), the reading in words, and the few words a verdict takes where it is not met ("depth unused")."""
+
+    met: bool | None
+    text: str
+    unmet: str
+    headline: Headline = dataclasses.field(default_factory=dict)  # its numbers, beside the claim's own
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A reading of a claim chosen or changed after its numbers were seen: what it reads now, what it replaced, why,
+    and when (docs/claims.md#readings-chosen-after-the-numbers)."""
+
+    reading: str
+    replaced: str
+    why: str
+    when: str
+
+
+@dataclass(frozen=True)
 class Claim:
     """One claim of the sources (or of ours, said so in its statement), read from a run's tables.
 
     `title` names it in a few words; `test` says how it is tested (a function of the verdict where the test reads parameters). `reads` names the
     tables the verdict takes, in its argument order; the claim is read where the first of them is given (the others
     may be missing: None). `verdict` is the pure verdict on them; `measured` puts the verdict (and the same tables)
-    in words: the measured text and the headline numbers."""
+    in words: the measured text and the headline numbers. `premise`, given a run's tables by name, says whether the
+    model gives the checks something to decide (a claim on loop geometry needs a loop that does something); where it
+    is not met the claim is inconclusive, and its checks' reading is said beside. `revisions` are the readings
+    chosen after the numbers were seen (empty: every reading was fixed before them)."""
 
     id: str
     system: str
@@ -41,6 +66,8 @@ class Claim:
     reads: tuple[str, ...]
     verdict: Callable[..., Verdict]
     measured: Callable[..., tuple[str, Headline]]
+    premise: Callable[[Mapping[str, pl.DataFrame | None]], Premise | None] | None = None
+    revisions: tuple[Revision, ...] = ()
 
     @property
     def section(self) -> str:
@@ -50,24 +77,33 @@ class Claim:
     def applies(self, frames: Mapping[str, pl.DataFrame | None]) -> bool:
         return frames.get(self.reads[0]) is not None
 
-    def row(self, *tables: pl.DataFrame | None) -> dict[str, Any]:
-        """The claim's row from its tables (in the order of `reads`; trailing ones may be left out)."""
+    def row(self, *tables: pl.DataFrame | None, premise: Premise | None = None) -> dict[str, Any]:
+        """The claim's row from its tables (in the order of `reads`; trailing ones may be left out) and, where
+        measured, its premise: unmet, the verdict is "inconclusive (<why>; the checks read <their verdict>)"."""
         tables = (*tables, *([None] * (len(self.reads) - len(tables))))
         verdict = self.verdict(*tables)
         measured, headline = self.measured(verdict, *tables)
+        reproduced, words, detail = verdict.reproduced, verdict.verdict, verdict.detail
+        if premise is not None:
+            measured = f"{premise.text} {measured}"
+            headline = {**premise.headline, **headline}
+            detail = {**detail, "premise": {"met": premise.met, "text": premise.text}}
+            if premise.met is False:
+                reproduced, words = None, f"inconclusive ({premise.unmet}; the checks read {verdict.verdict})"
         return jsonable({
             "claim": self.id,
             "statement": self.statement,
             "test": self.test(verdict) if callable(self.test) else self.test,
             "measured": measured,
-            "reproduced": verdict.reproduced,
-            "verdict": verdict.verdict,
+            "reproduced": reproduced,
+            "verdict": words,
             "headline": dict(headline),
-            "detail": verdict.detail,
+            "detail": detail,
         })
 
     def row_of(self, frames: Mapping[str, pl.DataFrame | None]) -> dict[str, Any]:
-        return self.row(*(frames.get(name) for name in self.reads))
+        premise = None if self.premise is None else self.premise(frames)
+        return self.row(*(frames.get(name) for name in self.reads), premise=premise)
 
 
 def jsonable(value: Any) -> Any:

@@ -1,12 +1,15 @@
 """What every claim's verdict shares: how its checks add up to a verdict, and finite numbers.
 
 A claim is checked once per group, hand-off or sub-test; each check passes (True), fails (False) or cannot decide
-(None: too few loop steps or checkpoints, or a number that is missing). The claim is
-  reproduced = True   ("reproduced")      when every check passes,
-  reproduced = False  ("not reproduced")  when none passes,
-  reproduced = None   ("mixed")           when some pass and some fail,
-  reproduced = None   ("inconclusive")    when any check cannot decide (or there is none).
-The string `verdict` tells "mixed" from "inconclusive". The precondition S says "holds" or "does not hold".
+(None: too few loop steps or checkpoints, a number that is missing, or a premise the model does not meet). The
+verdict says what the decided checks decided, and how many could not decide (docs/claims.md#how-checks-add-up):
+  reproduced = True   "reproduced"                              every check passes;
+  reproduced = False  "not reproduced" [+ " (n undecided)"]      every decided check fails;
+  reproduced = None   "mixed" [+ " (n undecided)"]               some decided checks pass and some fail;
+  reproduced = None   "inconclusive (p of q pass, n undecided)"  the decided checks pass but some cannot decide;
+  reproduced = None   "inconclusive"                             no check decides (or there is none).
+A decided failure is a failure of the claim whichever way an undecided check would go, so it is said; a pass is
+not, since an undecided check could still fail. The precondition S says "holds" or "does not hold".
 
 A speed check reads a ratio with its 95% interval from paired repeats: it passes or fails only when the whole
 interval is on one side of the threshold, and cannot decide when the interval straddles it.
@@ -36,15 +39,24 @@ VERDICT_WORDS = Words("reproduced", "not reproduced")
 S_WORDS = Words("holds", "does not hold")
 
 
+def undecided_text(n: int) -> str:
+    return f"{n} check{'s' if n > 1 else ''} undecided"
+
+
 def aggregate(checks: Sequence[Check], words: Words = VERDICT_WORDS) -> tuple[bool | None, str]:
-    """(reproduced, verdict) of a claim from its checks."""
-    if not checks or any(c is None for c in checks):
+    """(reproduced, verdict) of a claim from its checks, by the rule of the module's docstring."""
+    decided = [c for c in checks if c is not None]
+    undecided = len(checks) - len(decided)
+    aside = f" ({undecided_text(undecided)})" if undecided else ""
+    if not decided:
         return None, "inconclusive"
-    if all(checks):
+    if all(decided):
+        if undecided:
+            return None, f"inconclusive ({len(decided)} of {len(checks)} pass, {undecided} undecided)"
         return True, words.passes
-    if not any(checks):
-        return False, words.fails
-    return None, "mixed"
+    if not any(decided):
+        return False, words.fails + aside
+    return None, "mixed" + aside
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def summarise(sweep: pl.DataFrame, tolerance: float = WITHIN) -> pl.DataFrame:
     rows = []
     for recipe, seed in runs_in(sweep):
         own_run = of_run(sweep, recipe, seed)
-        references = {"best": full_depth(own_run), "kstar": best_fixed_depth(own_run)}
+        references = {"best": full_depth(own_run), "kstar": best_fixed_depth(own_run, tolerance)}
         for name in own_run["strategy"].unique(maintain_order=True):
             own = own_run.filter(pl.col("strategy") == name)
             row = {"recipe": recipe, "seed": seed, "strategy": name, "settings": own.height,
