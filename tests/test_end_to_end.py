@@ -26,6 +26,7 @@ import pytest
 import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
+from twoscale.__main__ import main
 from twoscale.pipeline import jobs
 from twoscale.pipeline.params import read_raw
 
@@ -192,7 +193,7 @@ def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth
         assert (first_run / "results/figures" / name).stat().st_size > 10_000
 
 
-def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run):
+def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run, tmp_path_factory):
     claims = json.loads((first_run / "results/claims.json").read_text())
     names, sampler_claims, raptor_claims = ["S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b"], ["C7", "C7b"], ["C8",
                                                                                                          "C8b"]
@@ -223,6 +224,10 @@ def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run):
         assert f"| {teacher}, seed {seed} | teacher training (C8) | {trained['precision']} | {trained['machine']} |" \
             in origin
         assert f"| {teacher}, seed {seed} | surrogate and control training (C8) | {trained['precision']} |" in origin
+    # every table the verdicts read lands beside the report, and the report recomputes from them alone
+    recomputed = tmp_path_factory.mktemp("claims")
+    assert main(["claims", "--from-tables", str(first_run / "results/claims_tables"), "--out-dir", str(recomputed)]) == 0
+    assert (recomputed / "claims.json").read_bytes() == (first_run / "results/claims.json").read_bytes()
 
 
 def test_the_distill_stages_write_phases_surrogates_and_their_recovery(first_run):

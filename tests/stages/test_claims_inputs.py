@@ -1,14 +1,17 @@
 """The claims stage's inputs from the per-run stages: every sampled run's summary and paired speed rounds, and every
-run's geometry beyond the trained range, stacked."""
+run's geometry beyond the trained range, stacked; and the tables it commits beside its report, from which every
+committed report recomputes."""
 
 from __future__ import annotations
 
 import polars as pl
 import pytest
+from workspace import ROOT
 
+from twoscale.__main__ import main
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import run_subdir
-from twoscale.stages.claims import SAMPLE_TABLES, read_run_tables
+from twoscale.stages.claims import BUNDLE, SAMPLE_TABLES, read_run_tables
 
 
 def test_the_speed_rounds_of_every_sampled_run_are_stacked_and_a_missing_table_is_named(tmp_path):
@@ -33,3 +36,29 @@ def test_the_beyond_tables_are_read_as_parquet_for_every_run(tmp_path):
     assert beyond["recipe"].to_list() == ["paper", "huginn"]
     with pytest.raises(TwoscaleError, match="the beyond stage"):
         read_run_tables(tmp_path, [("sandwich", 7)], "geometry.parquet", "the beyond stage")
+
+
+COMMITTED_BUNDLES = sorted(path.parent for path in ROOT.glob("results/**/claims_tables/runs.parquet"))
+
+
+def test_a_committed_run_s_tables_are_in_the_repository():
+    assert ROOT / "results/gpu/run-e/claims_tables" in COMMITTED_BUNDLES
+
+
+@pytest.mark.parametrize("bundle", COMMITTED_BUNDLES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_committed_report_recomputes_from_the_tables_committed_beside_it(bundle, tmp_path):
+    """What a reader of the repository checks without running the pipeline: the claims recomputed from the
+    committed tables are the committed claims, byte for byte."""
+    assert main(["claims", "--from-tables", str(bundle), "--out-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "claims.json").read_bytes() == (bundle.parent / "claims.json").read_bytes()
+    assert set(BUNDLE) == {path.stem for path in bundle.glob("*.parquet")}
+
+
+def test_the_stage_without_its_inputs_or_a_bundle_says_which_are_missing(tmp_path, capsys):
+    assert main(["claims", "--geometry-dir", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "twoscale claims: error: claims: give --from-tables, or every input: missing --sample-dir, --beyond-dir, "
+        "--spectrum-dir, --recovery")
+    assert not (tmp_path / "out").exists()
+    assert main(["claims", "--from-tables", str(tmp_path / "none"), "--out-dir", str(tmp_path / "out")]) == 2
+    assert "the claims stage" in capsys.readouterr().err and not (tmp_path / "out" / "claims.json").exists()

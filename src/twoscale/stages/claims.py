@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -15,8 +17,8 @@ from twoscale.claims.table import claims_table, computations, surrogate_claims
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import read_csv, read_parquet, run_subdir, write_text
-from twoscale.pipeline.params import TrainParams, params_hash
+from twoscale.pipeline.io import read_csv, read_parquet, run_subdir, write_parquet, write_text
+from twoscale.pipeline.params import Params, params_hash
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
 from twoscale.stages.common import add_params_argument, load, per_checkpoint_tables
@@ -27,25 +29,37 @@ HELP = "put the paper's findings beside our numbers, with verdicts"
 log = logging.getLogger(__name__)
 
 
+# the tables every verdict reads, written beside the report (results/claims_tables/<name>.parquet, committed) so that
+# a reader recomputes every verdict from the repository alone (`--from-tables`); "runs" lists the runs in report
+# order with what each claim reads of its schedule. A table no run produced is written empty (recipe, seed only;
+# `recovery` names its runs by teacher).
+BUNDLE = (*MEASUREMENT_TABLES, "sweep", "latency", "beyond", "spectrum", "sample", "sample_speed", "recovery", "runs")
+BUNDLE_DIR = "claims_tables"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
-    parser.add_argument("--geometry-dir", type=Path, required=True, help="reads the tables across training")
+    parser.add_argument("--from-tables", type=Path,
+                        help=f"recompute the report from a {BUNDLE_DIR} folder that this stage wrote (no parameter "
+                        "file, no other input: what a reader of the repository can check)")
+    parser.add_argument("--geometry-dir", type=Path, help="reads the tables across training")
     parser.add_argument("--sweep", type=Path,
                         help="the early-exit sweep table of every run; left out (with --latency), the exit claims "
                         "(C6) are not measured: for a run whose sweeps did not run")
     parser.add_argument("--latency", type=Path,
                         help="the paired latency rounds of every run (latency.parquet of the tradeoff stage)")
-    parser.add_argument("--sample-dir", type=Path, required=True,
+    parser.add_argument("--sample-dir", type=Path,
                         help="reads <recipe>/seed_<seed>/summary.csv and speed.csv of the sample stage (the recipes "
                         "it ran on)")
-    parser.add_argument("--beyond-dir", type=Path, required=True,
+    parser.add_argument("--beyond-dir", type=Path,
                         help="reads <recipe>/seed_<seed>/geometry.parquet of the beyond stage (S: the geometry "
                         "looped past the trained range)")
-    parser.add_argument("--spectrum-dir", type=Path, required=True,
+    parser.add_argument("--spectrum-dir", type=Path,
                         help="reads <recipe>/seed_<seed>/step_<step>.parquet of the spectrum stage (beside C1, C3)")
-    parser.add_argument("--recovery", type=Path, required=True,
+    parser.add_argument("--recovery", type=Path,
                         help="recovery.csv of the surrogates stage (every teacher, seed and k)")
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes claims.md and claims.json")
+    parser.add_argument("--out-dir", type=Path, required=True,
+                        help=f"writes claims.md and claims.json, and (from the stages' tables) {BUNDLE_DIR}/")
 
 
 def read_tables(directory: Path, sweep: Path | None, latency: Path | None) -> dict[str, pl.DataFrame]:
@@ -72,39 +86,87 @@ def read_run_tables(directory: Path, runs: list[tuple[str, int]], name: str, sta
     return pl.concat(frames, how="diagonal_relaxed")
 
 
-def schedule(train: TrainParams) -> pl.DataFrame:
-    """The run's training schedule as the claims read it: C2 compares checkpoints after the warm-up, S reads loops
-    beyond the most training drew."""
-    return pl.DataFrame({"warmup_steps": [train.warmup_steps], "most_trained_loops": [train.loops.max]})
+def runs_table(params: Params) -> pl.DataFrame:
+    """The runs in report order, looped then teachers, with the schedule the claims read of each looped run: C2
+    compares checkpoints after the warm-up, S reads loops beyond the most training drew."""
+    looped = [{"recipe": recipe, "seed": seed, "teacher": False, "warmup_steps": train.warmup_steps,
+               "most_trained_loops": train.loops.max}
+              for recipe, seed in params.runs() for train in [params.run(recipe, seed).train]]
+    teachers = [{"recipe": teacher, "seed": seed, "teacher": True, "warmup_steps": None, "most_trained_loops": None}
+                for teacher, seed in params.teacher_runs()]
+    return pl.DataFrame([*looped, *teachers], schema={"recipe": pl.String, "seed": pl.Int64, "teacher": pl.Boolean,
+                                                      "warmup_steps": pl.Int64, "most_trained_loops": pl.Int64})
 
 
-def run(args: argparse.Namespace) -> None:
-    params = load(args)
+def gather(args: argparse.Namespace, params: Params) -> dict[str, pl.DataFrame]:
+    """Every table of BUNDLE from the stages' outputs (an empty one where no run produced it)."""
+    missing = [flag for flag in ("geometry_dir", "sample_dir", "beyond_dir", "spectrum_dir", "recovery")
+               if getattr(args, flag) is None]
+    if missing:
+        raise TwoscaleError("claims: give --from-tables, or every input: missing "
+                            + ", ".join("--" + flag.replace("_", "-") for flag in missing))
     tables = read_tables(args.geometry_dir, args.sweep, args.latency)
     tables["beyond"] = read_run_tables(args.beyond_dir, params.runs(), "geometry.parquet", "the beyond stage")
     tables["spectrum"] = per_checkpoint_tables(params, args.spectrum_dir, "the spectrum stage")
-    sample_runs = params.sample_runs()
-    if sample_runs:
-        tables |= {key: read_run_tables(args.sample_dir, sample_runs, name, "the sample stage")
+    if params.sample_runs():
+        tables |= {key: read_run_tables(args.sample_dir, params.sample_runs(), name, "the sample stage")
                    for key, name in SAMPLE_TABLES.items()}
-    runs = {(recipe, seed): claims_table({**{name: of_run(frame, recipe, seed) for name, frame in tables.items()},
-                                          "schedule": schedule(params.run(recipe, seed).train)})
-            for recipe, seed in params.runs()}
     if params.teachers:
-        recovery = tables["recovery"] = read_recovery(args.recovery)
-        runs |= {(teacher, seed): surrogate_claims(recovery.filter((pl.col("teacher") == teacher)
+        tables["recovery"] = read_recovery(args.recovery)
+    tables["runs"] = runs_table(params)
+    empty = pl.DataFrame(schema={"recipe": pl.String, "seed": pl.Int64})
+    return {name: tables.get(name, empty) for name in BUNDLE}
+
+
+def read_bundle(directory: Path) -> dict[str, pl.DataFrame]:
+    return {name: read_parquet(directory / f"{name}.parquet", "the claims stage") for name in BUNDLE}
+
+
+def claims_of(tables: Mapping[str, pl.DataFrame]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Every run's claim rows, in the order of the "runs" table, from the tables of BUNDLE (empty ones: not
+    measured)."""
+    given = {name: frame for name, frame in tables.items() if frame.height and name not in ("runs", "recovery")}
+    out = {}
+    for run in tables["runs"].iter_rows(named=True):
+        recipe, seed = run["recipe"], run["seed"]
+        if run["teacher"]:
+            recovery = tables["recovery"]
+            out[(recipe, seed)] = surrogate_claims(recovery.filter((pl.col("teacher") == recipe)
                                                                    & (pl.col("seed") == seed)))
-                 for teacher, seed in params.teacher_runs()}
+        else:
+            schedule = pl.DataFrame({"warmup_steps": [run["warmup_steps"]],
+                                     "most_trained_loops": [run["most_trained_loops"]]})
+            out[(recipe, seed)] = claims_table({**{name: of_run(frame, recipe, seed) for name, frame in given.items()},
+                                                "schedule": schedule})
+    return out
+
+
+def write_report(tables: Mapping[str, pl.DataFrame], out_dir: Path) -> list[dict[str, Any]]:
+    """claims.md and claims.json from the tables of BUNDLE; returns the summary across seeds."""
+    runs = claims_of(tables)
     summary = summarise(runs)
-    with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample, params.distill)):
-        origin = computations(tables, [*params.runs(), *params.teacher_runs()])
-        docs = Path(os.path.relpath(CLAIMS_DOC, args.out_dir)).as_posix()
-        write_text(args.out_dir / "claims.md", to_markdown(summary, runs, origin, docs))
-        write_text(args.out_dir / "claims.json", to_json(summary, runs, origin))
-        tracking.log_artifact(args.out_dir / "claims.md")
-        tracking.log_artifact(args.out_dir / "claims.json")
-        tracking.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]
-                         for row in summary for recipe, entry in row["recipes"].items()})
+    origin = computations({name: frame for name, frame in tables.items() if frame.height and name != "runs"},
+                          list(runs))
+    docs = Path(os.path.relpath(CLAIMS_DOC, out_dir)).as_posix()
+    write_text(out_dir / "claims.md", to_markdown(summary, runs, origin, docs))
+    write_text(out_dir / "claims.json", to_json(summary, runs, origin))
+    return summary
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.from_tables is not None:
+        summary = write_report(read_bundle(args.from_tables), args.out_dir)
+    else:
+        params = load(args)
+        tables = gather(args, params)
+        with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample, params.distill)):
+            for name, frame in tables.items():
+                write_parquet(args.out_dir / BUNDLE_DIR / f"{name}.parquet", frame)
+            summary = write_report(tables, args.out_dir)
+            tracking.log_artifact(args.out_dir / "claims.md")
+            tracking.log_artifact(args.out_dir / "claims.json")
+            tracking.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]
+                               for row in summary for recipe, entry in row["recipes"].items()})
     for row in summary:
         log.info("%s: %s", row["claim"], "; ".join(f"{recipe} {entry['verdict']}"
                                                    for recipe, entry in row["recipes"].items()))
