@@ -382,6 +382,17 @@ def test_a_noisy_constant_slide_is_a_slider():
     assert names(code) == ["slider"] * 3
 
 
+def test_steady_noisy_slides_are_rarely_called_converging():
+    """Steps of size 1 ± 2% straight on, 4000 tokens: the fit calls a token converging when its slope is more than
+    two standard errors below 0, which noise alone does for a few percent (one-sided, 13 degrees of freedom: about
+    3%); a bound of 5% fails if the rule lost its uncertainty (then about half would be), not on this seed's luck."""
+    noise = 0.02 * torch.randn(30, 4000, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x = torch.cat([torch.zeros(1, 4000, 2, dtype=torch.float64), (torch.tensor([0.6, 0.8]) + noise).cumsum(0)])
+    code, _ = regimes(x, precision_floor(torch.float64))
+    shares = {name: names(code).count(name) / 4000 for name in ("fixed_point", "slider")}
+    assert shares["fixed_point"] < 0.05 and shares["slider"] > 0.95
+
+
 def test_a_large_entry_step_does_not_make_a_fixed_point():
     # one step of size 1000√2 into the loop, then a slide of unit steps or a 2-cycle of steps √2: the tail's
     # largest step is the last one's size, so neither is a fixed point

@@ -627,6 +627,9 @@ def test_geometry_claims_without_a_one_loop_loss_say_depth_is_not_measured_and_d
                                                  "loss_vs_loops": loss_frame({900: {2: 5.0, 30: 4.0}})})}
     assert rows["C1"]["verdict"] == "reproduced" and rows["C1"]["detail"]["premise"]["met"] is None
     assert rows["C1"]["measured"].startswith("Depth: no one-loop loss at step 900")
+    nan = {r["claim"]: r for r in claims_table({"geometry": geometry, "loss_vs_loops": loss_frame(
+        {900: {1: math.nan, 30: 4.0}})})}  # a loss that could not be computed is not a loss
+    assert nan["C1"]["detail"]["premise"]["met"] is None and nan["C1"]["verdict"] == "reproduced"
 
 
 def test_claims_table_adds_c6_only_with_a_sweep():

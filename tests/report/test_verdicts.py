@@ -321,7 +321,30 @@ def test_c6_flat_and_degrading_count_only_where_stopping_could_have_hurt(fixed, 
 def test_c6_with_no_fixed_depth_where_the_rule_stops_cannot_tell_whether_it_could_hurt():
     sweep = sweep_with_loops({"fixed": fixed_at({1: 120.0, 30: 100.0}), **RULES})
     flat = exits.acceleration_exit(sweep, latency_rounds(sweep)).detail["tests"]["flat"]
-    assert flat["passes"] is None and flat["reason"].startswith("no fixed depth was swept between")
+    assert flat["passes"] is None and flat["reason"].startswith("no fixed depth swept lies between")
+
+
+def test_c6_where_no_whole_loop_count_lies_between_the_earliest_exit_and_where_the_rule_stops_says_so():
+    # the first-order exit stops as early as 1.3 loops per group (τ = ∞) and at 1.8 in (1e-3, 1e-2]: no fixed
+    # depth can lie between
+    rules = {"step_norm_relative": [(1e-4, 100.0, 26.0, 26.0), (1e-2, 103.0, 1.8, 1.8), (math.inf, 120.0, 1.3, 1.3)]}
+    sweep = sweep_with_loops({"fixed": fixed_at({1: 120.0, 2: 101.0, 30: 100.0}), **RULES, **rules})
+    first_order = exits.acceleration_exit(sweep, latency_rounds(sweep)).detail["tests"]["first_order"]
+    assert first_order["passes"] is None and first_order["premise"]["depths"] == []
+    assert first_order["reason"].startswith("no fixed depth swept lies between 'step_norm_relative''s earliest exit "
+                                            "(1.30 loops per group) and where it stops")
+
+
+def test_c6b_counts_a_kl_exit_never_within_1_percent_as_slower_only_where_it_was_swept_in_the_range():
+    fixed = fixed_at({1: 105.0, 8: 100.0, 30: 100.0})  # K* = 8
+    acceleration = [(1e-2, 100.5, 5.0, 5.0)]
+    swept = sweep_with_loops({"fixed": fixed, "acceleration": acceleration, "kl_head": [(1e-3, 103.0, 2.0, 2.0)]})
+    (kl,) = exits.acceleration_against_best_fixed_depth(swept, latency_rounds(swept)).detail["kl"]
+    assert kl["best"] is None and kl["settings"] == 1 and kl["slower"] is True
+    unswept = sweep_with_loops({"fixed": fixed, "acceleration": acceleration, "kl_head": [(1.0, 100.0, 2.0, 2.0)]})
+    verdict = exits.acceleration_against_best_fixed_depth(unswept, latency_rounds(unswept))
+    (kl,) = verdict.detail["kl"]
+    assert kl["best"] is None and kl["settings"] == 0 and kl["slower"] is None and verdict.checks[1] is None
 
 
 def test_k_star_is_the_fewest_loops_within_1_percent_of_the_lowest_not_the_argmin_of_near_ties():

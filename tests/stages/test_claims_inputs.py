@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+import yaml
 from workspace import ROOT
 
 from twoscale.__main__ import main
+from twoscale.pipeline.dependencies import DECLARATION
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import run_subdir
-from twoscale.stages.claims import BUNDLE, SAMPLE_TABLES, read_run_tables
+from twoscale.stages.claims import BUNDLE, SAMPLE_TABLES, read_run_tables, write_report
+from twoscale.surrogates.tables import read_recovery
 
 
 def test_the_speed_rounds_of_every_sampled_run_are_stacked_and_a_missing_table_is_named(tmp_path):
@@ -62,3 +65,30 @@ def test_the_stage_without_its_inputs_or_a_bundle_says_which_are_missing(tmp_pat
     assert not (tmp_path / "out").exists()
     assert main(["claims", "--from-tables", str(tmp_path / "none"), "--out-dir", str(tmp_path / "out")]) == 2
     assert "the claims stage" in capsys.readouterr().err and not (tmp_path / "out" / "claims.json").exists()
+
+
+def test_the_declared_outputs_of_the_stage_are_its_bundle():
+    declared = yaml.safe_load(DECLARATION.read_text())["claims"]["outs"]
+    names = [next(iter(out)) if isinstance(out, dict) else out for out in declared]
+    assert [name for name in names if name.startswith("results/claims_tables/")] == [
+        f"results/claims_tables/{name}.parquet" for name in BUNDLE]
+
+
+def test_a_bundle_of_teachers_alone_gives_their_claims(tmp_path):
+    """No looped run: every table but the surrogates' recovery is empty, and the report holds C8 and C8b alone."""
+    recovery = read_recovery(ROOT / "results/surrogates/recovery.csv")
+    runs = pl.DataFrame({"recipe": ["plain"], "seed": [1337], "teacher": [True], "warmup_steps": [None],
+                         "most_trained_loops": [None]},
+                        schema={"recipe": pl.String, "seed": pl.Int64, "teacher": pl.Boolean,
+                                "warmup_steps": pl.Int64, "most_trained_loops": pl.Int64})
+    empty = pl.DataFrame(schema={"recipe": pl.String, "seed": pl.Int64})
+    tables = {name: empty for name in BUNDLE} | {"recovery": recovery, "runs": runs}
+    summary = write_report(tables, tmp_path)
+    assert [(row["claim"], row["recipes"]["plain"]["verdict"]) for row in summary] == [
+        ("C8", "inconclusive"), ("C8b", "not reproduced")]  # the control recovers 104%: nothing to compress
+
+
+def test_from_tables_reads_nothing_else(tmp_path, capsys):
+    assert main(["claims", "--from-tables", str(tmp_path), "--sweep", "x.parquet", "--out-dir",
+                 str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--from-tables reads nothing else: drop --sweep")

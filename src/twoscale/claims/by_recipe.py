@@ -132,7 +132,9 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
                   f"{_cell(o['machine'])} | {_cell(o['torch'])} |" for o in origins]
     lines += ["", "## The tests", "",
               ("Each test as it reads now, and when its readings were chosen: before the numbers, or after them "
-               "(with the reading each replaced and why; docs/claims.md#readings-chosen-after-the-numbers)."), "",
+               "(with the reading each replaced and why; docs/claims.md#readings-chosen-after-the-numbers). How "
+               "checks add up to a verdict changed for every claim on 2026-11-28: a verdict now says what its "
+               "decided checks decided (docs/claims.md#how-checks-add-up)."), "",
               "| claim | test | chosen |", "|---|---|---|"]
     lines += [f"| {row['claim']} | {_cell(row['test'])} | {_cell(chosen_text(claim_record(row['claim'])))} |"
               for row in summary]

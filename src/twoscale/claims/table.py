@@ -60,14 +60,16 @@ def computations(tables: dict[str, pl.DataFrame], runs: list[tuple[str, int]]) -
     """What computed the numbers of every run (`report.tables.origins`), run by run (`runs`: the looped runs, then the
     teacher runs): the training, the geometry (with its precision floor), the early exit's quality and timings,
     the sampler where it ran, and the teachers' training and distillation ('recovery')."""
-    geometry = tables["geometry"]
-    floor = ", ".join(geometry["floor"].unique(maintain_order=True)) if "floor" in geometry.columns else "none"
-    found = [*origins(geometry, "training", "train_"),
-             *origins(geometry, f"loop geometry, loss vs loops (S, C1–C5); precision floor {floor}"),
-             *(origins(tables["spectrum"], "the loop map's spectrum (beside C1, C3)")
-               if "spectrum" in tables else []),
-             *(origins(tables["sweep"], "early-exit quality (C6)") if "sweep" in tables else []),
-             *(origins(tables["latency"], "early-exit timings (C6)") if "latency" in tables else [])]
+    found = []
+    if "geometry" in tables:  # absent where only teachers ran
+        geometry = tables["geometry"]
+        floor = ", ".join(geometry["floor"].unique(maintain_order=True)) if "floor" in geometry.columns else "none"
+        found += [*origins(geometry, "training", "train_"),
+                  *origins(geometry, f"loop geometry, loss vs loops (S, C1–C5); precision floor {floor}")]
+    found += [*(origins(tables["spectrum"], "the loop map's spectrum (beside C1, C3)")
+                if "spectrum" in tables else []),
+              *(origins(tables["sweep"], "early-exit quality (C6)") if "sweep" in tables else []),
+              *(origins(tables["latency"], "early-exit timings (C6)") if "latency" in tables else [])]
     if "sample_speed" in tables:
         found += origins(tables["sample_speed"], "sampler timings (C7)")
     if "recovery" in tables:

@@ -123,7 +123,7 @@ KL_IN_ITS_RANGE = Revision(
     replaced="KL at any threshold against acceleration held to the paper's range",
     why="unequal ranges: KL at τ = ∞ stops after one loop, so on the GPU model it read 0.17× acceleration's "
     "latency, 'faster, against the paper', where with acceleration at any threshold too the ratio is 0.48 "
-    "(0.23–1.03), undecided",
+    "(0.22–1.03), undecided",
     when="2026-11-28")
 
 C6 = Claim(

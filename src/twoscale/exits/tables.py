@@ -90,8 +90,8 @@ def best_fixed_depth(sweep: pl.DataFrame, tolerance: float = WITHIN) -> dict[str
 def best_within(sweep: pl.DataFrame, strategy: str, tolerance: float = WITHIN,
                 reference: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The strategy's cheapest setting (fewest GFLOPs per token) whose perplexity is <= (1 + tolerance) x the
-    reference's `matched_perplexity` (default: full depth): {strategy, setting, gflops_per_token, ms_per_token, perplexity,
-    mean_loops, flop_ratio = gflops / gflops_reference, latency_cut = 1 - ms / ms_reference (medians, None
+    reference's `matched_perplexity` (default: full depth): {strategy, setting, gflops_per_token, ms_per_token,
+    perplexity, mean_loops, flop_ratio = gflops / gflops_reference, latency_cut = 1 - ms / ms_reference (medians, None
     without latencies), perplexity_increase = ppl / ppl_reference - 1}; None when no setting qualifies (or the
     strategy is absent). Ties in cost go to the lower perplexity, then the lower setting."""
     full = reference or full_depth(sweep)

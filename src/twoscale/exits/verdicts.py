@@ -115,7 +115,7 @@ def _could_not_hurt(name: str, premise: dict[str, Any], span: str) -> str:
     """Why a check on a rule's quality over a range of thresholds cannot decide: stopping there could not hurt."""
     depths = premise["depths"]
     if not depths:
-        return (f"no fixed depth was swept between '{name}''s earliest exit ({premise['earliest']:.2f} loops per "
+        return (f"no fixed depth swept lies between '{name}''s earliest exit ({premise['earliest']:.2f} loops per "
                 f"group) and where it stops at τ ∈ {span} ({premise['reached']:.2f}): whether stopping there could "
                 "hurt is unknown")
     worst = max(depths, key=lambda d: d["increase"])
@@ -229,10 +229,11 @@ def _kl_against(sweep: pl.DataFrame, latency: pl.DataFrame, reference: dict[str,
     paper's range compares unequal ranges."""
     kl = []
     for name in _kl_strategies(sweep):
-        best = best_within(in_paper_range(sweep, name) if ranged else sweep, name, reference=reference)
+        table = in_paper_range(sweep, name) if ranged else sweep
+        best = best_within(table, name, reference=reference)
         ratio = speed_ratio(latency, best, acceleration)
         kl.append({"strategy": name, "best": best, "ratio": ratio, "slower": _slower(ratio),
-                   "flop_ratio": _flop_ratio(best, acceleration)})
+                   "flop_ratio": _flop_ratio(best, acceleration), "settings": len(sweep_points(table, name))})
     return kl
 
 
@@ -301,5 +302,6 @@ def acceleration_against_best_fixed_depth(sweep: pl.DataFrame, latency: pl.DataF
 
 
 def _losing_unmatched(kl: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A KL exit that never comes within 1% of K* cannot match acceleration's quality: it counts as slower."""
-    return [{**k, "slower": True if k["best"] is None else k["slower"]} for k in kl]
+    """A KL exit that never comes within 1% of K* at its settings read cannot match acceleration's quality: it counts
+    as slower (one with no setting in the range read stays undecided)."""
+    return [{**k, "slower": True if k["best"] is None and k["settings"] else k["slower"]} for k in kl]

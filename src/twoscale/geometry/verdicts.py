@@ -36,7 +36,7 @@ from twoscale.geometry.thresholds import (
     S_TOLERANCE,
     SPECTRUM_REAL_MAX_DEG,
 )
-from twoscale.report.tables import require, training_steps
+from twoscale.report.tables import finite, require, training_steps
 from twoscale.report.verdicts import S_WORDS, Check, Verdict
 
 
@@ -132,6 +132,7 @@ def depth_gain(loss_vs_loops: pl.DataFrame) -> dict[str, Any]:
     """What looping gains at the last checkpoint: the validation loss at one loop minus the lowest over the loop
     counts measured (None without a one-loop loss); `used` when that is at least DEPTH_MIN_GAIN nats."""
     step, curve = _last_loss_curve(loss_vs_loops)
+    curve = {loops: loss for loops, loss in curve.items() if finite(loss) is not None}
     best = min(curve, key=curve.get)
     gain = curve[1] - curve[best] if 1 in curve else None
     return {"step": step, "loss_at_one_loop": curve.get(1), "best_loss": curve[best], "best_loops": best,

@@ -8,7 +8,8 @@ verdict says what the decided checks decided, and how many could not decide (doc
   reproduced = None   "mixed" [+ " (n undecided)"]               some decided checks pass and some fail;
   reproduced = None   "inconclusive (p of q pass, n undecided)"  the decided checks pass but some cannot decide;
   reproduced = None   "inconclusive"                             no check decides (or there is none).
-A decided failure is a failure of the claim whichever way an undecided check would go, so it is said; a pass is
+A decided failure is a failure of the claim (all its checks must pass) whichever way an undecided check would go, so
+it is said, with the count of undecided checks (were they to pass, "not reproduced" would read "mixed"); a pass is
 not, since an undecided check could still fail. The precondition S says "holds" or "does not hold".
 
 A speed check reads a ratio with its 95% interval from paired repeats: it passes or fails only when the whole
@@ -39,7 +40,7 @@ VERDICT_WORDS = Words("reproduced", "not reproduced")
 S_WORDS = Words("holds", "does not hold")
 
 
-def undecided_text(n: int) -> str:
+def _undecided(n: int) -> str:
     return f"{n} check{'s' if n > 1 else ''} undecided"
 
 
@@ -47,7 +48,7 @@ def aggregate(checks: Sequence[Check], words: Words = VERDICT_WORDS) -> tuple[bo
     """(reproduced, verdict) of a claim from its checks, by the rule of the module's docstring."""
     decided = [c for c in checks if c is not None]
     undecided = len(checks) - len(decided)
-    aside = f" ({undecided_text(undecided)})" if undecided else ""
+    aside = f" ({_undecided(undecided)})" if undecided else ""
     if not decided:
         return None, "inconclusive"
     if all(decided):

@@ -119,6 +119,7 @@ def gather(args: argparse.Namespace, params: Params) -> dict[str, pl.DataFrame]:
 
 
 def read_bundle(directory: Path) -> dict[str, pl.DataFrame]:
+    """The tables of BUNDLE as the stage wrote them to `directory`."""
     return {name: read_parquet(directory / f"{name}.parquet", "the claims stage") for name in BUNDLE}
 
 
@@ -153,8 +154,15 @@ def write_report(tables: Mapping[str, pl.DataFrame], out_dir: Path) -> list[dict
     return summary
 
 
+INPUTS = ("geometry_dir", "sweep", "latency", "sample_dir", "beyond_dir", "spectrum_dir", "recovery")
+
+
 def run(args: argparse.Namespace) -> None:
     if args.from_tables is not None:
+        given = [flag for flag in INPUTS if getattr(args, flag) is not None]
+        if given:
+            raise TwoscaleError("claims: --from-tables reads nothing else: drop "
+                                + ", ".join("--" + flag.replace("_", "-") for flag in given))
         summary = write_report(read_bundle(args.from_tables), args.out_dir)
     else:
         params = load(args)
