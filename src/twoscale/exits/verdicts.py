@@ -233,7 +233,8 @@ def _kl_against(sweep: pl.DataFrame, latency: pl.DataFrame, reference: dict[str,
         best = best_within(table, name, reference=reference)
         ratio = speed_ratio(latency, best, acceleration)
         kl.append({"strategy": name, "best": best, "ratio": ratio, "slower": _slower(ratio),
-                   "flop_ratio": _flop_ratio(best, acceleration), "settings": len(sweep_points(table, name))})
+                   "flop_ratio": _flop_ratio(best, acceleration),
+                   "settings": table.filter(pl.col("strategy") == name).height})
     return kl
 
 

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 # `recovery` names its runs by teacher).
 BUNDLE = (*MEASUREMENT_TABLES, "sweep", "latency", "beyond", "spectrum", "sample", "sample_speed", "recovery", "runs")
 BUNDLE_DIR = "claims_tables"
+INPUTS = ("geometry_dir", "sweep", "latency", "sample_dir", "beyond_dir", "spectrum_dir", "recovery")  # the flags
+OPTIONAL_INPUTS = ("sweep", "latency")  # left out together: the exit claims are not measured
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,8 +102,7 @@ def runs_table(params: Params) -> pl.DataFrame:
 
 def gather(args: argparse.Namespace, params: Params) -> dict[str, pl.DataFrame]:
     """Every table of BUNDLE from the stages' outputs (an empty one where no run produced it)."""
-    missing = [flag for flag in ("geometry_dir", "sample_dir", "beyond_dir", "spectrum_dir", "recovery")
-               if getattr(args, flag) is None]
+    missing = [flag for flag in INPUTS if flag not in OPTIONAL_INPUTS and getattr(args, flag) is None]
     if missing:
         raise TwoscaleError("claims: give --from-tables, or every input: missing "
                             + ", ".join("--" + flag.replace("_", "-") for flag in missing))
@@ -152,9 +153,6 @@ def write_report(tables: Mapping[str, pl.DataFrame], out_dir: Path) -> list[dict
     write_text(out_dir / "claims.md", to_markdown(summary, runs, origin, docs))
     write_text(out_dir / "claims.json", to_json(summary, runs, origin))
     return summary
-
-
-INPUTS = ("geometry_dir", "sweep", "latency", "sample_dir", "beyond_dir", "spectrum_dir", "recovery")
 
 
 def run(args: argparse.Namespace) -> None:
