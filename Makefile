@@ -43,13 +43,14 @@ $(BIN)/.installed-cluster: $(BIN)/.installed requirements-cluster.txt
 reproduce: setup
 	$(RUN) snakemake --cores all
 
-# the study (configs/study.yaml) writes under runs/study/ like any parameter set but params.yaml; a copy of what it
-# gathers across runs is kept in results/study/ (committed)
+# the study (configs/study.yaml: params.yaml at three seeds) writes under runs/study/ like any parameter set but
+# params.yaml; a copy of what it gathers across runs is kept in results/study/ (committed)
 STUDY_RESULTS := claims.md claims.json figures geometry/summary.csv sweep/summary.csv train/*/seed_*/metrics.json \
                  sample/*/seed_*/summary.csv surrogates/recovery.csv surrogates/layer_r2.csv \
                  distill/*/seed_*/phases.json distill/*/seed_*/k_*/evaluation.json
 
-study: setup
+study: reproduce
+	$(RUN) python -m twoscale reuse --params configs/study.yaml  # the default run's jobs are the study's seed 1337's
 	$(RUN) snakemake --cores all --configfile configs/study.yaml
 	rm -rf results/study
 	cd runs/study/results && for path in $(STUDY_RESULTS); do \

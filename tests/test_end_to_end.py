@@ -251,8 +251,9 @@ def test_the_distill_stages_write_phases_surrogates_and_their_recovery(first_run
         out = first_run / f"results/distill/{teacher_name}/seed_{seed}"
         teacher, _ = load_model(first_run / f"results/train/{teacher_name}/seed_{seed}/checkpoints/step_{steps}.pt")
         phases = json.loads((out / "phases.json").read_text())["phases"]
-        assert sorted(map(int, phases)) == sorted(distill["blocks"])
-        for k in distill["blocks"]:
+        every_k = sorted(distill["blocks"] + distill["curve_blocks"])  # the smoke set's one seed is explained
+        assert sorted(map(int, phases)) == every_k
+        for k in every_k:
             assert len(phases[str(k)]) == k and phases[str(k)][0][0] == 0
             assert phases[str(k)][-1][1] == teacher.config.n_layer - 1
             surrogate, _ = load_surrogate(out / f"k_{k}/surrogate.pt")
@@ -281,7 +282,7 @@ def test_the_distill_stages_write_phases_surrogates_and_their_recovery(first_run
     dynamics = pl.read_parquet(first_run / "results/surrogates/dynamics.parquet")
     models = dynamics.select("model", "name", "seed", "blocks").unique(maintain_order=True).rows()
     assert models == [row for name, seed in teacher_runs(first_run) for row in
-                      [("teacher", name, seed, None), *[("surrogate", name, seed, k) for k in distill["blocks"]]]
+                      [("teacher", name, seed, None), *[("surrogate", name, seed, k) for k in every_k]]
                       ] + [("looped", recipe, seed, None) for recipe, seed in smoke_runs(first_run)]
     for name in ("surrogate_recovery.png", "depth_dynamics.png"):
         assert (first_run / "results/figures" / name).stat().st_size > 10_000
@@ -388,9 +389,10 @@ def test_editing_a_module_of_one_stage_reruns_that_stage_and_what_follows_only(f
     rerun the stages after them in repro. Nothing else in either."""
     with source_edited(first_run, "surrogates/recovery.py"):
         snakemake_plan, dvc_plan = plans(first_run)
-    blocks = yaml.safe_load((first_run / "params.yaml").read_text())["distill"]["blocks"]
-    assert snakemake_plan == {"distill": len(blocks), "surrogates": 1, "surrogate_figures": 1, "claims": 1}
-    assert dvc_plan == {"distill"}
+    distill = yaml.safe_load((first_run / "params.yaml").read_text())["distill"]
+    assert snakemake_plan == {"distill": len(distill["blocks"]), "distill_curve": len(distill["curve_blocks"]),
+                              "surrogates": 1, "surrogate_figures": 1, "claims": 1}
+    assert dvc_plan == {"distill", "distill_curve"}
     assert planned_jobs(first_run) == {}
 
 
@@ -472,7 +474,8 @@ def planned_with(repo: Path, raw: dict) -> dict[str, int]:
 def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
     """How a run grows: one more seed and one strategy's grid changed plan the new seed's jobs, that strategy's jobs
     and the latency rounds (which time every setting of it) for the runs already done, and the stages that gather
-    every run; nothing else of the runs already done."""
+    every run; nothing else of the runs already done. The new seed is not among runtime.explain_seeds: it gets the
+    stages the verdicts read (distill at distill.blocks only), none that only explain."""
     raw = yaml.safe_load((first_run / "params.yaml").read_text())
     done = len(raw["runtime"]["seeds"])
     raw["runtime"]["seeds"] = [*raw["runtime"]["seeds"], 99]
@@ -482,13 +485,32 @@ def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
                                   len(raw["sweep"]["strategies"]))
     teachers = len(raw["teachers"])
     sampled = len(raw["sample"]["recipes"])
-    assert plan == {"train": recipes, "measure": recipes * steps, "precision": recipes * steps,
-                    "spectrum": recipes * steps, "lens": recipes * steps, "mechanism_figures": 1,
-                    "beyond": recipes, "precision_figures": 1, "sweep": recipes * (strategies + done),
+    assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * (strategies + done),
                     "latency": recipes * (1 + done), "sample": sampled, "sampler_figures": sampled, "geometry": 1,
                     "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1, "claims": 1, "train_teacher": teachers,
                     "phases": teachers, "phase_figures": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
                     "surrogates": 1, "surrogate_figures": 1}
+
+
+def test_a_set_at_more_seeds_takes_the_finished_run_s_jobs_and_plans_only_the_new_seed_s(first_run):
+    """`make study`'s way: another parameter set, params.yaml at one more seed (writing under runs/<name>/), takes
+    every job the default run built as it would (`twoscale reuse`), so Snakemake plans the new seed's jobs and the
+    stages that gather runs; nothing of the first seed runs again. A second reuse takes nothing more."""
+    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    raw["runtime"]["seeds"] = [*raw["runtime"]["seeds"], 99]
+    (first_run / "configs/more.yaml").write_text(yaml.safe_dump(raw))
+    taken = run(["python", "-m", "twoscale", "reuse", "--params", "configs/more.yaml"], first_run)
+    assert "took" in taken and "train 2" in taken and "latency 2" in taken and "claims" not in taken
+    assert (first_run / "runs/more/results/train/paper/seed_1337/.built").is_dir()
+    plan = planned_jobs(first_run, "--configfile", "configs/more.yaml")
+    teachers, sampled = len(raw["teachers"]), len(raw["sample"]["recipes"])
+    recipes, steps = len(raw["recipes"]), len(raw["train"]["checkpoint_steps"])
+    assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * len(raw["sweep"]["strategies"]),
+                    "latency": recipes, "sample": sampled, "sampler_figures": sampled, "geometry": 1,
+                    "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1, "claims": 1, "train_teacher": teachers,
+                    "phases": teachers, "phase_figures": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
+                    "surrogates": 1, "surrogate_figures": 1}
+    assert "took 0 jobs" in run(["python", "-m", "twoscale", "reuse", "--params", "configs/more.yaml"], first_run)
 
 
 def test_timing_one_strategy_no_more_reruns_the_latency_rounds_alone(first_run):
@@ -570,10 +592,12 @@ def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_
 
 def test_dvc_reruns_a_teacher_s_change_as_its_graph_says_and_snakemake_then_has_nothing_to_do(after_recipe_change):
     """The graph read above, checked against a real `dvc repro`: the teacher's training and what follows it."""
-    blocks = read_raw(ROOT / "configs/smoke.yaml")["distill"]["blocks"]
+    distill = read_raw(ROOT / "configs/smoke.yaml")["distill"]
     reran = reran_by_dvc(after_recipe_change["teacher_dvc_repro"])
     assert reran == {"train_teacher@plain-1337", "phases@plain-1337", "phase_figures@plain-1337",
-                     *(f"distill@plain-1337-{k}" for k in blocks), "surrogates", "surrogate_figures", "claims"}
+                     *(f"distill@plain-1337-{k}" for k in distill["blocks"]),
+                     *(f"distill_curve@plain-1337-{k}" for k in distill["curve_blocks"]),
+                     "surrogates", "surrogate_figures", "claims"}
     assert reran == dvc_reruns(after_recipe_change["dvc_graph"], after_recipe_change["teacher_dvc_plan"])
     assert after_recipe_change["snakemake_after"] == {}
     assert after_recipe_change["dvc_after"] == set()
@@ -600,7 +624,8 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     gathering = ["geometry", "geometry_figures", "precision_figures", "mechanism_figures", "tradeoff", "exit_figures", "surrogates",
                  "surrogate_figures", "claims"]
     sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
-    per_teacher = ["train", "phases", "phase_figures", *["distill"] * len(smoke["distill"]["blocks"])]
+    distilled = len(smoke["distill"]["blocks"]) + len(smoke["distill"]["curve_blocks"])  # distill_curve's tag: distill
+    per_teacher = ["train", "phases", "phase_figures", *["distill"] * distilled]
     stages = sorted(r.data.tags["stage"] for r in snakemake_children)
     assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering,
                              *["sample", "sampler_figures"] * len(sampled),

@@ -133,7 +133,7 @@ def training_throughput(config: ModelConfig, train: TrainParams, ids: np.ndarray
     state = build_state(config, train, seed, device)
     if compiled:
         torch.compiler.reset()  # dynamo keeps 8 versions of Block.forward across models: start each variant afresh
-        compile_blocks(state.model)
+        compile_blocks(state.model, device)
     state.model.train()
     generator = torch.Generator().manual_seed(seed)
     times, flops = [], 0.0

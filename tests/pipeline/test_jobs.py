@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def config() -> dict:
     raw = read_raw(ROOT / "configs/smoke.yaml")
-    raw["runtime"]["seeds"] = [1, 2]
+    raw["runtime"]["seeds"], raw["runtime"]["explain_seeds"] = [1, 2], [1]
     raw["train"]["steps"], raw["train"]["checkpoint_steps"] = 40, [20, 40]
     raw["runtime"]["threads"] = 3
     return raw

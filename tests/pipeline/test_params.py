@@ -49,8 +49,8 @@ def with_change(path: str, value) -> dict:
 DELETE = object()
 
 
-@pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml",
-                                  "configs/study.yaml", "configs/gpu.yaml", "configs/gpu-quick.yaml"])
+@pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml", "configs/study.yaml",
+                                  "configs/ablations.yaml", "configs/gpu.yaml", "configs/gpu-quick.yaml"])
 def test_shipped_parameter_sets_are_valid(name):
     params = load_params(ROOT / name)
     assert params.train.checkpoint_steps[-1] == params.train.steps
@@ -310,8 +310,32 @@ def test_a_recipe_changes_only_its_keys_and_nested_keys_merge():
 
 def test_runs_are_every_recipe_and_seed_in_file_order():
     raw = with_recipes(b={}, a={})
-    raw["runtime"]["seeds"] = [3, 1]
-    assert parse_params(raw).runs() == [("b", 3), ("b", 1), ("a", 3), ("a", 1)]
+    raw["runtime"]["seeds"], raw["runtime"]["explain_seeds"] = [3, 1], [1]
+    params = parse_params(raw)
+    assert params.runs() == [("b", 3), ("b", 1), ("a", 3), ("a", 1)]
+    assert params.explained_runs() == [("b", 1), ("a", 1)]
+    assert (params.explains(1), params.explains(3)) == (True, False)
+
+
+def test_an_explained_seed_gets_the_whole_recovery_curve_and_another_the_scored_k():
+    raw = with_change("distill.blocks", [2])
+    raw["distill"]["curve_blocks"] = [4, 1]
+    distill = parse_params(raw).distill
+    assert (distill.blocks_of(explained=True), distill.blocks_of(explained=False)) == ([1, 2, 4], [2])
+
+
+@pytest.mark.parametrize(("runtime", "distill", "expected"), [
+    ({"seeds": [1, 2], "explain_seeds": [3]}, {}, "runtime: explain_seeds: 3 is not in seeds [1, 2]"),
+    ({"seeds": [1, 2], "explain_seeds": [2, 2]}, {}, "runtime: explain_seeds [2, 2] repeat a seed"),
+    ({"seeds": [1], "explain_seeds": []}, {}, "runtime.explain_seeds = []: List should have at least 1 item"),
+    ({}, {"blocks": [2], "curve_blocks": [1, 2]}, "distill: blocks [2] and curve_blocks [1, 2] repeat a value"),
+])
+def test_bad_explained_seeds_and_curves(runtime, distill, expected):
+    raw = with_change("distill.blocks", distill.get("blocks", [2]))
+    raw["runtime"].update(runtime)
+    raw["distill"].update(distill)
+    with pytest.raises(ParamsError, match=re.escape(expected)):
+        parse_params(raw)
 
 
 @pytest.mark.parametrize(("seeds", "expected"), [
@@ -366,13 +390,13 @@ def test_the_sample_stage_runs_on_the_recipes_with_injection_only():
     ({"Plain": {}}, [2], "teachers.Plain: a teacher name is 1 to 64 lower case letters"),
     ({"plain": {"model": {"norm": "sandwich"}}}, [2], "teachers.plain.model.norm: a teacher is a pre-LN GPT"),
     ({"plain": {"train": {"steps": 10}}}, [2], "teachers.plain.train.steps: shared by every run"),
-    ({"plain": {"model": {"n_layer": 3}}}, [2, 4], "distill.blocks: 4 blocks for the 3 layers of teacher 'plain'"),
+    ({"plain": {"model": {"n_layer": 3}}}, [2, 4], "distill: 4 blocks for the 3 layers of teacher 'plain'"),
     ({"plain": {"model": {"n_head": 5}}}, [2], "teachers.plain.model: n_embd (128) is not divisible by n_head"),
-    ({"plain": {}}, [2, 2], "distill: blocks [2, 2] repeat a value"),
+    ({"plain": {}}, [2, 2], "distill: blocks [2, 2] and curve_blocks [] repeat a value"),
 ])
 def test_bad_teachers_name_the_key(teachers, blocks, expected):
     raw = default_raw()
-    raw["teachers"], raw["distill"]["blocks"] = teachers, blocks
+    raw["teachers"], raw["distill"]["blocks"], raw["distill"]["curve_blocks"] = teachers, blocks, []
     with pytest.raises(ParamsError) as info:
         parse_params(raw, "params.yaml")
     assert str(info.value).startswith(f"params.yaml: {expected}")

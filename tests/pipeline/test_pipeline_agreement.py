@@ -134,7 +134,7 @@ def planned_resources(*options: str) -> dict[str, set[str]]:
 
 
 MODEL_RULES = {"train", "train_teacher", "measure", "precision", "spectrum", "lens", "beyond", "sweep", "latency",
-               "sample", "phases", "distill", "surrogates"}
+               "sample", "phases", "distill", "distill_curve", "surrogates"}
 
 
 def test_every_job_that_loads_a_model_asks_for_the_gpu_of_a_cuda_run():

@@ -27,6 +27,11 @@ if sys.argv[1] == "threads":  # as the libraries a job uses count them
             for api in ("openmp", "blas")}
     print(json.dumps({"torch": torch.get_num_threads(), **apis}))
     sys.exit(0)
+if sys.argv[1] == "pool":  # idle workers left running, as torch.compile leaves its compile threads
+    from concurrent.futures import ThreadPoolExecutor
+    sys.pool = ThreadPoolExecutor(2)  # held by a module that outlives the job's code, as a library holds its pool
+    print(sys.pool.submit(lambda: 6 * 7).result())
+    sys.exit(0)
 if sys.argv[1] == "wait":  # until a signal: SIGTERM writes a mark first
     signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[2], "w").write("stopped"), sys.exit(143)))
     open(sys.argv[3], "w").write(str(os.getpid()))
@@ -109,6 +114,14 @@ def test_a_forked_job_gets_its_command_s_arguments_folder_environment_umask_and_
     assert job["probe"] == fresh["probe"] == server[1]["PROBE"] and job["umask"] == fresh["umask"]
     assert fresh["parent"] == os.getpid() != job["parent"]  # the fresh one exec'd the command; the other forked
     assert (fresh["command"], job["command"]) == (None, str(command))  # whose parents ran it (tracking reads them)
+
+
+def test_a_job_that_leaves_a_thread_pool_idle_ends_as_a_fresh_interpreter_does(server, started):
+    """The interpreter's shutdown tells a ThreadPoolExecutor's idle workers to stop before it joins the threads;
+    a forked job ends the same way, or it would wait for them forever."""
+    forked, _ = probe(server, "pool")
+    assert (forked.returncode, forked.stdout) == (0, "42\n")
+    assert "python -m probe pool" in forked_jobs(server[2])
 
 
 def test_jobs_of_other_thread_counts_share_the_server_and_each_counts_its_own(server, started):

@@ -166,7 +166,7 @@ def test_outputs_of_jobs_the_parameters_no_longer_have_are_not_read(tmp_path, co
     measured(tmp_path, config)
     edited = copy.deepcopy(config)
     edited["measure"]["max_loops"] += 1
-    for change in ({"runtime": {**edited["runtime"], "seeds": [7]}},
+    for change in ({"runtime": {**edited["runtime"], "seeds": [7], "explain_seeds": [7]}},
                    {"recipes": {"huginn": edited["recipes"]["huginn"]}, "sample": {**edited["sample"],
                                                                                      "recipes": ["huginn"]}},
                    {"train": {**edited["train"], "checkpoint_steps": [5, 10, 20]}}):
@@ -196,7 +196,7 @@ def test_a_file_named_that_a_job_of_other_parameters_built_is_refused(tmp_path, 
     with outputs_land_together(lambda outputs: write_records(outputs, train, config, {})):
         write_text(checkpoint, "weights")
     args = SimpleNamespace(checkpoint=checkpoint, train_metrics=None, data_dir=None)
-    config["runtime"]["seeds"] = [7]
+    config["runtime"]["seeds"] = config["runtime"]["explain_seeds"] = [7]
     with pytest.raises(TwoscaleError, match=r"step_40.pt: built by a train job \({'recipe': 'paper', 'seed': 1337}\) "
                                             "that p.yaml does not have: rebuild it"):
         check_inputs(Job("measure", {"recipe": "paper", "seed": 7}), args, config, Path("p.yaml"))
@@ -282,11 +282,18 @@ def test_content_changed_under_the_same_size_and_mtime_is_seen(tmp_path, config)
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
 
 
-def test_a_teacher_s_training_is_its_own_pipeline_stage(config):
+def test_a_job_belongs_to_the_stage_whose_matrix_holds_it(config):
+    """train_teacher and distill_curve run the train and distill stage modules: the job's recipe, seed and k say
+    which declared stage it is."""
     teacher = next(iter(config["teachers"]))
-    assert job_of("train", SimpleNamespace(recipe=teacher, seed=1), config) == Job("train_teacher",
-                                                                                   {"recipe": teacher, "seed": 1})
-    assert job_of("train", SimpleNamespace(recipe="paper", seed=1), config).stage == "train"
+    assert job_of("train", SimpleNamespace(recipe=teacher, seed=1337), config) == Job(
+        "train_teacher", {"recipe": teacher, "seed": 1337})
+    assert job_of("train", SimpleNamespace(recipe="paper", seed=1337), config).stage == "train"
+    config["runtime"]["seeds"] = [1337, 7]
+    curve, scored = config["distill"]["curve_blocks"][0], config["distill"]["blocks"][0]
+    assert job_of("distill", SimpleNamespace(recipe=teacher, seed=1337, blocks=curve), config).stage == "distill_curve"
+    assert job_of("distill", SimpleNamespace(recipe=teacher, seed=7, blocks=scored), config).stage == "distill"
+    assert Job("distill_curve", {"recipe": teacher, "seed": 7, "blocks": curve}).params(config) is None  # not explained
     assert job_of("benchmark", SimpleNamespace(recipe=None), config) is None
 
 

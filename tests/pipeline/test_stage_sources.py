@@ -49,7 +49,7 @@ def closure(module: str) -> set[Path]:
 
 @pytest.mark.parametrize("stage", sorted(dependencies.STAGES))
 def test_sources_are_what_the_stage_module_imports(stage):
-    module = dependencies.STAGE_MODULES.get(stage, stage)
+    module = dependencies.stage_module(stage)
     expected = closure(f"twoscale.stages.{module}") | closure("twoscale.__main__")
     assert {ROOT / path for path in dependencies.sources(stage)} == expected
 

@@ -257,7 +257,7 @@ def test_phases_of_a_looped_recipe(tmp_path):
 
 
 @pytest.mark.parametrize("blocks, phases, message", [
-    ("3", {"phases": {"1": [[0, 4]], "2": [[0, 0], [1, 4]]}}, "--blocks 3 is not in distill.blocks [1, 2]"),
+    ("3", {"phases": {"1": [[0, 4]], "2": [[0, 0], [1, 4]]}}, "--blocks 3 is not distilled for seed 1337 (distill.blocks, curve_blocks: [1, 2])"),
     ("2", {"phases": {"1": [[0, 4]]}}, "phases.json: no phases for k = 2"),
     ("2", None, "phases.json: not found"),
     ("2", '{"phases": ', "phases.json: not valid JSON (Expecting value at line 1)"),

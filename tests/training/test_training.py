@@ -27,6 +27,7 @@ from twoscale.training.batches import evaluate_loss, evaluation_starts, random_b
 from twoscale.training.device import training_dtype
 from twoscale.training.trainer import (
     build_state,
+    compile_blocks,
     latest_resumable,
     learning_rate,
     load_model,
@@ -186,6 +187,34 @@ def test_bf16_training_ends_within_tolerance_of_float32(tmp_path):
     assert untrained["fp32"] - losses["fp32"] > 0.5  # it learned, so the comparison means something
     assert losses["bf16"] != losses["fp32"]  # and bf16 really ran
     assert abs(losses["bf16"] - losses["fp32"]) < BF16_TOLERANCE
+
+
+def test_compiled_layers_give_the_eager_layers_loss_and_gradients_up_to_rounding():
+    """runtime.compile: the compiled layers compute what the eager ones do, so one batch's loss and every
+    parameter's gradient agree up to float32 rounding (compilation fuses and reorders the arithmetic)."""
+    if not shutil.which("g++"):
+        pytest.skip("no C++ compiler for torch.compile's CPU backend")
+    ids = markov_tokens(400, 50, seed=0)
+    x, y = random_batch(ids, 4, 8, torch.Generator().manual_seed(0))
+    results = {}
+    for compiled in (False, True):
+        torch.compiler.reset()
+        model = build_state(tiny_config(), train_params(), seed=0, device=CPU).model
+        if compiled:
+            compile_blocks(model, CPU)
+        loss = model(x, [3], targets=y, backprop_depth=2).loss
+        loss.backward()
+        results[compiled] = (loss.item(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert results[True][0] == pytest.approx(results[False][0], rel=1e-6)
+    assert torch.allclose(results[True][1], results[False][1], rtol=1e-4, atol=1e-7)
+
+
+def test_compiling_for_the_cpu_without_a_compiler_is_one_line(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CXX", raising=False)
+    state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+    with pytest.raises(TwoscaleError, match=r"^runtime.compile: compiling for the CPU needs a C\+\+ compiler"):
+        compile_blocks(state.model, CPU)
 
 
 @pytest.mark.parametrize(("precision", "capabilities", "expected"), [

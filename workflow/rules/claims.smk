@@ -16,11 +16,11 @@ rule claims:
         sweep=f"{RESULTS}/sweep/sweep.parquet",
         latency=f"{RESULTS}/sweep/latency.parquet",
         sample_dir=expand(rules.sample.output, recipe=config["sample"]["recipes"], seed=config["runtime"]["seeds"]),
-        beyond_dir=expand(rules.beyond.output, recipe=config["recipes"], seed=config["runtime"]["seeds"]),
+        beyond_dir=expand(rules.beyond.output, recipe=config["recipes"], seed=config["runtime"]["explain_seeds"]),
         spectrum_dir=expand(
             rules.spectrum.output,
             recipe=config["recipes"],
-            seed=config["runtime"]["seeds"],
+            seed=config["runtime"]["explain_seeds"],
             step=config["train"]["checkpoint_steps"],
         ),
         recovery=f"{RESULTS}/surrogates/recovery.csv",

@@ -68,7 +68,7 @@ rule precision:
         gpu=GPU_PER_JOB,
     wildcard_constraints:
         recipe=one_of(config["recipes"]),
-        seed=one_of(config["runtime"]["seeds"]),
+        seed=one_of(config["runtime"]["explain_seeds"]),
         step=one_of(config["train"]["checkpoint_steps"]),
     conda:
         "../envs/twoscale.yaml"
@@ -101,7 +101,7 @@ rule beyond:
         gpu=GPU_PER_JOB,
     wildcard_constraints:
         recipe=one_of(config["recipes"]),
-        seed=one_of(config["runtime"]["seeds"]),
+        seed=one_of(config["runtime"]["explain_seeds"]),
     conda:
         "../envs/twoscale.yaml"
     shell:
@@ -133,7 +133,7 @@ rule spectrum:
         gpu=GPU_PER_JOB,
     wildcard_constraints:
         recipe=one_of(config["recipes"]),
-        seed=one_of(config["runtime"]["seeds"]),
+        seed=one_of(config["runtime"]["explain_seeds"]),
         step=one_of(config["train"]["checkpoint_steps"]),
     conda:
         "../envs/twoscale.yaml"
@@ -166,7 +166,7 @@ rule lens:
         gpu=GPU_PER_JOB,
     wildcard_constraints:
         recipe=one_of(config["recipes"]),
-        seed=one_of(config["runtime"]["seeds"]),
+        seed=one_of(config["runtime"]["explain_seeds"]),
         step=one_of(config["train"]["checkpoint_steps"]),
     conda:
         "../envs/twoscale.yaml"
@@ -182,13 +182,13 @@ rule mechanism_figures:
         spectrum_dir=expand(
             rules.spectrum.output,
             recipe=config["recipes"],
-            seed=config["runtime"]["seeds"],
+            seed=config["runtime"]["explain_seeds"],
             step=config["train"]["checkpoint_steps"],
         ),
         lens_dir=expand(
             rules.lens.output,
             recipe=config["recipes"],
-            seed=config["runtime"]["seeds"],
+            seed=config["runtime"]["explain_seeds"],
             step=config["train"]["checkpoint_steps"],
         ),
     output:
@@ -234,7 +234,7 @@ rule precision_figures:
         precision_dir=expand(
             rules.precision.output,
             recipe=config["recipes"],
-            seed=config["runtime"]["seeds"],
+            seed=config["runtime"]["explain_seeds"],
             step=config["train"]["checkpoint_steps"],
         ),
     output:

@@ -113,6 +113,47 @@ rule distill:
         " --out-dir {params.out_dir:q} --log {log:q}"
 
 
+rule distill_curve:
+    input:
+        sources("distill_curve"),
+        f"{DATA}/prepared/train.npy",
+        f"{DATA}/prepared/val.npy",
+        f"{DATA}/prepared/stats.json",
+        checkpoint=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{config['train']['steps']}.pt",
+        train_metrics=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
+        phases=f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/phases.json",
+    output:
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}/surrogate.pt",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}/control.pt",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}/history.parquet",
+        f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}/evaluation.json",
+    params:
+        values=param_values("distill_curve"),
+        file=PARAMS_PATH,
+        data_dir=f"{DATA}/prepared",
+        out_dir=f"{RESULTS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}",
+    log:
+        f"{LOGS}/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/distill/{{recipe}}/seed_{{seed}}/k_{{blocks}}.tsv"
+    threads: config["distill"]["threads"]
+    resources:
+        mem_mb=2500,
+        runtime=60,
+        gpu=GPU_PER_JOB,
+    wildcard_constraints:
+        recipe=one_of(config["teachers"]),
+        seed=one_of(config["runtime"]["explain_seeds"]),
+        blocks=one_of(config["distill"]["curve_blocks"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale.pipeline.preload distill --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --blocks {wildcards.blocks:q} --checkpoint {input.checkpoint:q}"
+        " --train-metrics {input.train_metrics:q} --phases {input.phases:q} --data-dir {params.data_dir:q}"
+        " --out-dir {params.out_dir:q} --log {log:q}"
+
+
 rule surrogates:
     input:
         sources("surrogates"),
@@ -129,6 +170,12 @@ rule surrogates:
             recipe=config["teachers"],
             seed=config["runtime"]["seeds"],
             blocks=config["distill"]["blocks"],
+        ),
+            *expand(
+            rules.distill_curve.output,
+            recipe=config["teachers"],
+            seed=config["runtime"]["explain_seeds"],
+            blocks=config["distill"]["curve_blocks"],
         ),
         ],
     output:

@@ -105,8 +105,9 @@ def fig4_exit_sweep(sweep: pl.DataFrame, path: Path) -> None:
 
 
 def _annotate_loop_counts(ax: plt.Axes, fixed: pl.DataFrame, x: str, max_loops: int) -> None:
-    """K = 1, 2, 4, ... and the full depth next to their points on the fixed-depth frontier."""
-    for row in fixed.iter_rows(named=True):
+    """K = 1, 2, 4, ... and the full depth next to their points on the fixed-depth frontier (those it has: a seed
+    outside runtime.explain_seeds times only the depths the verdicts compare)."""
+    for row in fixed.drop_nulls(x).iter_rows(named=True):
         k = int(row["setting"])
         point = (row[x], row["cross_entropy"])
         if k == max_loops:  # the frontier's top right end: label to its left, clear of the panel title

@@ -68,6 +68,11 @@ def _pattern(path: str, config: dict[str, Any]) -> str:
     return PARAMETER.sub(lambda found: str(lookup(config, found.group(1))), path)
 
 
+def benchmark_path(log: str) -> str:
+    """Where Snakemake writes a job's benchmark file (its wall and CPU seconds), from its log's path."""
+    return "results/benchmarks/" + log.removeprefix("logs/").removesuffix(".log") + ".tsv"
+
+
 def rooted(path: str, root: str) -> str:
     """A declared path under the parameter set's root ('' for the checkout itself)."""
     return f"{root}/{path}" if root and path.split("/", 1)[0] in ROOTED else path

@@ -59,11 +59,26 @@ class RuntimeParams(Section):
         description=f"one training run per recipe and seed; a seed (0 to {MAX_SEED}) sets every random choice of "
         "its run",
     )
+    explain_seeds: list[Seed] = Field(
+        min_length=1,
+        description="the seeds (of seeds) whose runs also get the stages that explain or illustrate but score no "
+        "claim: spectrum, lens, precision, beyond, the distillation curve (distill.curve_blocks) and the latency "
+        "figure's points that no verdict compares; every seed gets the stages the verdicts read",
+    )
+    compile: bool = Field(
+        description="compile each layer for training (torch.compile; on a CPU it needs a C++ compiler): faster "
+        "steps, the same model up to rounding"
+    )
 
     @model_validator(mode="after")
     def _distinct_seeds(self) -> RuntimeParams:
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds {self.seeds} repeat a seed")
+        if len(set(self.explain_seeds)) != len(self.explain_seeds):
+            raise ValueError(f"explain_seeds {self.explain_seeds} repeat a seed")
+        unknown = [seed for seed in self.explain_seeds if seed not in self.seeds]
+        if unknown:
+            raise ValueError(f"explain_seeds: {unknown[0]} is not in seeds {self.seeds}")
         return self
 
 
@@ -395,7 +410,11 @@ class SampleParams(Section):
 class DistillParams(Section):
     threads: PositiveInt = Field(description="torch threads per phases, distill and surrogates job")
     blocks: list[PositiveInt] = Field(
-        min_length=1, description="k: shared blocks of a surrogate (one per phase); one distill job per k"
+        min_length=1, description="k: shared blocks of a surrogate (one per phase); one distill job per k and seed "
+        "(C8 reads k = 2)"
+    )
+    curve_blocks: list[PositiveInt] = Field(
+        description="further k, distilled for runtime.explain_seeds only: the rest of the recovery curve"
     )
     n_windows: PositiveInt = Field(
         description="held-out windows of model.block_size tokens for the phases, the evaluation and the dynamics"
@@ -416,9 +435,14 @@ class DistillParams(Section):
 
     @model_validator(mode="after")
     def _distinct_blocks(self) -> DistillParams:
-        if len(set(self.blocks)) != len(self.blocks):
-            raise ValueError(f"blocks {self.blocks} repeat a value")
+        every = self.blocks + self.curve_blocks
+        if len(set(every)) != len(every):
+            raise ValueError(f"blocks {self.blocks} and curve_blocks {self.curve_blocks} repeat a value")
         return self
+
+    def blocks_of(self, explained: bool) -> list[int]:
+        """The k distilled for a seed, ascending: every k for a seed of runtime.explain_seeds, else `blocks`."""
+        return sorted(self.blocks + self.curve_blocks if explained else self.blocks)
 
 
 class Params(Section):
@@ -478,9 +502,9 @@ class Params(Section):
         model, _ = self._resolve(name)
         if model.norm != "pre":
             raise ValueError(f"{where}.model.norm: a teacher is a pre-LN GPT (the surrogate's blocks are pre-LN)")
-        too_many = [k for k in self.distill.blocks if k > model.n_layer]
+        too_many = [k for k in self.distill.blocks_of(explained=True) if k > model.n_layer]
         if too_many:
-            raise ValueError(f"distill.blocks: {too_many[0]} blocks for the {model.n_layer} layers of teacher {name!r}")
+            raise ValueError(f"distill: {too_many[0]} blocks for the {model.n_layer} layers of teacher {name!r}")
 
     def _resolve(self, name: str) -> tuple[ModelParams, TrainParams]:
         """A recipe's or a teacher's model and train sections (a teacher's model has no groups)."""
@@ -533,6 +557,14 @@ class Params(Section):
     def sample_runs(self) -> list[tuple[str, int]]:
         """The runs the sample stage works on: those of the recipes under sample.recipes, in run order."""
         return [(recipe, seed) for recipe, seed in self.runs() if recipe in self.sample.recipes]
+
+    def explains(self, seed: int) -> bool:
+        """Whether the seed's runs get the stages that only explain or illustrate (runtime.explain_seeds)."""
+        return seed in self.runtime.explain_seeds
+
+    def explained_runs(self) -> list[tuple[str, int]]:
+        """The runs the explaining stages work on (spectrum, lens, precision, beyond), in run order."""
+        return [(recipe, seed) for recipe, seed in self.runs() if self.explains(seed)]
 
     def teacher_runs(self) -> list[tuple[str, int]]:
         """Every (teacher, seed) pair, teachers in file order, then seeds."""

@@ -376,9 +376,9 @@ def end_job(code: int | str | None):
     if isinstance(code, str):
         print(code, file=sys.stderr)
         code = 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # what the interpreter's own shutdown runs first: the threading module's exit hooks (a ThreadPoolExecutor's
+    # tells its idle workers to stop, as torch.compile's need), then a join of every non-daemon thread
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from twoscale.pipeline.dependencies import STAGE_MODULES, STAGES, input_options, inside, param_values
+from twoscale.pipeline.dependencies import (
+    STAGES,
+    holds_job,
+    input_options,
+    inside,
+    param_values,
+    stage_module,
+)
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path, finite_or_null, once_landed, sha256_file, write_json
 from twoscale.pipeline.jobs import ITEM, WILDCARD, stages
@@ -39,7 +46,6 @@ log = logging.getLogger(__name__)
 RECORDS = ".built"  # the folder, beside the outputs, of their build records
 JOB_KEYS = ("recipe", "seed", "strategy", "blocks")  # a stage's options that name its job
 NUMBERS_ORIGIN = ("precision", "machine", "torch")  # what a stage records of the arithmetic behind its numbers
-STAGE_FOR_TEACHER = {module: stage for stage, module in STAGE_MODULES.items()}  # train -> train_teacher
 
 
 def record_path(output: Path) -> Path:
@@ -97,14 +103,10 @@ class Job:
     def params(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The job's parameter values under `config`; None if `config` has no such job (a recipe, seed, strategy
         or number of blocks it does not list)."""
-        recipe, seed, blocks = self.keys.get("recipe"), self.keys.get("seed"), self.keys.get("blocks")
-        if (self.stage not in STAGES
-                or (recipe is not None and recipe not in {**config["recipes"], **(config.get("teachers") or {})})
-                or (seed is not None and seed not in config["runtime"]["seeds"])
-                or (blocks is not None and blocks not in config["distill"]["blocks"])):
+        if self.stage not in STAGES or not holds_job(self.stage, self.keys, config):
             return None
         try:
-            return param_values(self.stage, config, recipe, self.keys.get("strategy"))
+            return param_values(self.stage, config, self.keys.get("recipe"), self.keys.get("strategy"))
         except KeyError:  # its strategy
             return None
 
@@ -112,9 +114,9 @@ class Job:
 def job_of(module: str, args: argparse.Namespace, config: dict[str, Any]) -> Job | None:
     """The pipeline job that `python -m twoscale <module> ...` runs; None for a command outside the pipeline."""
     keys = {key: getattr(args, key) for key in JOB_KEYS if getattr(args, key, None) is not None}
-    teacher = keys.get("recipe") in (config.get("teachers") or {})
-    stage = STAGE_FOR_TEACHER.get(module, module) if teacher else module
-    return Job(stage, keys) if stage in STAGES else None
+    stages = [stage for stage in STAGES if stage_module(stage) == module]  # train and train_teacher for train
+    return next((Job(stage, keys) for stage in stages if holds_job(stage, keys, config)),
+                Job(stages[0], keys) if stages else None)
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def _files_read(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> I
         yield from [given / PurePosixPath(path).relative_to(folder) for path in within] if within else [given]
 
 
-class _Check:
+class BuildCheck:
     """Files checked so far (their content hashes), so that what many inputs were built from is read once."""
 
     def __init__(self, config: dict[str, Any], params_file: Path) -> None:
@@ -219,7 +221,7 @@ def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], par
     """TwoscaleError in one line unless every file the job reads, and every file those were built from, is the
     file its record describes and was built by a job of the parameters in force, from their values. The content
     hashes of the files the job reads, for its own records."""
-    check = _Check(config, params_file)
+    check = BuildCheck(config, params_file)
     read = {str(path): check.file(path) for path in _files_read(job, args, config) if path.is_file()}
     if check.unrecorded:
         log.info("%d file(s) read, or read through others, without a build record: not checked", check.unrecorded)

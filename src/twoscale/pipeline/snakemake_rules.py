@@ -26,7 +26,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from twoscale.pipeline.dependencies import DECLARATION, PER_CHECKPOINT, SOURCE_ROOT, output_paths
-from twoscale.pipeline.jobs import CHECKPOINT_STEPS, ITEM, PARAMETER, parameter_key, segment_pattern
+from twoscale.pipeline.jobs import CHECKPOINT_STEPS, ITEM, PARAMETER, benchmark_path, parameter_key, segment_pattern
 
 RULES_DIR = PurePosixPath("workflow/rules")
 ROOTS = {"data": "DATA", "results": "RESULTS", "logs": "LOGS"}  # a path's top folder -> common.smk's prefix
@@ -193,7 +193,7 @@ class _Rule:
 
     def benchmark(self) -> str:
         log = _log_path(self.stage["cmd"])
-        return path_expression("results/benchmarks/" + log.removeprefix("logs/").removesuffix(".log") + ".tsv")
+        return path_expression(benchmark_path(log))
 
     def threads(self) -> str | None:
         if self.stage.get("timed"):

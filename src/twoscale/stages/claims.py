@@ -107,7 +107,8 @@ def gather(args: argparse.Namespace, params: Params) -> dict[str, pl.DataFrame]:
         raise TwoscaleError("claims: give --from-tables, or every input: missing "
                             + ", ".join("--" + flag.replace("_", "-") for flag in missing))
     tables = read_tables(args.geometry_dir, args.sweep, args.latency)
-    tables["beyond"] = read_run_tables(args.beyond_dir, params.runs(), "geometry.parquet", "the beyond stage")
+    tables["beyond"] = read_run_tables(args.beyond_dir, params.explained_runs(), "geometry.parquet",
+                                       "the beyond stage")
     tables["spectrum"] = per_checkpoint_tables(params, args.spectrum_dir, "the spectrum stage")
     if params.sample_runs():
         tables |= {key: read_run_tables(args.sample_dir, params.sample_runs(), name, "the sample stage")

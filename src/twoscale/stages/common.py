@@ -89,7 +89,8 @@ def origin_columns(source: Mapping[str, Any]) -> list[pl.Expr]:
 
 
 def per_checkpoint_tables(params: Params, directory: Path, stage: str) -> pl.DataFrame:
-    """Every run's and checkpoint's table of a per-checkpoint stage, stacked."""
+    """Every explained run's and checkpoint's table of a per-checkpoint explaining stage (spectrum, lens,
+    precision), stacked."""
     return pl.concat([read_parquet(directory / run_subdir(recipe, seed) / f"step_{step}.parquet", stage)
-                      for recipe, seed in params.runs() for step in params.train.checkpoint_steps],
+                      for recipe, seed in params.explained_runs() for step in params.train.checkpoint_steps],
                      how="diagonal_relaxed")

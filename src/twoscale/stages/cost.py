@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from twoscale.pipeline.dependencies import STAGE_MODULES, declaration
+from twoscale.pipeline.dependencies import declaration, stage_module
 from twoscale.pipeline.job_times import read_job_times, run_summary, stage_rows
 from twoscale.pipeline.params import results_root
 from twoscale.report.tables import markdown_table
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     folder = args.benchmarks or results_root(args.params) / "results/benchmarks"
     jobs = read_job_times(folder, args.logs or folder.parent.parent / "logs")
-    order = list(dict.fromkeys(STAGE_MODULES.get(stage, stage) for stage in declaration()))
+    order = list(dict.fromkeys(stage_module(stage) for stage in declaration()))
     summary = run_summary(jobs)
     print(f"{folder}: {summary['jobs']} jobs; job_s: the jobs' wall seconds, cpu_s: their CPU seconds as each job "
           "recorded them in its log (as Snakemake sampled them where a log has no record), covered_s: the seconds "

@@ -50,8 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     params, run = load_teacher_run(args)
     settings, k = params.distill, args.blocks
-    if k not in settings.blocks:
-        raise TwoscaleError(f"--blocks {k} is not in distill.blocks {settings.blocks}")
+    distilled = settings.blocks_of(params.explains(run.seed))
+    if k not in distilled:
+        raise TwoscaleError(f"--blocks {k} is not distilled for seed {run.seed} (distill.blocks"
+                            f"{', curve_blocks' if params.explains(run.seed) else ''}: {distilled})")
     phases = read_json(args.phases)["phases"].get(str(k))
     if phases is None:
         raise TwoscaleError(f"{args.phases}: no phases for k = {k} (rerun the phases stage)")

@@ -1,8 +1,8 @@
 """Stage `latency`: real latency of every setting of every timed early-exit strategy on a run's final checkpoint
 (one job per recipe and seed, alone on the machine): cached greedy generation at batch size 1 from held-out
 prompts, timed in rounds, so that any two settings' timings of a round form a pair. The points the verdicts compare
-(named by the run's sweep tables) are timed in `sweep.rounds` rounds, every other setting in the first
-`sweep.figure_rounds`."""
+(named by the run's sweep tables) are timed in `sweep.rounds` rounds, every other setting (drawn by the figure) in
+the first `sweep.figure_rounds` for a seed of runtime.explain_seeds, not at all for another seed."""
 
 from __future__ import annotations
 
@@ -51,12 +51,12 @@ def run(args: argparse.Namespace) -> None:
     timed = {name: strategy for name, strategy in sweep.strategies.items() if strategy.timed}
     points = [(name, strategy.spec, setting) for name, strategy in timed.items() for setting in strategy.settings]
     compared = compared_points(sweep_tables(args.strategies_dir, list(timed)))
-    rounds = [sweep.rounds if (name, float(setting)) in compared else sweep.figure_rounds
-              for name, _, setting in points]
+    figure_rounds = sweep.figure_rounds if params.explains(run.seed) else 0  # the figure draws explained seeds
+    rounds = [sweep.rounds if (name, float(setting)) in compared else figure_rounds for name, _, setting in points]
     log.info("timing %d settings of %d strategies (%s) on %s, seed %d, step %d: %d compared points in %d rounds "
              "(%s), the others in %d", len(points), len(timed), ", ".join(timed), run.recipe, run.seed, meta["step"],
              len(compared), sweep.rounds, ", ".join(f"{name} {setting:g}" for name, setting in sorted(compared)),
-             sweep.figure_rounds)
+             figure_rounds)
     # the system-metrics sampler stalls this process a few ms every 10 s: one token's time, which the median over
     # a round's tokens leaves out (docs/running.md#tracking)
     with tracking.stage_run("latency", params_hash(params.sweep), run.tags, source, system_metrics=True):

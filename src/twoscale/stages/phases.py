@@ -2,7 +2,8 @@
 
 The layer-by-layer cosine-distance matrix of the teacher's layer outputs, from two summaries per held-out window
 (its mean token state and its last token state), and its split into k contiguous phases by exact max-cut for every
-k of distill.blocks: the phases the distill stage gives one shared block each (drawn by `phase_figures`).
+k the distill stage gets for its seed (distill.blocks, with curve_blocks for a seed of runtime.explain_seeds): the
+phases it gives one shared block each (drawn by `phase_figures`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> None:
         log_sections(params, "distill")
         similarity = layer_similarity(teacher, val_ids, distill, device)
         distance = 1.0 - similarity
-        phases = {k: segment_phases(similarity, k) for k in sorted(distill.blocks)}
+        phases = {k: segment_phases(similarity, k) for k in distill.blocks_of(params.explains(run.seed))}
         cuts = {k: cut_value(similarity, p) for k, p in phases.items()}
         L = distance.shape[0]
         write_parquet(args.out_dir / "distance.parquet", pl.DataFrame(

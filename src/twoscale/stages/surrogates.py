@@ -64,7 +64,7 @@ def models_to_measure(params: Params, args: argparse.Namespace, vocab_size: int,
         teacher, _ = load_final_model(args.train_dir, args.data_dir, params, run, vocab_size, device)
         teacher_states = _states_of(teacher, [])
         models.append(({"model": "teacher", "name": name, "seed": seed, "blocks": None}, teacher_states))
-        for k in sorted(params.distill.blocks):
+        for k in params.distill.blocks_of(params.explains(seed)):
             surrogate, _ = load_surrogate(args.distill_dir / run_subdir(name, seed) / f"k_{k}" / "surrogate.pt",
                                           device)
             models.append(({"model": "surrogate", "name": name, "seed": seed, "blocks": k},
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> None:
     configure_torch(settings.threads, params.runtime.seeds[0])
     device = resolve_device(params.runtime.device)
     evaluations = [read_json(args.distill_dir / run_subdir(name, seed) / f"k_{k}" / "evaluation.json")
-                   for name, seed in params.teacher_runs() for k in sorted(settings.blocks)]
+                   for name, seed in params.teacher_runs() for k in settings.blocks_of(params.explains(seed))]
     recovery, layer_r2 = recovery_table(evaluations)
     with tracking.stage_run("surrogates", params_hash(settings)):
         rows = []

@@ -172,8 +172,8 @@ def run(args: argparse.Namespace) -> None:
         log.info("resuming from step %d of an interrupted run", state.step)
     else:
         shutil.rmtree(resume_dir, ignore_errors=True)  # this run's own folder, holding nothing it can resume from
-    if device.type == "cuda":
-        compile_blocks(state.model)
+    if params.runtime.compile:
+        compile_blocks(state.model, device)
     peak = matmul_tflops(device, dtype, repeats=10)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)  # the probe's matrices are not the run's memory

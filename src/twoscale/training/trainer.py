@@ -36,6 +36,7 @@ from twoscale.training.device import autocast, clock
 from twoscale.training.flops import training_step_flops
 
 CHECKPOINT_FORMAT = 1
+CPP_COMPILERS = ("g++", "clang++")  # what torch.compile's CPU backend looks for
 
 
 def model_config(model: ModelParams, vocab_size: int) -> ModelConfig:
@@ -76,8 +77,8 @@ def run_fingerprint(runtime: RuntimeParams, run: RunParams, data_dir: Path) -> s
     """Everything a training run depends on: its model and train sections and the runtime with its seed (the first
     HASH_CHARS characters, `params_hash`), then its data (the rest, `data_fingerprint`). Each checkpoint carries it, an interrupted run's state is kept under
     it, and the stages that read a checkpoint compare it with the parameters and data in force."""
-    return params_hash(run.model, run.train, runtime.model_copy(update={"seeds": [run.seed]})) + data_fingerprint(
-        data_dir)
+    own = runtime.model_copy(update={"seeds": [run.seed], "explain_seeds": [run.seed]})  # what other runs do aside
+    return params_hash(run.model, run.train, own) + data_fingerprint(data_dir)
 
 
 def sample_loop_counts(schedule: LoopSchedule, n_groups: int, generator: torch.Generator) -> list[int]:
@@ -113,9 +114,13 @@ class TrainState:
     history: list[dict] = field(default_factory=list)
 
 
-def compile_blocks(model: LoopedGPT) -> None:
+def compile_blocks(model: LoopedGPT, device: torch.device) -> None:
     """Compile every layer with torch.compile, in place (the state dict keeps its keys). Per block, not the whole
-    model: loop counts change every step, and a compiled block serves every loop count without recompiling."""
+    model: loop counts change every step, and a compiled block serves every loop count without recompiling. On a
+    CPU the compiled kernels are C++: one line, before any work, where there is no compiler."""
+    if device.type == "cpu" and not any(shutil.which(name) for name in (os.environ.get("CXX", ""), *CPP_COMPILERS) if name):
+        raise TwoscaleError("runtime.compile: compiling for the CPU needs a C++ compiler (g++ or clang++) on PATH; "
+                            "install one or set runtime.compile: false")
     for block in model.blocks:
         block.compile()
 

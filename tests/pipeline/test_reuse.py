@@ -1,0 +1,69 @@
+"""Taking another parameter set's jobs (`pipeline.reuse`): a job is taken only when every output there was built as
+the target set would build it, and a taken job keeps its records and modification times. The jobs here are the
+data stages', written by hand with their records, as a stage writes them."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+
+from twoscale.pipeline.io import outputs_land_together, write_text
+from twoscale.pipeline.params import read_raw
+from twoscale.pipeline.provenance import Job, record_path, write_records
+from twoscale.pipeline.reuse import copy_jobs, shared_jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE, TARGET = Path("runs/one"), Path("runs/more")
+
+
+@pytest.fixture
+def config() -> dict:
+    return read_raw(ROOT / "configs/smoke.yaml")
+
+
+@pytest.fixture
+def corpus(tmp_path, monkeypatch, config) -> list[Path]:
+    """The source run's corpus job: its two outputs with their records, its log, an hour old."""
+    monkeypatch.chdir(tmp_path)
+    outputs = [SOURCE / "data/raw/corpus.txt", SOURCE / "data/raw/manifest.json"]
+    with outputs_land_together(lambda landing: write_records(landing, Job("corpus", {}), config, {})):
+        for path in outputs:
+            write_text(path, f"{path.name}\n")
+    write_text(SOURCE / "logs/corpus.log", "log\n")
+    for path in [*outputs, SOURCE / "logs/corpus.log"]:
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    return outputs
+
+
+def test_a_job_built_as_the_target_would_is_copied_with_its_records_log_and_times(corpus, config):
+    more = copy.deepcopy(config)
+    more["runtime"]["seeds"] = [*more["runtime"]["seeds"], 99]  # the corpus job does not read the seeds
+    taken = shared_jobs(config, SOURCE, more, TARGET, Path("more.yaml"))
+    assert [(job.stage, job.job) for job in taken] == [("corpus", {})]
+    copy_jobs(taken)
+    for source in [*corpus, SOURCE / "logs/corpus.log"]:
+        target = TARGET / source.relative_to(SOURCE)
+        assert target.read_bytes() == source.read_bytes() and target.stat().st_mtime == 1_000_000_000
+    for source in corpus:
+        assert record_path(TARGET / source.relative_to(SOURCE)).read_bytes() == record_path(source).read_bytes()
+    assert shared_jobs(config, SOURCE, more, TARGET, Path("more.yaml")) == []  # the target has it now
+
+
+def test_a_job_of_other_parameter_values_is_not_taken(corpus, config):
+    other = copy.deepcopy(config)
+    other["data"]["max_chars"] += 1
+    assert shared_jobs(config, SOURCE, other, TARGET, Path("other.yaml")) == []
+
+
+@pytest.mark.parametrize("damage", ["missing", "changed", "unrecorded"])
+def test_a_job_is_taken_whole_or_not_at_all(corpus, config, damage):
+    if damage == "missing":
+        corpus[1].unlink()
+    elif damage == "changed":
+        corpus[1].write_text("edited after it was built\n")
+    else:
+        record_path(corpus[1]).unlink()
+    assert shared_jobs(config, SOURCE, config, TARGET, Path("more.yaml")) == []
