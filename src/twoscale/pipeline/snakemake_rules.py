@@ -26,7 +26,14 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from twoscale.pipeline.dependencies import DECLARATION, PER_CHECKPOINT, SOURCE_ROOT, output_paths
-from twoscale.pipeline.jobs import CHECKPOINT_STEPS, ITEM, PARAMETER, benchmark_path, parameter_key, segment_pattern
+from twoscale.pipeline.jobs import (
+    CHECKPOINT_STEPS,
+    ITEM,
+    PARAMETER,
+    benchmark_path,
+    parameter_key,
+    segment_pattern,
+)
 
 RULES_DIR = PurePosixPath("workflow/rules")
 ROOTS = {"data": "DATA", "results": "RESULTS", "logs": "LOGS"}  # a path's top folder -> common.smk's prefix
