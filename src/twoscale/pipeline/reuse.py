@@ -11,7 +11,6 @@ whose outputs the target run already has is left alone.
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from twoscale.pipeline.dependencies import declaration
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.jobs import ITEM, benchmark_path, rooted, stages
 from twoscale.pipeline.provenance import BuildCheck, Record, record_path
+from twoscale.pipeline.snakemake_rules import log_path
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def _relative(path: str, root: str) -> str:
 
 def _log_and_benchmark(stage: str) -> tuple[str, str]:
     """The job's log and benchmark file as patterns of its wildcards, under the checkout's folders."""
-    log = ITEM.sub(r"{\1}", re.search(r"--log (\S+)", declaration()[stage]["cmd"]).group(1))
+    log = ITEM.sub(r"{\1}", log_path(declaration()[stage]["cmd"]))
     return log, benchmark_path(log)
 
 

@@ -139,7 +139,7 @@ class _Rule:
         self.folders = {path for path in stage["inputs"] if writers(path, declared)}  # inputs standing for folders
         self.params = ([f'values=param_values("{name}")'] if stage.get("params") else []) + ["file=PARAMS_PATH"]
         self.shell = self._command()
-        self.log = path_expression(_log_path(stage["cmd"]))
+        self.log = path_expression(log_path(stage["cmd"]))
         self.inputs = [f'sources("{name}")', *([stage["also_reads"]] if "also_reads" in stage else []),
                        *self._entries(stage["inputs"], self._input)]
         self.outputs = self._entries(output_paths(stage), lambda path, _: self._in_report(path))
@@ -199,7 +199,7 @@ class _Rule:
         return " ".join(command)
 
     def benchmark(self) -> str:
-        log = _log_path(self.stage["cmd"])
+        log = log_path(self.stage["cmd"])
         return path_expression(benchmark_path(log))
 
     def threads(self) -> str | None:
@@ -245,7 +245,7 @@ def _wildcards(text: str) -> str:
     return json.dumps(ITEM.sub(r"{\1}", text))
 
 
-def _log_path(cmd: str) -> str:
+def log_path(cmd: str) -> str:
     return re.search(r"--log (\S+)", cmd).group(1)
 
 
