@@ -45,7 +45,8 @@ reproduce: setup
 
 # the study (configs/study.yaml: params.yaml at three seeds) writes under runs/study/ like any parameter set but
 # params.yaml; a copy of what it gathers across runs is kept in results/study/ (committed)
-STUDY_RESULTS := claims.md claims.json figures geometry/summary.csv sweep/summary.csv train/*/seed_*/metrics.json \
+STUDY_RESULTS := claims.md claims.json claims_tables figures geometry/summary.csv sweep/summary.csv \
+                 train/*/seed_*/metrics.json \
                  sample/*/seed_*/summary.csv surrogates/recovery.csv surrogates/layer_r2.csv \
                  distill/*/seed_*/phases.json distill/*/seed_*/k_*/evaluation.json
 
@@ -57,6 +58,12 @@ study: reproduce
 	  mkdir -p ../../../results/study/$$(dirname $$path) && cp -r $$path ../../../results/study/$$path; done
 	find results/study -name .built -type d -prune -exec rm -rf {} +  # build records of runs/study's paths
 	sed -i 's#](\.\./\.\./\.\./docs/#](../../docs/#g' results/study/claims.md  # one folder up: its links to docs/
+	{ printf '# The study\n\n`make study` on commit %s, finished %s UTC, on %s (%s CPUs); what computed each number ' \
+	    "$$(git rev-parse HEAD)" "$$(date -u '+%F %H:%M')" "$$(lscpu | sed -n 's/^Model name: *//p')" "$$(nproc)"; \
+	  printf '(processor, arithmetic, torch): claims.md, "What computed these numbers". Where the time went:\n\n'; \
+	  printf 'the default run (seed 1337, whose jobs the study takes):\n\n```\n'; $(RUN) python -m twoscale cost; \
+	  printf '```\n\nthe study:\n\n```\n'; $(RUN) python -m twoscale cost --params configs/study.yaml; \
+	  printf '```\n'; } > results/study/README.md
 
 smoke: setup
 	$(RUN) snakemake --cores all --configfile configs/smoke.yaml

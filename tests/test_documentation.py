@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from workspace import ROOT, copy_repository, run
 
-from twoscale.claims.by_recipe import VERDICTS_MARK, verdict_table, with_verdict_table
+from twoscale.__main__ import main
+from twoscale.claims.by_recipe import VERDICTS_MARK, verdict_sources, verdict_table, with_verdict_table
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -63,20 +64,42 @@ def test_nothing_cites_a_document_the_repository_lacks(document):
 
 
 def test_the_readme_verdicts_are_those_of_the_committed_claims():
-    """The README's table is what `python -m twoscale readme` writes from the committed claims.json: every
-    registered claim by its title, each recipe's verdict."""
+    """The README's tables are what `python -m twoscale readme` writes from the committed claims.json files their
+    marks name, the study's first: every registered claim by its title, each recipe's verdict."""
     readme = (ROOT / "README.md").read_text()
+    assert verdict_sources(readme) == ["results/study/claims.json", "results/claims.json"]
+    for source in verdict_sources(readme):
+        summary = json.loads((ROOT / source).read_text())["summary"]
+        assert with_verdict_table(readme, source, verdict_table(summary)) == readme, "run: python -m twoscale readme"
+        # and, read back from the README itself, every cell is the committed verdict (not only what the writer
+        # writes)
+        table = readme.split(VERDICTS_MARK + source)[1].split("\n\n")[0].splitlines()[1:]
+        recipes = [cell.strip(" `") for cell in table[0].strip("|").split("|")][1:]
+        committed = {row["claim"]: row["recipes"] for row in summary}
+        shown = {re.match(r"\| \[(\w+)\]", row).group(1): [cell.strip() for cell in row.strip("|").split("|")][1:]
+                 for row in table[2:]}
+        assert shown.keys() == committed.keys()
+        for claim, verdicts in shown.items():
+            assert verdicts == [committed[claim].get(recipe, {}).get("verdict", "not measured") for recipe in recipes]
+
+
+def test_the_readme_command_rewrites_every_marked_table_and_names_a_missing_source(tmp_path, capsys):
     summary = json.loads((ROOT / "results/claims.json").read_text())["summary"]
-    assert with_verdict_table(readme, verdict_table(summary)) == readme, "run: python -m twoscale readme"
-    # and, read back from the README itself, every cell is the committed verdict (not only what the writer writes)
-    table = readme.split(VERDICTS_MARK)[1].split("\n\n")[0].splitlines()[1:]
-    recipes = [cell.strip(" `") for cell in table[0].strip("|").split("|")][1:]
-    committed = {row["claim"]: row["recipes"] for row in summary}
-    shown = {re.match(r"\| \[(\w+)\]", row).group(1): [cell.strip() for cell in row.strip("|").split("|")][1:]
-             for row in table[2:]}
-    assert shown.keys() == committed.keys()
-    for claim, verdicts in shown.items():
-        assert verdicts == [committed[claim].get(recipe, {}).get("verdict", "not measured") for recipe in recipes]
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results/claims.json").write_text(json.dumps({"summary": summary}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{VERDICTS_MARK}results/claims.json -->\n| old |\n\nend\n")
+    assert main(["readme", "--readme", str(readme)]) == 0
+    expected = f"# x\n\n{VERDICTS_MARK}results/claims.json -->\n{verdict_table(summary)}\n\nend\n"
+    unlinked = functools.partial(re.sub, r"\]\([^)]*\)", "]")  # the links' paths depend on the folder
+    assert unlinked(readme.read_text()) == unlinked(expected)
+    readme.write_text(f"{VERDICTS_MARK}results/study/claims.json -->\n")
+    assert main(["readme", "--readme", str(readme)]) == 2
+    assert capsys.readouterr().err.strip().endswith("results/study/claims.json: not found")
+    readme.write_text("no mark\n")
+    assert main(["readme", "--readme", str(readme)]) == 2
+    assert "names a claims.json" in capsys.readouterr().err
+    assert readme.read_text() == "no mark\n"
 
 
 def needs_a_cluster(words: list[str]) -> bool:

@@ -18,10 +18,12 @@ from twoscale.claims.by_recipe import (
     summarise,
     to_json,
     to_markdown,
+    verdict_sources,
     verdict_table,
     with_verdict_table,
 )
 from twoscale.claims.table import REGISTRY
+from twoscale.geometry import claims as geometry_claims
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.tables import origins
 
@@ -90,7 +92,7 @@ def test_markdown_has_a_column_per_recipe_and_a_section_per_run():
     assert "**reproduced**<br>dlr 40" in table[1]
     assert "Seeds: paper 1, 2, 3; huginn 1." in md
     sections = [line for line in lines if line.startswith("## ")]
-    assert sections == ["## The tests", "## paper, seed 1", "## paper, seed 2",
+    assert sections == ["## Seed by seed", "## The tests", "## paper, seed 1", "## paper, seed 2",
                         "## paper, seed 3", "## huginn, seed 1"]
 
 
@@ -145,10 +147,49 @@ def test_the_verdict_table_names_each_claim_by_its_title_and_fills_what_was_not_
         "| [C8](docs/claims.md#c8) 2 shared blocks recover ≥ 90% of the teacher | not measured | reproduced |"]
 
 
-def test_the_verdict_table_replaces_the_lines_after_its_mark_only():
-    readme = f"intro\n\n{VERDICTS_MARK} -->\n| old |\n|---|\n\nafter\n"
-    assert with_verdict_table(readme, "| new |") == f"intro\n\n{VERDICTS_MARK} -->\n| new |\n\nafter\n"
-    first = f"{VERDICTS_MARK} -->\n\npara one\n\npara two"  # no table yet: nothing else goes
-    assert with_verdict_table(first, "| new |") == f"{VERDICTS_MARK} -->\n| new |\n\npara one\n\npara two"
+def test_the_verdict_table_replaces_the_lines_after_the_mark_naming_its_source_only():
+    readme = (f"intro\n\n{VERDICTS_MARK}results/study/claims.json -->\n| old study |\n|---|\n\nbetween\n\n"
+              f"{VERDICTS_MARK}results/claims.json (a note) -->\n| old |\n|---|\n\nafter\n")
+    assert verdict_sources(readme) == ["results/study/claims.json", "results/claims.json"]
+    assert with_verdict_table(readme, "results/claims.json", "| new |") == (
+        f"intro\n\n{VERDICTS_MARK}results/study/claims.json -->\n| old study |\n|---|\n\nbetween\n\n"
+        f"{VERDICTS_MARK}results/claims.json (a note) -->\n| new |\n\nafter\n")
+    first = f"{VERDICTS_MARK}results/claims.json -->\n\npara one\n\npara two"  # no table yet: nothing else goes
+    assert with_verdict_table(first, "results/claims.json", "| new |") == (
+        f"{VERDICTS_MARK}results/claims.json -->\n| new |\n\npara one\n\npara two")
     with pytest.raises(TwoscaleError, match="no line starting"):
-        with_verdict_table("no table here\n", "| new |")
+        with_verdict_table(readme, "results/other/claims.json", "| new |")
+
+
+def c1_row(s10: float) -> dict:
+    """C1's row, read by its own verdict, of a one-group checkpoint whose steps fall from 1 at k = 1 to `s10` at
+    k = 10 and to half of that at k = 12 (the fall after k = 10 is always the smaller)."""
+    geometry = pl.DataFrame([{"step": 500, "metric": "step_size", "group": 0, "k": k, "mean": s, "median": s,
+                              "q10": s, "q90": s} for k, s in {1: 1.0, 10: s10, 12: s10 / 2}.items()])
+    return geometry_claims.C1.row(geometry)
+
+
+def test_three_seeds_with_one_on_the_line_and_one_past_it_split_two_to_one():
+    """s(10)/s(1) <= 0.5 passes: a seed at exactly 0.5 reproduces, one at 0.51 does not; the recipe's verdict is the
+    split, its headline the mean (min–max) of the three, and the seed-by-seed section shows each seed's number."""
+    runs = {("paper", 1): [c1_row(0.5)], ("paper", 2): [c1_row(0.51)], ("paper", 3): [c1_row(0.2)]}
+    (c1,) = summarise(runs)
+    paper = c1["recipes"]["paper"]
+    assert paper["verdicts"] == ["reproduced", "not reproduced", "reproduced"]
+    assert paper["verdict"] == "split: reproduced 2/3, not reproduced 1/3"
+    assert paper["headline"]["s(10)/s(1) g0"] == spread([0.5, 0.51, 0.2])
+    assert spread_text(paper["headline"]["s(10)/s(1) g0"]) == "0.4033 (0.2–0.51)"
+    lines = to_markdown([c1], runs).splitlines()
+    section = lines.index("## Seed by seed")
+    assert lines[section + 4:section + 7] == [
+        "| claim | recipe | seed 1 | seed 2 | seed 3 |", "|---|---|---|---|---|",
+        ("| C1 | paper | **reproduced**<br>s(10)/s(1) g0 0.5 | **not reproduced**<br>s(10)/s(1) g0 0.51 | "
+         "**reproduced**<br>s(10)/s(1) g0 0.2 |")]
+
+
+def test_seed_by_seed_is_left_out_where_every_recipe_ran_one_seed_and_names_a_seed_a_recipe_lacks():
+    assert "## Seed by seed" not in to_markdown(summarise({("huginn", 1): RUNS[("huginn", 1)]}),
+                                                {("huginn", 1): RUNS[("huginn", 1)]})
+    md = to_markdown(summarise(RUNS), RUNS).splitlines()
+    assert "| C4 | huginn | **reproduced**<br>dlr 40 | not run | not run |" in md
+    assert "| C4 | paper | **mixed**<br>dlr 1.8 | **mixed**<br>dlr 2.4 | **mixed**<br>dlr n/a |" in md

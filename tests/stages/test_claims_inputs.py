@@ -13,7 +13,14 @@ from twoscale.__main__ import main
 from twoscale.pipeline.dependencies import DECLARATION
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import run_subdir
-from twoscale.stages.claims import BUNDLE, SAMPLE_TABLES, read_run_tables, write_report
+from twoscale.stages.claims import (
+    BUNDLE,
+    RUNS_SCHEMA,
+    SAMPLE_TABLES,
+    explained_elsewhere,
+    read_run_tables,
+    write_report,
+)
 from twoscale.surrogates.tables import read_recovery
 
 
@@ -77,10 +84,8 @@ def test_the_declared_outputs_of_the_stage_are_its_bundle():
 def test_a_bundle_of_teachers_alone_gives_their_claims(tmp_path):
     """No looped run: every table but the surrogates' recovery is empty, and the report holds C8 and C8b alone."""
     recovery = read_recovery(ROOT / "results/surrogates/recovery.csv")
-    runs = pl.DataFrame({"recipe": ["plain"], "seed": [1337], "teacher": [True], "warmup_steps": [None],
-                         "most_trained_loops": [None]},
-                        schema={"recipe": pl.String, "seed": pl.Int64, "teacher": pl.Boolean,
-                                "warmup_steps": pl.Int64, "most_trained_loops": pl.Int64})
+    runs = pl.DataFrame({"recipe": ["plain"], "seed": [1337], "teacher": [True], "explained": [True],
+                         "warmup_steps": [None], "most_trained_loops": [None]}, schema=RUNS_SCHEMA)
     empty = pl.DataFrame(schema={"recipe": pl.String, "seed": pl.Int64})
     tables = {name: empty for name in BUNDLE} | {"recovery": recovery, "runs": runs}
     summary = write_report(tables, tmp_path)
@@ -92,3 +97,18 @@ def test_from_tables_reads_nothing_else(tmp_path, capsys):
     assert main(["claims", "--from-tables", str(tmp_path), "--sweep", "x.parquet", "--out-dir",
                  str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--from-tables reads nothing else: drop --sweep")
+
+
+def test_a_seed_outside_explain_seeds_says_which_seeds_its_claims_explaining_readings_come_from():
+    """C1 and C3 read the spectrum and S the geometry past training, which run on runtime.explain_seeds alone: a
+    seed without them says so and names the seeds that have them; a claim reading neither is left as it is."""
+    def row(claim: str) -> dict:
+        return {"claim": claim, "measured": "step 600: numbers.", "verdict": "reproduced"}
+
+    assert explained_elsewhere(row("C1"), [1337])["measured"] == (
+        "step 600: numbers. Not measured on this seed: the loop map's spectrum (run on seed 1337 alone, "
+        "runtime.explain_seeds).")
+    assert explained_elsewhere(row("S"), [1, 2])["measured"].endswith(
+        "Not measured on this seed: the geometry looped past the trained range (run on seeds 1, 2 alone, "
+        "runtime.explain_seeds).")
+    assert explained_elsewhere(row("C4"), [1337]) == row("C4")

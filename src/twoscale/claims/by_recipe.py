@@ -123,6 +123,8 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
             numbers = "; ".join(f"{label} {spread_text(s)}" for label, s in entry["headline"].items())
             cells.append(f"**{entry['verdict']}**<br>{numbers}")
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if any(len(seeds) > 1 for seeds in recipes.values()):
+        lines += ["", *seed_by_seed(summary, runs)]
     if origins:
         lines += ["", "## What computed these numbers", "",
                   "The arithmetic, processor and torch version of each computation the claims read (from the "
@@ -144,6 +146,26 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
     return "\n".join(lines) + "\n"
 
 
+def seed_by_seed(summary: Sequence[Mapping[str, Any]], runs: Runs) -> list[str]:
+    """The section of claims.md that sets each recipe's seeds side by side: per claim and recipe, every seed's
+    verdict and headline numbers ('not run' for a seed the recipe lacks)."""
+    seeds = list(dict.fromkeys(seed for _, seed in runs))
+    by_run = {run: {row["claim"]: row for row in rows} for run, rows in runs.items()}
+    lines = ["## Seed by seed", "",
+             "Each seed's verdict and the numbers behind it, where the table above gives their mean (min–max).", "",
+             "| claim | recipe | " + " | ".join(f"seed {seed}" for seed in seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    for row in summary:
+        for recipe in row["recipes"]:
+            cells = []
+            for seed in seeds:
+                found = by_run.get((recipe, seed), {}).get(row["claim"])
+                cells.append("not run" if found is None else f"**{found['verdict']}**<br>" + "; ".join(
+                    f"{label} {number(value)}" for label, value in found["headline"].items()))
+            lines.append(f"| {row['claim']} | {recipe} | " + " | ".join(_cell(c) for c in cells) + " |")
+    return lines
+
+
 def chosen_text(record: Claim) -> str:
     """When a claim's readings were chosen: 'before the numbers', or each reading chosen after them with what it
     replaced and why."""
@@ -163,7 +185,7 @@ def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[
     return json.dumps(payload, indent=2, allow_nan=False) + "\n"
 
 
-VERDICTS_MARK = "<!-- verdicts: results/claims.json"  # the README's table of verdicts follows this line
+VERDICTS_MARK = "<!-- verdicts: "  # then a claims.json's path: the README's table of its verdicts follows the line
 
 
 def verdict_table(summary: Sequence[Mapping[str, Any]], docs: str = "docs/claims.md") -> str:
@@ -178,13 +200,20 @@ def verdict_table(summary: Sequence[Mapping[str, Any]], docs: str = "docs/claims
     return "\n".join(lines)
 
 
-def with_verdict_table(readme: str, table: str) -> str:
-    """The README with the table right after the line starting VERDICTS_MARK (its lines starting with "|", none if
-    there is no table yet) replaced by `table`."""
+def verdict_sources(readme: str) -> list[str]:
+    """The claims.json paths that the README's marks name, in order ("<!-- verdicts: results/claims.json ...")."""
+    return [line.removeprefix(VERDICTS_MARK).split()[0] for line in readme.split("\n")
+            if line.startswith(VERDICTS_MARK)]
+
+
+def with_verdict_table(readme: str, source: str, table: str) -> str:
+    """The README with the table right after the mark naming `source` (its lines starting with "|", none if there
+    is no table yet) replaced by `table`."""
     lines = readme.split("\n")
-    marks = [i for i, line in enumerate(lines) if line.startswith(VERDICTS_MARK)]
+    marks = [i for i, line in enumerate(lines) if line.startswith(VERDICTS_MARK)
+             and line.removeprefix(VERDICTS_MARK).split()[:1] == [source]]
     if not marks:
-        raise TwoscaleError(f"no line starting {VERDICTS_MARK!r} to put the table of verdicts after")
+        raise TwoscaleError(f"no line starting {VERDICTS_MARK + source!r} to put the table of verdicts after")
     end = start = marks[0] + 1
     while end < len(lines) and lines[end].startswith("|"):
         end += 1

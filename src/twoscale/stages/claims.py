@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from twoscale.claims.by_recipe import summarise, to_json, to_markdown
-from twoscale.claims.table import claims_table, computations, surrogate_claims
+from twoscale.claims.table import claim, claims_table, computations, surrogate_claims
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
@@ -88,16 +88,35 @@ def read_run_tables(directory: Path, runs: list[tuple[str, int]], name: str, sta
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+RUNS_SCHEMA = {"recipe": pl.String, "seed": pl.Int64, "teacher": pl.Boolean, "explained": pl.Boolean,
+               "warmup_steps": pl.Int64, "most_trained_loops": pl.Int64}
+
+# the tables that the explaining stages write for the seeds of runtime.explain_seeds alone, in words
+EXPLAINING_TABLES = {"beyond": "the geometry looped past the trained range",
+                     "spectrum": "the loop map's spectrum"}
+
+
 def runs_table(params: Params) -> pl.DataFrame:
-    """The runs in report order, looped then teachers, with the schedule the claims read of each looped run: C2
-    compares checkpoints after the warm-up, S reads loops beyond the most training drew."""
-    looped = [{"recipe": recipe, "seed": seed, "teacher": False, "warmup_steps": train.warmup_steps,
-               "most_trained_loops": train.loops.max}
+    """The runs in report order, looped then teachers, with the schedule the claims read of each looped run (C2
+    compares checkpoints after the warm-up, S reads loops beyond the most training drew) and whether its seed gets
+    the explaining stages (runtime.explain_seeds)."""
+    looped = [{"recipe": recipe, "seed": seed, "teacher": False, "explained": params.explains(seed),
+               "warmup_steps": train.warmup_steps, "most_trained_loops": train.loops.max}
               for recipe, seed in params.runs() for train in [params.run(recipe, seed).train]]
-    teachers = [{"recipe": teacher, "seed": seed, "teacher": True, "warmup_steps": None, "most_trained_loops": None}
-                for teacher, seed in params.teacher_runs()]
-    return pl.DataFrame([*looped, *teachers], schema={"recipe": pl.String, "seed": pl.Int64, "teacher": pl.Boolean,
-                                                      "warmup_steps": pl.Int64, "most_trained_loops": pl.Int64})
+    teachers = [{"recipe": teacher, "seed": seed, "teacher": True, "explained": params.explains(seed),
+                 "warmup_steps": None, "most_trained_loops": None} for teacher, seed in params.teacher_runs()]
+    return pl.DataFrame([*looped, *teachers], schema=RUNS_SCHEMA)
+
+
+def explained_elsewhere(row: dict[str, Any], explained_seeds: list[int]) -> dict[str, Any]:
+    """A claim row of a seed outside runtime.explain_seeds, with a sentence naming what it reads of the explaining
+    stages and the seeds those ran on (the row as given where the claim reads none of them)."""
+    missing = [words for name, words in EXPLAINING_TABLES.items() if name in claim(row["claim"]).reads]
+    if not missing:
+        return row
+    seeds = ("seed " if len(explained_seeds) == 1 else "seeds ") + ", ".join(map(str, explained_seeds))
+    return {**row, "measured": f"{row['measured']} Not measured on this seed: {' and '.join(missing)} (run on "
+            f"{seeds} alone, runtime.explain_seeds)."}
 
 
 def gather(args: argparse.Namespace, params: Params) -> dict[str, pl.DataFrame]:
@@ -121,14 +140,19 @@ def gather(args: argparse.Namespace, params: Params) -> dict[str, pl.DataFrame]:
 
 
 def read_bundle(directory: Path) -> dict[str, pl.DataFrame]:
-    """The tables of BUNDLE as the stage wrote them to `directory`."""
-    return {name: read_parquet(directory / f"{name}.parquet", "the claims stage") for name in BUNDLE}
+    """The tables of BUNDLE as the stage wrote them to `directory` (a bundle written before runtime.explain_seeds
+    existed ran every stage on every seed: its runs are all explained)."""
+    tables = {name: read_parquet(directory / f"{name}.parquet", "the claims stage") for name in BUNDLE}
+    if "explained" not in tables["runs"].columns:
+        tables["runs"] = tables["runs"].with_columns(explained=pl.lit(True)).select(list(RUNS_SCHEMA))
+    return tables
 
 
 def claims_of(tables: Mapping[str, pl.DataFrame]) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """Every run's claim rows, in the order of the "runs" table, from the tables of BUNDLE (empty ones: not
     measured)."""
     given = {name: frame for name, frame in tables.items() if frame.height and name not in ("runs", "recovery")}
+    explained = tables["runs"].filter(pl.col("explained") & ~pl.col("teacher"))
     out = {}
     for run in tables["runs"].iter_rows(named=True):
         recipe, seed = run["recipe"], run["seed"]
@@ -139,8 +163,12 @@ def claims_of(tables: Mapping[str, pl.DataFrame]) -> dict[tuple[str, int], list[
         else:
             schedule = pl.DataFrame({"warmup_steps": [run["warmup_steps"]],
                                      "most_trained_loops": [run["most_trained_loops"]]})
-            out[(recipe, seed)] = claims_table({**{name: of_run(frame, recipe, seed) for name, frame in given.items()},
-                                                "schedule": schedule})
+            rows = claims_table({**{name: of_run(frame, recipe, seed) for name, frame in given.items()},
+                                 "schedule": schedule})
+            if not run["explained"]:
+                seeds = explained.filter(pl.col("recipe") == recipe)["seed"].to_list()
+                rows = [explained_elsewhere(row, seeds) for row in rows]
+            out[(recipe, seed)] = rows
     return out
 
 
