@@ -84,10 +84,12 @@ report: setup
 
 # the UI opens in its GenAI view unless asked for the model-training one: print the address of the runs table
 MLFLOW_PORT ?= 5000
+MLFLOW_WORKERS ?= 2  # MLflow's own default is 4 server processes, each loading MLflow: too many for a laptop
 mlflow-ui: setup
 	@$(RUN) python -c "import mlflow; e = mlflow.MlflowClient('sqlite:///mlflow.db').get_experiment_by_name('twoscale'); \
 	  print('runs table: http://127.0.0.1:$(MLFLOW_PORT)/#/experiments/' + (e.experiment_id if e else '0') + '?workflowType=machine_learning')"
-	$(RUN) mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlartifacts --port $(MLFLOW_PORT)
+	$(RUN) mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlartifacts --port $(MLFLOW_PORT) \
+	  --workers $(MLFLOW_WORKERS)
 
 schema: setup
 	$(RUN) python -m twoscale schema
