@@ -16,7 +16,7 @@ import yaml
 from workspace import BIN, ROOT, attempt, copy_repository, environment
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.orchestrators import params_snapshot, written_by
+from twoscale.pipeline.orchestrators import override_command, params_snapshot, written_by
 
 HOLD_REPO_LOCK = """
 import sys, time
@@ -164,3 +164,29 @@ def test_a_local_run_s_scheduler_is_woken_by_its_jobs_only(tmp_path):
     assert by_jobs <= 5  # as the run starts and as each job ends
     # the premise: Snakemake's own limit wakes it every second while jobs wait, once more for every job that ended
     assert with_timers >= by_jobs + 4, (with_timers, by_jobs)
+
+
+def test_config_key_value_is_refused_with_the_command_that_runs_the_same_set(repo):
+    """Snakemake's --config would not reach the jobs (they read the parameter file): the refusal is one line whose
+    command writes the settings as an overlay of the parameter file and runs it, and that overlay resolves to the
+    parameter file with the settings over it (typed as YAML, as Snakemake users type them)."""
+    result = attempt(["snakemake", "-n", "--config", "data={max_chars: 300000}", "runtime={seeds: [1337, 7]}"], repo)
+    assert result.returncode != 0
+    line = (result.stdout + result.stderr).strip().splitlines()[-1]
+    assert line == ("error: parameters come from a file, not --config KEY=VALUE; the same run, in a folder of its "
+                    "own: printf '%s\\n' 'base: ../params.yaml' 'data: {max_chars: 300000}' 'runtime: {seeds: [1337, 7]}' > "
+                    "configs/override.yaml && snakemake --cores all --configfile configs/override.yaml")
+    command = line.split("in a folder of its own: ", 1)[1]
+    write, run_it = command.split(" && ")
+    subprocess.run(["bash", "-c", write], cwd=repo, check=True)
+    resolved = yaml.safe_load(params_snapshot(repo / "configs/override.yaml", repo / "snapshots").read_text())
+    expected = yaml.safe_load((repo / "params.yaml").read_text())
+    expected["data"]["max_chars"], expected["runtime"]["seeds"] = 300000, [1337, 7]
+    assert resolved == expected
+    assert attempt([*run_it.split()[:1], "-n", *run_it.split()[1:]], repo).returncode == 0
+
+
+def test_override_commands_nest_and_quote_what_they_are_given():
+    command = override_command("configs/smoke.yaml", {"data": {"source": "it's"}, "runtime": {"seeds": "[3]"}})
+    assert command == ("printf '%s\\n' 'base: smoke.yaml' 'data: {source: it'\\''s}' 'runtime: {seeds: [3]}' > "
+                       "configs/smoke-override.yaml && snakemake --cores all --configfile configs/smoke-override.yaml")

@@ -39,8 +39,9 @@ try:
     RESULTS_ROOT = results_root(PARAMS_FILE)
 except ParamsError as exc:
     sys.exit(f"error: {exc}")
-if workflow.config_settings.config:
-    sys.exit("error: parameters come from a file: use --configfile FILE, not --config KEY=VALUE")
+if workflow.config_settings.config:  # the values would not reach the jobs, which read the parameter file
+    sys.exit("error: parameters come from a file, not --config KEY=VALUE; the same run, in a folder of its own: "
+             + orchestrators.override_command(PARAMS_FILE, workflow.config_settings.config))
 config.clear()  # the set the file resolves to, not Snakemake's own deep merge of it into params.yaml (which keeps
 # the entries an overlay drops)
 config.update(read_raw(SNAPSHOT))
