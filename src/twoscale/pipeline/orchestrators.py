@@ -96,7 +96,6 @@ def scheduler_woken_by_jobs(scheduler) -> None:
     scheduler.job_rate_limiter = None
 
 
-
 def as_typed(value):
     """Snakemake's --config values with the strings it leaves inside a nested value ("train={steps: 100}" gives
     {"steps": "100"}) read as the YAML they were typed as (100, [1, 2], true; other text stays text)."""
@@ -112,20 +111,13 @@ def as_typed(value):
 
 def override_command(params_file: str | Path, settings: dict) -> str:
     """The shell command that runs Snakemake's `--config KEY=VALUE` settings the project's way: an overlay of
-    `params_file` holding them (dotted keys nested: train.steps=100 is train: {steps: 100}) written to
+    `params_file` holding them (Snakemake takes only top-level keys, `train={steps: 100}`), written to
     configs/override.yaml (configs/<name>-override.yaml over another set than params.yaml), run with --configfile, so
     that its results go to a folder of their own (runs/override/) and the parameter file's stay as they are."""
-    nested: dict = {}
-    for key, value in as_typed(settings).items():
-        *parents, leaf = str(key).split(".")
-        node = nested
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
     stem = Path(params_file).stem
     overlay = Path("configs") / ("override.yaml" if stem == "params" else f"{stem}-override.yaml")
     lines = [f"base: {Path(os.path.relpath(params_file, overlay.parent)).as_posix()}"]
     lines += [yaml.safe_dump({key: value}, default_flow_style=True, width=10**6).strip()[1:-1]
-              for key, value in nested.items()]
+              for key, value in as_typed(settings).items()]
     quoted = " ".join("'" + line.replace("'", "'\\''") + "'" for line in lines)
     return f"printf '%s\\n' {quoted} > {overlay} && snakemake --cores all --configfile {overlay}"
