@@ -33,10 +33,13 @@ onerror:
     pipeline_finished("FAILED")
 
 
-# Everything: the claims table and every figure (the jobs they read from make every other output).
+# Everything: the claims table, every figure, and every output of every job (a file removed beside what was built
+# from it is built again).
 rule all:
     default_target: True
     input:
+        EVERY_OUTPUT,
+        stale_rebuilt,
         rules.claims.output,
         rules.geometry_figures.output,
         rules.precision_figures.output,

@@ -136,9 +136,52 @@ def test_a_checkpoint_copied_over_another_is_refused_by_the_stage_run_by_hand(fi
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"twoscale sweep: error: {checkpoints}/step_40.pt: not the file its build record describes (changed, or "
-        f"restored without its record): rebuild it, or delete {checkpoints}/.built/step_40.pt.json to read it "
+        f"restored without its record): put the recorded file back, rebuild it (snakemake --cores all; with DVC: rm "
+        f"{checkpoints}/step_40.pt && dvc repro), or delete {checkpoints}/.built/step_40.pt.json to read it "
         "unchecked"]
     assert list(tmp_path.iterdir()) == []
+
+
+@contextlib.contextmanager
+def swapped(path: Path, by: Path) -> Iterator[None]:
+    """`path` replaced by a copy of `by`, modification time and all (cp -p), for the block; then the file itself
+    put back."""
+    kept = path.with_name(path.name + ".kept")
+    os.replace(path, kept)
+    shutil.copy2(by, path)
+    try:
+        yield
+    finally:
+        os.replace(kept, path)
+
+
+def test_a_checkpoint_copied_over_another_is_trained_again_with_all_built_from_it_and_once_back_is_current(
+        first_run):
+    """Its time kept, Snakemake alone would call the swapped checkpoint current (and every job reading it would
+    refuse it): the workflow checks what the build records say before it plans, and plans its training again."""
+    checkpoints = first_run / "results/train/paper/seed_1337/checkpoints"
+    with swapped(checkpoints / "step_40.pt", by=checkpoints / "step_10.pt"):
+        result = attempt(["snakemake", "--dry-run", "--quiet", "rules", "--cores", "1"], first_run)
+        plan = planned_jobs(first_run)
+    assert "output(s) are not what their build records and params.yaml say, so they are built again: " \
+           "results/train/paper/seed_1337/checkpoints/step_40.pt" in result.stderr
+    assert plan["train"] == 1 and plan["sweep"] == len(yaml.safe_load((first_run / "params.yaml").read_text())[
+        "sweep"]["strategies"])  # the paper run's; the huginn run's training is its own
+    assert planned_jobs(first_run) == {}
+
+
+def test_an_output_removed_beside_what_was_built_from_it_is_built_again(first_run):
+    """Snakemake builds a missing file only where a job it must run reads it: the default target asks for every
+    output, so one removed (by a failed job, or by hand) is planned although what was built from it is there."""
+    strategy = first_run / "results/sweep/strategies/paper/seed_1337/fixed.parquet"
+    kept = first_run / "fixed.parquet.kept"
+    os.replace(strategy, kept)
+    try:
+        plan = planned_jobs(first_run)
+    finally:
+        os.replace(kept, strategy)
+    assert plan["sweep"] == 1
+    assert planned_jobs(first_run) == {}
 
 
 def test_sweep_covers_every_strategy_and_setting_from_exit_at_once_to_full_depth(first_run):
@@ -720,3 +763,20 @@ def test_a_failed_corpus_job_fails_again_when_run_again(first_run, after_recipe_
             assert not any((first_run / "data/raw" / name).exists() for name in ("corpus.txt", "manifest.json"))
     assert planned_jobs(first_run).get("corpus") == 1
     assert "corpus" in dvc_changed_stages(first_run)
+
+
+def test_a_training_dvc_runs_that_refuses_its_inputs_leaves_the_files_git_keeps(first_run):
+    """DVC removes a stage's outputs before it runs, except those that persist: a training refusing a token array
+    that is not the one its record describes leaves its history and metrics (kept in git) as they were, says how to
+    rebuild the array, and is planned again. (Last: the checkpoints, in DVC's cache, are gone.)"""
+    kept_in_git = [first_run / "results/train/paper/seed_1337" / name for name in ("metrics.json", "history.csv")]
+    before = {path: path.read_bytes() for path in kept_in_git}
+    prepared = first_run / "data/prepared"
+    with swapped(prepared / "train.npy", by=prepared / "val.npy"):
+        result = attempt(["dvc", "repro", "--single-item", "train@paper-1337"], first_run)
+    assert result.returncode != 0
+    assert ("data/prepared/train.npy: not the file its build record describes (changed, or restored without its "
+            "record): put the recorded file back, rebuild it (snakemake --cores all; with DVC: rm "
+            "data/prepared/train.npy && dvc repro)") in result.stdout + result.stderr
+    assert {path: path.read_bytes() for path in kept_in_git} == before
+    assert "train@paper-1337" in dvc_changed_stages(first_run)

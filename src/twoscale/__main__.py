@@ -16,7 +16,7 @@ from pathlib import Path
 
 from twoscale.pipeline import dependencies, provenance
 from twoscale.pipeline.errors import Stopped, TwoscaleError
-from twoscale.pipeline.io import outputs_land_together
+from twoscale.pipeline.io import outputs_land_together, recover
 from twoscale.pipeline.params import ParamsError, changed_keys, parse_params, read_raw, shown_keys
 
 STAGE_DIR = Path(__file__).with_name("stages")
@@ -97,14 +97,16 @@ def check_unchanged(path: Path, before: object) -> None:
 
 
 def recording(args: argparse.Namespace, params_file: Path | None, config: object):
-    """For a pipeline stage: check the inputs it is given against their build records (one line, before anything
-    runs, if one was built from other parameters), and return what writes its outputs' own records."""
+    """For a pipeline stage: roll back a landing of its outputs that a kill interrupted, check the inputs it is given
+    against their build records (one line, before anything runs, if one was built from other parameters), and
+    return what writes its outputs' own records."""
     if params_file is None or args.stage not in dependencies.STAGES:  # benchmark, cost: no pipeline job
         return None
     parse_params(config, str(params_file))  # a bad file: its one-line refusal, before anything reads its keys
     job = provenance.job_of(args.stage, args, config)
     if job is None:
         return None
+    recover(provenance.files_written(job, args, config))  # what a kill of its last run left: never a mixed set
     inputs = provenance.check_inputs(job, args, config, params_file)
     return lambda outputs: provenance.write_records(outputs, job, config, inputs)
 

@@ -8,6 +8,9 @@ import io
 import json
 import math
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from twoscale.pipeline.io import (
     once_landed,
     outputs_land_together,
     read_token_blocks,
+    recover,
     waiting_file,
     write_json,
     write_text,
@@ -161,3 +165,97 @@ def test_a_full_disk_is_named_by_the_output_it_was_writing(tmp_path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # what a write to a full disk raises
     assert str(info.value) == f"cannot write {tmp_path / 'out/metrics.json'}: No space left on device"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_permission_error_on_the_temporary_file_is_named_by_the_output(tmp_path):
+    with pytest.raises(TwoscaleError) as info, atomic_path(tmp_path / "metrics.json") as tmp:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp))
+    assert str(info.value) == f"cannot write {tmp_path / 'metrics.json'}: Permission denied"
+
+
+# --- outputs land as one set: on a failure while they are moved into place, and after a kill at any point ---------
+
+OLD = {"a.parquet": "old a", "b/c.json": "old c", ".built/a.parquet.json": "old record"}  # d.txt: new
+NEW = {"a.parquet": "new a", "b/c.json": "new c", ".built/a.parquet.json": "new record", "d.txt": "new d"}
+
+
+def outputs_now(folder) -> dict[str, str]:
+    """Every file under the folder (leftovers included), by path relative to it."""
+    return {path.relative_to(folder).as_posix(): path.read_text() for path in folder.rglob("*") if path.is_file()}
+
+
+def write_old_set(folder) -> None:
+    for name, text in OLD.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
+def test_a_move_that_fails_half_way_puts_the_old_set_back_and_names_the_output(tmp_path, monkeypatch):
+    write_old_set(tmp_path)
+    real_replace, moved = os.replace, []
+
+    def replace(src, dst):
+        if str(dst).endswith("c.json"):  # the second output: as an immutable file refuses it
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(src), str(dst))
+        moved.append(dst)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(TwoscaleError) as info, outputs_land_together():
+        for name, text in NEW.items():
+            write_text(tmp_path / name, text)
+    assert str(info.value) == f"cannot write {tmp_path / 'b/c.json'}: Operation not permitted"
+    assert any(str(dst).endswith("a.parquet") for dst in moved)  # one output had been moved before the failure
+    assert outputs_now(tmp_path) == OLD  # all old again, nothing left beside them
+
+
+LANDING_SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+from twoscale.pipeline.io import outputs_land_together, write_text
+
+folder, kill_at = Path(sys.argv[1]), int(sys.argv[2])
+new = {new!r}
+calls = 0
+
+def killing(real):
+    def call(*args, **kwargs):
+        global calls
+        calls += 1
+        if calls == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return call
+
+with outputs_land_together():
+    for name, text in new.items():
+        write_text(folder / name, text)
+    # from here on, every change to the file system the landing makes is a point to be killed at
+    for name in ("replace", "link", "unlink", "rename"):
+        setattr(os, name, killing(getattr(os, name)))
+print(calls)
+"""
+
+
+def test_a_kill_at_any_point_of_the_landing_leaves_the_old_set_or_the_new_one_after_recovery(tmp_path):
+    script = LANDING_SCRIPT.format(new=NEW)
+    outputs = [tmp_path / "run" / name for name in NEW]
+    seen = set()
+    kill_at = 1
+    while True:
+        folder = tmp_path / "run"
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir()
+        write_old_set(folder)
+        done = subprocess.run([sys.executable, "-c", script, str(folder), str(kill_at)], capture_output=True,
+                              text=True, check=False)
+        recover(outputs)
+        found = outputs_now(folder)
+        assert found in (OLD, NEW), (kill_at, found)
+        seen.add("old" if found == OLD else "new")
+        if done.returncode == 0:  # no longer killed: every point was tried
+            break
+        assert done.returncode == -9, done.stderr
+        kill_at += 1
+    assert kill_at > len(NEW) * 2 and seen == {"old", "new"}  # killed before the journal went, and after

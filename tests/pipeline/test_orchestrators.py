@@ -109,6 +109,13 @@ def test_a_claim_left_by_a_dead_process_is_no_obstacle(repo):
     assert json.loads((repo / ".dvc/tmp/rwlock").read_text()).get("write", {}) == {}
 
 
+def test_a_second_snakemake_run_is_told_snakemake_holds_the_checkout(repo):
+    in_the_way = rf"^Snakemake is running in this checkout \(pid {os.getpid()}: snakemake --cores all\): wait for it"
+    with (written_by(repo, "snakemake --cores all"), pytest.raises(TwoscaleError, match=in_the_way),
+          written_by(repo, "snakemake --cores 1")):
+        pass
+
+
 def test_outside_a_dvc_repository_there_is_nothing_to_claim(tmp_path):
     with written_by(tmp_path, "snakemake"):
         assert not (tmp_path / ".dvc").exists()

@@ -203,11 +203,14 @@ HOSTILE_STRATEGY = "x$(touch PWNED)"
 def test_snakemake_refuses_bad_params_before_any_job(tmp_path, change, expected):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(with_change(*change)))
+    snapshots = ROOT / ".snakemake/twoscale/params"
+    before = set(snapshots.glob("*.yaml"))
     result = subprocess.run(
         [str(Path(sys.executable).with_name("snakemake")), "--dry-run", "--cores", "1", "--configfile", str(bad)],
         cwd=ROOT, capture_output=True, text=True,
     )
     assert result.returncode != 0
+    assert set(snapshots.glob("*.yaml")) == before  # the refused set left no snapshot behind
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
     assert errors[0].startswith("error: ") and expected in errors[0]  # the key, on the error's first line
     assert "Traceback" not in result.stderr and "WorkflowError" not in result.stderr

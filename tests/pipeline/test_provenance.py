@@ -119,8 +119,9 @@ def test_an_input_built_from_other_parameters_is_refused_naming_the_keys(tmp_pat
     with pytest.raises(TwoscaleError) as refused:
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
     assert str(refused.value) == (f"{tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet: built from other "
-                                  "parameters than p.yaml holds (measure.max_loops): rebuild it (snakemake, or dvc "
-                                  "repro)")
+                                  "parameters than p.yaml holds (measure.max_loops): rebuild it (snakemake --cores "
+                                  f"all; with DVC: rm {tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet && "
+                                  "dvc repro)")
 
 
 def test_an_infinite_setting_is_compared_as_written(tmp_path, config):
@@ -141,7 +142,9 @@ def test_an_input_replaced_since_it_was_built_is_refused(tmp_path, config):
     output = measured(tmp_path, config)
     output.write_text("ROWS\n")  # same size, other content
     with pytest.raises(TwoscaleError, match=r"geometry.parquet: not the file its build record describes \(changed, "
-                                            r"or restored without its record\): rebuild it, or delete .*/\.built/"
+                                            r"or restored without its record\): put the recorded file back, rebuild it "
+                                            r"\(snakemake --cores all; with DVC: rm .*geometry.parquet && dvc repro\), "
+                                            r"or delete .*/\.built/"
                                             r"geometry\.parquet\.json to read it unchecked"):
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
 
@@ -198,7 +201,8 @@ def test_a_file_named_that_a_job_of_other_parameters_built_is_refused(tmp_path, 
     args = SimpleNamespace(checkpoint=checkpoint, train_metrics=None, data_dir=None)
     config["runtime"]["seeds"] = config["runtime"]["explain_seeds"] = [7]
     with pytest.raises(TwoscaleError, match=r"step_40.pt: built by a train job \({'recipe': 'paper', 'seed': 1337}\) "
-                                            "that p.yaml does not have: rebuild it"):
+                                            "that p.yaml does not have: give a file of this parameter set's run, or "
+                                            r"delete .*step_40.pt.json to read it unchecked"):
         check_inputs(Job("measure", {"recipe": "paper", "seed": 7}), args, config, Path("p.yaml"))
 
 
@@ -224,7 +228,8 @@ def test_what_an_input_was_built_from_is_checked_too(tmp_path, config):
     with pytest.raises(TwoscaleError) as refused:
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
     assert str(refused.value) == (f"{checkpoint}: built from other parameters than p.yaml holds (model.dropout) "
-                                  f"({output} was built from it): rebuild it (snakemake, or dvc repro)")
+                                  f"({output} was built from it): rebuild it (snakemake --cores all; with DVC: "
+                                  f"rm {checkpoint} && dvc repro)")
 
 
 def test_an_input_built_from_a_file_since_rebuilt_is_refused(tmp_path, config):
@@ -308,5 +313,6 @@ def test_a_stage_run_by_hand_refuses_an_input_of_other_parameters_and_writes_not
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"twoscale geometry: error: {tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet: built from other "
-        f"parameters than {params} holds (measure.max_loops): rebuild it (snakemake, or dvc repro)"]
+        f"parameters than {params} holds (measure.max_loops): rebuild it (snakemake --cores all; with DVC: rm "
+        f"{tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet && dvc repro)"]
     assert not (tmp_path / "out").exists()

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 
 import mlflow
 import mlflow.pytorch
@@ -133,6 +134,7 @@ def test_a_training_run_records_its_machine_use_its_corpus_as_a_dataset_and_its_
     monkeypatch.chdir(store)
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.05")  # samples within a short run too
+    monkeypatch.setenv(tracking.ORCHESTRATOR_ENV, "snakemake")  # the workflow's training: the recipe's model
     for argv in (["corpus", "--out-dir", "raw"], ["tokenize", "--corpus-dir", "raw", "--out-dir", "prepared"],
                  ["train", "--recipe", "paper", "--seed", "1337", "--data-dir", "prepared", "--out-dir", "out"]):
         assert main([argv[0], "--params", str(params), *argv[1:]]) == 0
@@ -320,3 +322,45 @@ def test_ctrl_c_while_interrupts_are_held_is_raised_once_the_block_is_done():
             done.append("the block ran to its end")
     assert done == ["the block ran to its end"]
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_training_run_by_hand_registers_its_model_apart_from_the_workflows():
+    from twoscale.stages.train import registered_name
+
+    assert registered_name("paper", "snakemake") == registered_name("paper", "dvc") == "twoscale-paper"
+    assert registered_name("paper", "cli") == "twoscale-paper-by-hand"
+
+
+def test_a_server_whose_health_page_answers_while_its_api_stalls_is_given_up_after_the_timeout():
+    class HealthyButStalled(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # the name http.server calls
+            if self.path == "/health":
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"OK")
+            else:  # the store behind it hangs: no answer before the client gives up
+                time.sleep(3)
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), HealthyButStalled) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        uri = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(TwoscaleError) as info:
+            mlflow_store.check_server_answers(uri, timeout=0.5)
+        server.shutdown()
+    assert str(info.value) == (f"MLflow tracking server {uri} did not answer within 0.5 s (timed out): start it, or "
+                               "unset MLFLOW_TRACKING_URI to log to mlflow.db")
+
+
+def test_a_long_error_is_cut_at_a_word_and_says_so():
+    from twoscale.pipeline.errors import first_line
+
+    text = "API request to endpoint /api/2.0/mlflow/runs/create failed with exception " * 8
+    line = first_line(RuntimeError(text + "\nmore"), limit=100)
+    kept = line.removesuffix(" …")
+    assert len(line) <= 100 and kept != line
+    assert text.startswith(kept) and text[len(kept)] == " "  # whole words only
+    assert len(kept) > 80  # as many as fit
+    assert first_line(RuntimeError()) == "RuntimeError"

@@ -22,6 +22,7 @@ from twoscale.__main__ import main
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import sha256_file
 from twoscale.pipeline.params import LoopSchedule, TrainParams, params_hash, read_raw
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows
 from twoscale.training.device import training_dtype
@@ -411,6 +412,9 @@ def test_restored_state_continues_exactly_like_an_uninterrupted_run(tmp_path):
     assert read_checkpoint(tmp_path / "b" / "step_8.pt")["step"] == 8
     resumed = run("b")
     assert differing_tensors(resumed.model.state_dict(), reference.model.state_dict()) == []
+    # the checkpoint written after the resume has the uninterrupted run's bytes (its optimizer state was read back
+    # from a file, with keys of its own: written canonically, they pickle alike)
+    assert sha256_file(tmp_path / "b" / "step_12.pt") == sha256_file(tmp_path / "a" / "step_12.pt")
     assert [r["train_loss"] for r in resumed.history] == [r["train_loss"] for r in reference.history]
     assert [r["mean_loops"] for r in resumed.history] == [r["mean_loops"] for r in reference.history]
 
@@ -499,7 +503,14 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     assert "resuming" not in other_log
     assert f"kept: {interrupted.relative_to(tmp_path)}, an interrupted run of other parameters" in other_log
 
+    # what a kill during a write leaves (a checkpoint half-written into the resume state, an output not yet moved
+    # into place): the next run removes it, and DVC never sees it (.dvcignore)
+    leftovers = [interrupted / ".step_50.pt.k1ll3d_x.tmp", checkpoints / ".step_100.pt.k1ll3d_x.tmp",
+                 checkpoints / ".built/.step_100.pt.json.k1ll3d_x.tmp"]
+    for leftover in leftovers:
+        leftover.write_bytes(b"half")
     complete("b")
+    assert not any(leftover.exists() for leftover in leftovers)
     assert f"resuming from step {left[-1]} of an interrupted run" in (tmp_path / "b.log").read_text()
     assert not resume_b.exists() and not (tmp_path / "resume-a").exists()
     steps = ["step_10.pt", "step_100.pt", "step_20.pt", "step_50.pt"]  # the other run's and their records gone
@@ -509,6 +520,9 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
     final_a = read_checkpoint(tmp_path / "out-a/checkpoints/step_100.pt")
     final_b = read_checkpoint(tmp_path / "out-b/checkpoints/step_100.pt")
     assert differing_tensors(final_b["model"], final_a["model"]) == []
+    # equal in bytes too, the checkpoints written after the resume included: DVC sees the same files
+    for step in steps:
+        assert sha256_file(checkpoints / step) == sha256_file(tmp_path / "out-a/checkpoints" / step), step
     history_a, history_b = (pl.read_parquet(tmp_path / f"out-{r}/history.parquet") for r in "ab")
     assert history_b["step"].to_list() == list(range(1, 101))
     for column in ("train_loss", "val_loss", "lr", "mean_loops"):

@@ -38,6 +38,8 @@ try:
     # where it writes: the checkout's data/, results/ and logs/ for params.yaml, runs/<name>/ for another file
     RESULTS_ROOT = results_root(PARAMS_FILE)
 except ParamsError as exc:
+    if workflow.is_main_process and orchestrators.SNAPSHOT_ENV in os.environ:  # a refused set's snapshot serves no run
+        Path(os.environ[orchestrators.SNAPSHOT_ENV]).unlink(missing_ok=True)
     sys.exit(f"error: {exc}")
 if workflow.config_settings.config:  # the values would not reach the jobs, which read the parameter file
     sys.exit("error: parameters come from a file, not --config KEY=VALUE; the same run, in a folder of its own: "
@@ -52,6 +54,30 @@ validate(config, "../schemas/params.schema.json")
 PARAMS_PATH = Path(SNAPSHOT)
 
 os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
+
+# Every output of every job of the set. The default target asks for each: Snakemake builds a missing file only
+# where something it must build reads it, so one removed (by a failed job, or by hand) beside the outputs built
+# from it would otherwise stay missing.
+EVERY_OUTPUT = [path for stage in jobs.stages(config, RESULTS_ROOT) for path in stage.job_outputs()]
+
+# An output that is there but is not the file its build record describes (replaced by hand, its modification time
+# kept or not; restored by `dvc checkout` without its record), or was built from other values or inputs than the
+# set's, is rebuilt with everything built from it: Snakemake looks at times and at its own records only, and would
+# call it current while the jobs reading it refuse it.
+# (Checked against the set as its jobs read it: `validate` above fills in the schema's defaults, which a job's
+# records do not hold.)
+STALE = orchestrators.stale_outputs(read_raw(SNAPSHOT), RESULTS_ROOT, PARAMS_FILE) if workflow.is_main_process else []
+if STALE:
+    print(f"note: {len(STALE)} output(s) are not what their build records and {PARAMS_FILE} say, so they are built "
+          f"again: {', '.join(STALE[:3])}{' ...' if len(STALE) > 3 else ''}", file=sys.stderr)
+
+
+def stale_rebuilt(wildcards):
+    """The default target's way to rebuild the stale outputs: Snakemake's own --forcerun for them. (The Snakefile is
+    read before the run's settings exist; the DAG, built after, asks for this while it resolves the target, and
+    decides what to run only then.) Nothing to read."""
+    workflow.dag.forcefiles.update(STALE)
+    return []
 
 
 # where the run writes: the checkout's data/, results/ and logs/ for params.yaml, under runs/<name>/ for another

@@ -109,6 +109,17 @@ def _tracked(out: str | dict[str, Any]) -> str | dict[str, Any]:
     return out
 
 
+def _persisting(out: str | dict[str, Any]) -> str | dict[str, Any]:
+    """A declared output that git keeps (`cache: false`), left in place by DVC while its stage runs (persist): a
+    stage replaces its outputs itself, all at once when it succeeds (twoscale.pipeline.io), so one that fails or
+    refuses its inputs leaves it as it was, where DVC would have deleted it first. Not the outputs in DVC's cache,
+    which DVC would copy out of it before every run (a checkpoint can be gigabytes) and restores from it."""
+    if isinstance(out, str) or next(iter(out.values())).get("cache") is not False:
+        return out
+    path, options = next(iter(out.items()))
+    return {path: {**options, "persist": True}}
+
+
 def dvc_yaml() -> str:
     """dvc.yaml: the declared stages, each depending on its source files and then its declared inputs."""
     stages = {}
@@ -116,6 +127,9 @@ def dvc_yaml() -> str:
         fields = {key: value for key, value in stage.items() if key not in ("inputs", *SNAKEMAKE_ONLY)}
         if "outs" in fields:  # a figure stage has plots only
             fields["outs"] = [_tracked(out) for out in fields["outs"]]
+        for kind in ("outs", "metrics", "plots"):
+            if kind in fields:
+                fields[kind] = [_persisting(out) for out in fields[kind]]
         deps = sources(name) + stage["inputs"]
         stages[name] = {**{k: fields.pop(k) for k in ("matrix", "cmd") if k in fields}, "deps": deps, **fields}
     body = yaml.safe_dump({"stages": stages}, sort_keys=False, width=1000, default_flow_style=False)
@@ -144,15 +158,25 @@ def input_options(stage: str) -> dict[str, str]:
     """The options of a stage's command that name what it reads, with their declared values: a declared input,
     or a folder that holds inputs and no outputs ({'--data-dir': 'data/prepared', ...})."""
     declared = declaration()[stage]
-    outputs = output_paths(declared)
+    return {option: value for option, value in _options(declared).items()
+            if _holds(declared["inputs"], value) and not _holds(output_paths(declared), value)}
 
-    def holds(paths: list[str], value: str) -> bool:
-        return any(path == value or inside(path, value) for path in paths)
 
+def output_options(stage: str) -> dict[str, str]:
+    """The options of a stage's command that name what it writes, with their declared values: a declared output,
+    or a folder that holds outputs ({'--out-dir': 'results/train/${item.recipe}/seed_${item.seed}', ...})."""
+    declared = declaration()[stage]
+    return {option: value for option, value in _options(declared).items() if _holds(output_paths(declared), value)}
+
+
+def _options(declared: dict[str, Any]) -> dict[str, str]:
     words = declared["cmd"].split()
-    return {option: value for option, value in zip(words, words[1:]) if option.startswith("--")
-            and option not in ("--params", "--log") and holds(declared["inputs"], value)
-            and not holds(outputs, value)}
+    return {option: value for option, value in zip(words, words[1:])
+            if option.startswith("--") and option not in ("--params", "--log")}
+
+
+def _holds(paths: list[str], value: str) -> bool:
+    return any(path == value or inside(path, value) for path in paths)
 
 
 def lookup(config: dict[str, Any], key: str) -> Any:

@@ -8,3 +8,12 @@ class TwoscaleError(Exception):
 class Stopped(BaseException):
     """The process was asked to stop (SIGTERM, as orchestrators and schedulers send): unwinds like Ctrl-C, so
     that runs and files are closed as stopped rather than left open."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's first line, for a one-line message: cut at a word within `limit` characters (marked with
+    an ellipsis), its type's name when it has no text."""
+    import textwrap
+
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return textwrap.shorten(line, limit, placeholder=" …")

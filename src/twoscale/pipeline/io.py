@@ -1,5 +1,11 @@
 """File helpers shared by the stages: atomic writes, so a failed stage leaves no half-written output, and outputs
-that land together, so a failed stage leaves no new output beside an old one."""
+that land together, so a failed or killed stage leaves no new output beside an old one.
+
+Landing a stage's outputs: each waits in a temporary file beside its path (`.<name>.<8 random>.tmp`); an output
+already there is kept aside as a hard link (`.<name>.<same 8>.old`); a journal of the moves (`.<name>.landing.json`,
+beside the first output) is written; the temporary files are moved onto their paths; the journal is removed (from
+then on the new set is final), then what was kept aside. A failure rolls the moves made back, and so does the next
+run of the stage after a kill (`recover`): the outputs are the old set, or the new set, never a mix."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -47,8 +54,7 @@ def outputs_land_together(before_landing: Callable[[dict[Path, Path]], None] | N
         yield
         if before_landing is not None:
             before_landing(dict(landing.waiting))
-        for path, tmp in landing.waiting.items():
-            os.replace(tmp, path)
+        _land(landing.waiting)
         landing.waiting.clear()
         landing.made.clear()
         for action in landing.then:
@@ -58,6 +64,94 @@ def outputs_land_together(before_landing: Callable[[dict[Path, Path]], None] | N
         for tmp in landing.waiting.values():
             tmp.unlink(missing_ok=True)
         _remove_empty(landing.made)
+
+
+LEFTOVER = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.(?:tmp|old)")  # mkstemp's 8 random characters
+
+
+def landing_journal(path: Path) -> Path:
+    return path.parent / f".{path.name}.landing.json"
+
+
+def _land(waiting: dict[Path, Path]) -> None:
+    """Move the waiting outputs (path -> its temporary file) onto their paths as one set (see the module's doc)."""
+    if not waiting:
+        return
+    moves: list[tuple[Path, Path, Path | None]] = []  # output, its temporary file, the old output kept aside
+    journal = landing_journal(min(waiting))
+    try:
+        for path, tmp in waiting.items():
+            aside = None
+            if path.exists():
+                aside = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
+                _keep_aside(path, aside)
+            moves.append((path, tmp, aside))
+        with atomic_path(journal, now=True) as tmp:
+            tmp.write_text(json.dumps([[os.path.relpath(p, journal.parent) if p else None for p in move]
+                                       for move in moves]))
+        for path, tmp, _ in moves:
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise TwoscaleError(f"cannot write {path}: {exc.strerror}") from None
+        journal.unlink()
+    except BaseException:  # a failure, Ctrl-C or SIGTERM: the old set back
+        _roll_back(moves)
+        journal.unlink(missing_ok=True)
+        raise
+    for _, _, aside in moves:
+        if aside is not None:
+            aside.unlink(missing_ok=True)
+
+
+def _keep_aside(path: Path, aside: Path) -> None:
+    """A second name for the output's file (a copy where the file system has no hard links)."""
+    try:
+        os.link(path, aside)
+    except OSError:
+        try:
+            shutil.copy2(path, aside)
+        except OSError as exc:
+            raise TwoscaleError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _roll_back(moves: list[tuple[Path, Path, Path | None]]) -> None:
+    """Undo the moves of a landing: an output moved onto its path gets its old file back (or is removed, if it had
+    none); one not moved yet loses its temporary file."""
+    for path, tmp, aside in moves:
+        if tmp.exists():
+            tmp.unlink()
+        elif aside is not None and aside.exists():
+            os.replace(aside, path)
+        elif aside is None:
+            path.unlink(missing_ok=True)
+        if aside is not None:
+            aside.unlink(missing_ok=True)
+
+
+def recover(paths: Iterable[Path]) -> None:
+    """Before a stage writes these outputs again: roll back a landing of them that a kill interrupted (their old
+    set back), and remove what an interrupted write left beside them (temporary files, old outputs kept aside)."""
+    paths = [Path(path) for path in paths]
+    for path in paths:
+        journal = landing_journal(path)
+        try:
+            moves = json.loads(journal.read_text())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except (OSError, ValueError):
+            raise TwoscaleError(f"{journal}: an unreadable record of an interrupted write; delete it and rebuild "
+                                f"{path}") from None
+        _roll_back([tuple(journal.parent / p if p else None for p in move) for move in moves])
+        journal.unlink()
+    names: dict[Path, set[str]] = {}
+    for path in paths:
+        names.setdefault(path.parent, set()).update({path.name, landing_journal(path).name})
+    for folder, own in names.items():
+        for leftover in folder.glob(".*.*"):
+            found = LEFTOVER.fullmatch(leftover.name)
+            if found and found["name"] in own:
+                leftover.unlink(missing_ok=True)
 
 
 def once_landed(action: Callable[[], None]) -> None:
@@ -97,8 +191,8 @@ def atomic_path(path: str | Path, now: bool = False) -> Iterator[Path]:
     try:
         try:
             yield tmp_path
-        except OSError as exc:  # a full disk, or a quota: the output's name, not the temporary file's
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        except OSError as exc:  # a full disk, a quota, a permission: the output's name, not the temporary file's
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) or exc.filename == str(tmp_path):
                 raise TwoscaleError(f"cannot write {path}: {exc.strerror}") from None
             raise
         if tmp_path.exists():  # mkstemp creates 0600; give the output the usual umask-based mode

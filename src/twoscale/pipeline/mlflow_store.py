@@ -20,7 +20,7 @@ import mlflow
 import psutil
 from mlflow.entities import DatasetInput, InputTag, Metric
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.errors import TwoscaleError, first_line
 from twoscale.pipeline.tracking import (
     EXPERIMENT,
     HOST_TAG,
@@ -51,14 +51,19 @@ def artifact_location(uri: str, root: Path) -> str | None:
     return (root / "mlartifacts").as_uri()
 
 
+HEALTH_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"
+
+
 def check_server_answers(uri: str, timeout: float) -> None:
-    """TwoscaleError in one line unless the tracking server at `uri` answers (any HTTP status: a proxy asking for
-    credentials answers too) within `timeout` seconds."""
+    """TwoscaleError in one line unless the tracking server at `uri` answers a call of its API (any HTTP status: a
+    proxy asking for credentials answers too) within `timeout` seconds."""
     import urllib.error
     import urllib.request
 
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+        # a call of its API, not its health page alone: a server whose health page answers while its store stalls
+        # would hold every later request for MLflow's timeouts and retries (two minutes)
+        with urllib.request.urlopen(uri.rstrip("/") + HEALTH_PROBE, timeout=timeout):
             pass
     except urllib.error.HTTPError:
         pass
@@ -102,8 +107,7 @@ class Store:
                 self._client = mlflow.MlflowClient(tracking_uri=self.uri)
             return self._find_or_create_experiment()
         except Exception as exc:  # MLflow, SQLAlchemy and requests raise many types; the first line says which
-            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise TwoscaleError(f"{store_name(self.uri)}: the MLflow store cannot be used ({first_line})") from None
+            raise TwoscaleError(f"{store_name(self.uri)}: the MLflow store cannot be used ({first_line(exc)})") from None
         finally:
             database_log.setLevel(level)
 

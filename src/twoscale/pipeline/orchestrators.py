@@ -25,7 +25,9 @@ import yaml
 
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import atomic_path
+from twoscale.pipeline.jobs import stages
 from twoscale.pipeline.params import HASH_CHARS, ParamsError, is_overlay, parse_yaml, resolved_from
+from twoscale.pipeline.provenance import BuildCheck, Record
 
 WRITTEN = ("data", "results")  # what the pipeline writes
 SNAPSHOTS = Path(".snakemake/twoscale/params")
@@ -59,7 +61,8 @@ def _in_the_way(message: str, lock_file: Path) -> str:
     else:
         pid = lock_file.read_text().strip() if lock_file.is_file() else ""
         who = f"pid {pid}, holding {lock_file}" if pid else f"holding {lock_file}"
-    return f"DVC is running in this checkout ({who}): wait for it to finish or stop it, then run again"
+    tool = "Snakemake" if re.search(r"(^|/)snakemake\b", who.split(": ", 1)[-1]) else "DVC"
+    return f"{tool} is running in this checkout ({who}): wait for it to finish or stop it, then run again"
 
 
 @contextlib.contextmanager
@@ -121,3 +124,22 @@ def override_command(params_file: str | Path, settings: dict) -> str:
               for key, value in as_typed(settings).items()]
     quoted = " ".join("'" + line.replace("'", "'\\''") + "'" for line in lines)
     return f"printf '%s\\n' {quoted} > {overlay} && snakemake --cores all --configfile {overlay}"
+
+
+def stale_outputs(config: dict, root: Path, params_file: Path) -> list[str]:
+    """The outputs of the set's jobs that are there but are not what their build records describe, or were built
+    from other parameter values or other inputs than the set's (`provenance.BuildCheck`, the check a job makes of
+    what it reads): a file replaced by hand (its modification time kept or not), or restored by `dvc checkout`
+    without its record. Snakemake, which looks at times and at its own records, would call them current and the
+    jobs reading them would refuse them; the default target has Snakemake rebuild them."""
+    check = BuildCheck(config, params_file)
+    stale = []
+    for stage in stages(config, "" if root == Path(".") else root.as_posix()):
+        for path in stage.job_outputs():
+            try:
+                if Path(path).is_file() and Record.read(Path(path)) is not None:
+                    check.file(Path(path))
+            except TwoscaleError:
+                stale.append(path)
+    return stale
+

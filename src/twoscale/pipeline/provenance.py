@@ -33,6 +33,7 @@ from twoscale.pipeline.dependencies import (
     holds_job,
     input_options,
     inside,
+    output_options,
     param_values,
     stage_module,
 )
@@ -156,17 +157,44 @@ def _files_read(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> I
     """The files the job reads: each file an input option names, and in a folder an option names, the inputs that
     the orchestrators give the job under `config` (the outputs of the jobs in force there)."""
     stage = next(stage for stage in stages(config) if stage.name == job.stage)
+    yield from _given(job, args, input_options(job.stage), stage.inputs)
+
+
+def files_written(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> list[Path]:
+    """The files the job writes where its command's output options say: its outputs under `config`, their build
+    records and hash caches."""
+    stage = next(stage for stage in stages(config) if stage.name == job.stage)
+    outputs = list(_given(job, args, output_options(job.stage), stage.outputs, folders_only=True))
+    return [*outputs, *map(record_path, outputs), *map(_stat_path, outputs)]
+
+
+def _given(job: Job, args: argparse.Namespace, options: dict[str, str], declared_paths: tuple[str, ...],
+           folders_only: bool = False) -> Iterator[Path]:
+    """The files of `declared_paths` (the stage's inputs, or outputs) where the job's command line puts them: an
+    option naming one of them gives its path, one naming a folder the paths inside it (or, unless `folders_only`,
+    the folder itself when the declaration lists no file inside)."""
 
     def of_job(path: str) -> str:  # the job's own wildcards filled in ({recipe}, and ${item.recipe} declared)
         return WILDCARD.sub(lambda match: str(job.keys.get(match.group(1), match.group(0))), ITEM.sub(r"{\1}", path))
 
-    for option, declared in input_options(job.stage).items():
+    for option, declared in options.items():
         given = getattr(args, option.removeprefix("--").replace("-", "_"), None)
         if given is None:
             continue
         folder = of_job(declared)
-        within = [path for path in map(of_job, stage.inputs) if inside(path, folder) and "{" not in path]
-        yield from [given / PurePosixPath(path).relative_to(folder) for path in within] if within else [given]
+        paths = [of_job(path) for path in declared_paths]
+        if folder in paths:
+            yield Path(given)
+            continue
+        within = [path for path in paths if inside(path, folder) and "{" not in path]
+        yield from [given / PurePosixPath(path).relative_to(folder) for path in within] if within or folders_only \
+            else [given]
+
+
+def rebuild(path: Path) -> str:
+    """How to rebuild a file that a job refuses: Snakemake rebuilds what its build records disown (the Snakefile
+    checks them all before it plans); DVC, which goes by dvc.lock, rebuilds a stage whose output is gone."""
+    return f"rebuild it (snakemake --cores all; with DVC: rm {path} && dvc repro)"
 
 
 class BuildCheck:
@@ -194,27 +222,33 @@ class BuildCheck:
             digest = self.hashes[key] = current_hash(path)
             return digest
         self.under_way.add(key)
+        try:
+            self._check(path, record, through)
+        finally:  # refused or not, it is no longer being checked
+            self.under_way.discard(key)
+        self.hashes[key] = record.sha256
+        return record.sha256
+
+    def _check(self, path: Path, record: Record, through: str) -> None:
         if not record.describes(path):
             raise TwoscaleError(f"{path}: not the file its build record describes (changed, or restored without its "
-                                f"record){through}: rebuild it, or delete {record_path(path)} to read it unchecked")
+                                f"record){through}: put the recorded file back, {rebuild(path)}, or delete "
+                                f"{record_path(path)} to read it unchecked")
         expected = record.job.params(self.config)
         if expected is None:
             raise TwoscaleError(f"{path}: built by a {record.job.stage} job ({record.job.keys}) that {self.params_file} "
-                                f"does not have{through}: rebuild it")
+                                f"does not have{through}: give a file of this parameter set's run, or delete "
+                                f"{record_path(path)} to read it unchecked")
         changed = changed_keys(record.params, finite_or_null(expected))  # by value, as the orchestrators compare
         if changed:
             raise TwoscaleError(f"{path}: built from other parameters than {self.params_file} holds "
-                                f"({shown_keys(changed)}){through}: rebuild it (snakemake, or dvc repro)")
+                                f"({shown_keys(changed)}){through}: {rebuild(path)}")
         for source, built_from in record.inputs.items():
             source_path = Path(os.path.normpath(path.parent / source))  # recorded relative to the output's folder
             if not source_path.is_file():
                 self.missing += 1
             elif self.file(source_path, path) != built_from:
-                raise TwoscaleError(f"{path}: built from another {source_path} than the one there now: rebuild it "
-                                    "(snakemake, or dvc repro)")
-        self.under_way.discard(key)
-        self.hashes[key] = record.sha256
-        return record.sha256
+                raise TwoscaleError(f"{path}: built from another {source_path} than the one there now: {rebuild(path)}")
 
 
 def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], params_file: Path) -> dict[str, str]:

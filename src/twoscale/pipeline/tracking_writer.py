@@ -28,7 +28,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.errors import TwoscaleError, first_line
 from twoscale.pipeline.preload import user_folder
 
 IDLE_ENV = "TWOSCALE_MLFLOW_WRITER_IDLE_S"
@@ -233,8 +233,7 @@ def _answer(store: _StoreOnce, operation: str, args: tuple, kwargs: dict, opened
     except TwoscaleError as exc:
         return "error", str(exc)
     except Exception as exc:  # noqa: BLE001 (MLflow raises many types; the job is told which, in one line)
-        first_line = (str(exc).strip().splitlines() or [""])[0][:300]
-        return "error", f"MLflow: {type(exc).__name__}: {first_line}"
+        return "error", f"MLflow: {type(exc).__name__}: {first_line(exc)}"
     if operation == "start_run":
         opened.add(value)
     elif operation == "end_run":

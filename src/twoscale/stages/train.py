@@ -26,6 +26,7 @@ from twoscale.pipeline.io import (
     load_token_array,
     once_landed,
     read_json,
+    recover,
     run_subdir,
     write_json,
     write_parquet,
@@ -60,7 +61,6 @@ HELP = "train a looped GPT (a recipe) or a plain one (a teacher), saving checkpo
 log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 10  # left out of the throughput: the first steps compile and fill the allocator
-OUTPUTS = ("history.parquet", "history.csv", "metrics.json")  # beside checkpoints/
 MODEL_NAME = "twoscale-{recipe}"  # a recipe's final models in the MLflow model registry, a version per training
 
 
@@ -73,12 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "everything the run depends on>/ (default: results/.resume)")
 
 
-def clear_outputs(out_dir: Path) -> None:
-    """Remove what an earlier training wrote to out_dir (its checkpoints may be of other steps than this run's),
-    with their build records, so that no output of another run stays beside this one's."""
-    for path in [*(out_dir / "checkpoints").glob("step_*.pt"), *(out_dir / name for name in OUTPUTS)]:
-        path.unlink(missing_ok=True)
-        remove_record(path)
+def remove_other_checkpoints(checkpoint_dir: Path, steps: list[int]) -> None:
+    """Remove the checkpoints an earlier training left of other steps than this run's, with their build records,
+    so that no output of another run stays beside this one's (once this run's outputs have landed: until then, the
+    earlier run's outputs stay whole)."""
+    for path in checkpoint_dir.glob("step_*.pt"):
+        if path.name not in {checkpoint_name(step) for step in steps}:
+            path.unlink(missing_ok=True)
+            remove_record(path)
 
 
 def other_interrupted_runs(run_resume_dir: Path) -> list[Path]:
@@ -128,14 +130,23 @@ def utilisation(rows: list[dict], peak_tflops: float, datasheet: dict[str, float
 def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: dict, model, out_dir: Path,
                   data_dir: Path, corpus: str) -> None:
     """Parameters, curves and final metrics; the corpus (its sha256 `corpus`) as the training dataset, read from
-    `data_dir`; the final model, registered as a version of the recipe's model tagged with seed and step."""
+    `data_dir`; the final model, registered as a version of the recipe's model (`registered_name`) tagged with seed
+    and step."""
     log_params({"runtime": params.runtime, "model": run.model, "train": run.train})
     tracking.log_dataset(describe_source(params.data), corpus, str(data_dir.resolve()), context="training")
     tracking.log_curves(frame.to_dicts())
     tracking.log_metrics({f"final_{k}": v for k, v in metrics.items()})
     tracking.log_artifact(out_dir / "history.csv")
-    tracking.log_model(model.cpu(), MODEL_NAME.format(recipe=run.recipe), {**run.tags, "step": str(metrics["step"])},
-                       pip_requirements=["torch==2.13.0"])
+    tracking.log_model(model.cpu(), registered_name(run.recipe, tracking.orchestrator()),
+                       {**run.tags, "step": str(metrics["step"])}, pip_requirements=["torch==2.13.0"])
+
+
+def registered_name(recipe: str, orchestrator: str) -> str:
+    """The registered model a training's final model is a version of: the recipe's (twoscale-paper) for a training
+    the workflow runs (Snakemake, DVC), one of its own (twoscale-paper-by-hand) for one run by hand, so that a
+    trial with other parameters or data never stands among the workflow's versions."""
+    name = MODEL_NAME.format(recipe=recipe)
+    return name if orchestrator in ("snakemake", "dvc") else f"{name}-by-hand"
 
 
 def run(args: argparse.Namespace) -> None:
@@ -158,7 +169,7 @@ def run(args: argparse.Namespace) -> None:
     check_fits(config, run.train, device)
     state = build_state(config, run.train, run.seed, device)
     checkpoint_dir = args.out_dir / "checkpoints"
-    clear_outputs(args.out_dir)
+    recover(resume_dir / checkpoint_name(step) for step in run.train.checkpoint_steps)  # a kill's leftovers
     resumable = latest_resumable(resume_dir, fingerprint)
     if resumable is not None:
         restore_state(state, resumable)
@@ -215,6 +226,7 @@ def run(args: argparse.Namespace) -> None:
                  metrics["model_tflops_per_s"], metrics["mfu"])
         write_json(args.out_dir / "metrics.json", metrics)
         log_to_mlflow(params, run, frame, metrics, state.model, args.out_dir, args.data_dir, corpus)
+    once_landed(lambda: remove_other_checkpoints(checkpoint_dir, run.train.checkpoint_steps))
     once_landed(lambda: remove_resume_state(resume_dir, args.resume_dir))
 
 

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,11 +168,26 @@ def save_checkpoint(path: Path, state: TrainState, fingerprint: str) -> None:
 
 
 def save_payload(path: Path, payload: dict, now: bool = False) -> None:
-    """torch.save through a file object: the archive's inner folder is then always "archive", not the name of the
-    temporary file, so identical payloads give identical bytes. In place with the stage's other outputs, unless
-    `now` (see `atomic_path`)."""
+    """torch.save of the payload in its canonical form, through a file object (the archive's inner folder is then
+    always "archive", not the name of the temporary file), so equal payloads give identical bytes. In place with
+    the stage's other outputs, unless `now` (see `atomic_path`)."""
     with atomic_path(path, now) as tmp, tmp.open("wb") as handle:
-        torch.save(payload, handle)
+        torch.save(canonical(payload), handle)
+
+
+def canonical(value: object) -> object:
+    """The payload with fresh containers and interned strings. A pickle writes an object it has written before as a
+    reference to it, so equal payloads pickle alike only if they share the same objects: a resumed run's optimizer
+    state, read back from a file, has its own copy of each key (`step`, ...) where an uninterrupted run's share one,
+    and its checkpoints would differ in bytes, not in content. Tensors are kept as they are (tied weights stay
+    tied)."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {canonical(key): canonical(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(canonical(item) for item in value)
+    return value
 
 
 def load_payload(path: Path, what: str, format: int, map_location: str | torch.device = "cpu",
