@@ -136,8 +136,8 @@ def test_a_checkpoint_copied_over_another_is_refused_by_the_stage_run_by_hand(fi
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"twoscale sweep: error: {checkpoints}/step_40.pt: not the file its build record describes (changed, or "
-        f"restored without its record): put the recorded file back, rebuild it (snakemake --cores all; with DVC: rm "
-        f"{checkpoints}/step_40.pt && dvc repro), or delete {checkpoints}/.built/step_40.pt.json to read it "
+        f"restored without its record): put the recorded file back, rebuild it (snakemake --cores all; with DVC: dvc "
+        f"repro -f --downstream train@paper-1337), or delete {checkpoints}/.built/step_40.pt.json to read it "
         "unchecked"]
     assert list(tmp_path.iterdir()) == []
 
@@ -776,7 +776,7 @@ def test_a_training_dvc_runs_that_refuses_its_inputs_leaves_the_files_git_keeps(
         result = attempt(["dvc", "repro", "--single-item", "train@paper-1337"], first_run)
     assert result.returncode != 0
     assert ("data/prepared/train.npy: not the file its build record describes (changed, or restored without its "
-            "record): put the recorded file back, rebuild it (snakemake --cores all; with DVC: rm "
-            "data/prepared/train.npy && dvc repro)") in result.stdout + result.stderr
+            "record): put the recorded file back, rebuild it (snakemake --cores all; with DVC: dvc repro -f "
+            "--downstream tokenize)") in result.stdout + result.stderr
     assert {path: path.read_bytes() for path in kept_in_git} == before
     assert "train@paper-1337" in dvc_changed_stages(first_run)

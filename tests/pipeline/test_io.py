@@ -18,6 +18,7 @@ import pytest
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import (
     atomic_path,
+    interrupted,
     once_landed,
     outputs_land_together,
     read_token_blocks,
@@ -259,3 +260,34 @@ def test_a_kill_at_any_point_of_the_landing_leaves_the_old_set_or_the_new_one_af
         assert done.returncode == -9, done.stderr
         kill_at += 1
     assert kill_at > len(NEW) * 2 and seen == {"old", "new"}  # killed before the journal went, and after
+
+
+def test_a_landing_over_one_a_kill_interrupted_rolls_that_one_back_first_and_is_never_undone_later(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_old_set(folder)
+    killed = subprocess.run([sys.executable, "-c", LANDING_SCRIPT.format(new=NEW), str(folder), "6"],
+                            capture_output=True, text=True, check=False)
+    assert killed.returncode == -9 and list(folder.glob("**/.*.landing.json"))  # killed half-way: a journal left
+    again = {name: text.replace("new", "newer") for name, text in NEW.items()}
+    with outputs_land_together():  # the next landing of the same outputs, its stage's start having missed the kill
+        for name, text in again.items():
+            write_text(folder / name, text)
+    recover([folder / name for name in NEW])  # a later recovery finds nothing to roll back
+    assert outputs_now(folder) == again
+
+
+def test_an_interrupted_landing_is_seen_before_its_rollback_and_an_unreadable_journal_is_one_line(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write_old_set(folder)
+    subprocess.run([sys.executable, "-c", LANDING_SCRIPT.format(new=NEW), str(folder), "6"], check=False)
+    outputs = [folder / name for name in NEW]
+    assert any(map(interrupted, outputs))  # what the workflow checks before it plans: that job runs again
+    recover(outputs)
+    assert not any(map(interrupted, outputs)) and outputs_now(folder) == OLD
+    journal = folder / ".a.parquet.landing.json"
+    journal.write_text("[[garbage")
+    with pytest.raises(TwoscaleError, match=r"\.a\.parquet\.landing\.json: an unreadable record of an interrupted "
+                                            "write; delete it and rebuild what it names$"):
+        interrupted(folder / "a.parquet")

@@ -120,8 +120,7 @@ def test_an_input_built_from_other_parameters_is_refused_naming_the_keys(tmp_pat
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
     assert str(refused.value) == (f"{tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet: built from other "
                                   "parameters than p.yaml holds (measure.max_loops): rebuild it (snakemake --cores "
-                                  f"all; with DVC: rm {tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet && "
-                                  "dvc repro)")
+                                  "all)")  # outside the checkout's layout: no DVC stage writes it
 
 
 def test_an_infinite_setting_is_compared_as_written(tmp_path, config):
@@ -143,7 +142,7 @@ def test_an_input_replaced_since_it_was_built_is_refused(tmp_path, config):
     output.write_text("ROWS\n")  # same size, other content
     with pytest.raises(TwoscaleError, match=r"geometry.parquet: not the file its build record describes \(changed, "
                                             r"or restored without its record\): put the recorded file back, rebuild it "
-                                            r"\(snakemake --cores all; with DVC: rm .*geometry.parquet && dvc repro\), "
+                                            r"\(snakemake --cores all\), "
                                             r"or delete .*/\.built/"
                                             r"geometry\.parquet\.json to read it unchecked"):
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
@@ -228,8 +227,7 @@ def test_what_an_input_was_built_from_is_checked_too(tmp_path, config):
     with pytest.raises(TwoscaleError) as refused:
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), edited, Path("p.yaml"))
     assert str(refused.value) == (f"{checkpoint}: built from other parameters than p.yaml holds (model.dropout) "
-                                  f"({output} was built from it): rebuild it (snakemake --cores all; with DVC: "
-                                  f"rm {checkpoint} && dvc repro)")
+                                  f"({output} was built from it): rebuild it (snakemake --cores all)")
 
 
 def test_an_input_built_from_a_file_since_rebuilt_is_refused(tmp_path, config):
@@ -313,6 +311,51 @@ def test_a_stage_run_by_hand_refuses_an_input_of_other_parameters_and_writes_not
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"twoscale geometry: error: {tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet: built from other "
-        f"parameters than {params} holds (measure.max_loops): rebuild it (snakemake --cores all; with DVC: rm "
-        f"{tmp_path}/measure/paper/seed_1337/step_40/geometry.parquet && dvc repro)"]
+        f"parameters than {params} holds (measure.max_loops): rebuild it (snakemake --cores all)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_what_a_job_writes_where_its_command_says_is_every_output_the_orchestrators_give_it(config):
+    """For one job of every stage, its command line as the declaration writes it: the outputs `files_written` finds
+    from its output options (what the stage's next run recovers and clears) are the job's outputs in the plan of
+    both orchestrators (jobs.stages), each with its build record and hash cache."""
+    from twoscale.pipeline.jobs import ITEM, stages
+
+    planned = {stage.name: stage for stage in stages(config)}
+    for name, declared in declaration().items():
+        stage = planned[name]
+        if not stage.jobs():
+            continue
+        wildcards = stage.jobs()[0]
+        words = ITEM.sub(lambda found: wildcards[found.group(1)], declared["cmd"]).split()
+        start = next(i for i, word in enumerate(words) if word.startswith("--"))
+        given = {option.removeprefix("--").replace("-", "_"): value
+                 for option, value in zip(words[start::2], words[start + 1::2])}
+        args = SimpleNamespace(**{key: value if key in provenance.JOB_KEYS else Path(value)
+                                  for key, value in given.items()})
+        for key in set(provenance.JOB_KEYS) & set(given):
+            setattr(args, key, int(given[key]) if key in ("seed", "blocks") else given[key])
+        job = job_of(provenance.stage_module(name), args, config)
+        written = provenance.files_written(job, args, config)
+        outputs = [Path(path.format(**wildcards)) for path in stage.outputs]
+        assert sorted(written) == sorted([*outputs, *map(record_path, outputs),
+                                          *(path.parent / ".built" / f"{path.name}.stat" for path in outputs)]), name
+
+
+
+def test_a_refusal_names_the_dvc_stage_that_rebuilds_the_file(config, monkeypatch):
+    """In the checkout's layout, the stage DVC would force: its name, then its matrix values in the matrix's order
+    (as dvc.lock names them); elsewhere, none."""
+    from twoscale.pipeline.provenance import dvc_stage, rebuild
+
+    monkeypatch.chdir(ROOT)
+    assert dvc_stage(Path("data/prepared/train.npy"), config) == "tokenize"
+    assert dvc_stage(ROOT / "results/train/huginn/seed_1337/checkpoints/step_40.pt", config) == "train@huginn-1337"
+    assert dvc_stage(Path("results/measure/paper/seed_1337/step_10/summary.json"), config) == "measure@paper-1337-10"
+    assert dvc_stage(Path("results/sweep/strategies/paper/seed_1337/kl_rest.parquet"), config) == (
+        "sweep@paper-1337-kl_rest")
+    assert dvc_stage(Path("elsewhere/train.npy"), config) is None
+    assert rebuild(Path("data/prepared/train.npy"), config) == (
+        "rebuild it (snakemake --cores all; with DVC: dvc repro -f --downstream tokenize)")
+    assert all(stage.split("@")[0] in declaration() for stage in yaml.safe_load((ROOT / "dvc.lock").read_text())[
+        "stages"])  # the names dvc.lock uses have the same form

@@ -66,7 +66,13 @@ EVERY_OUTPUT = [path for stage in jobs.stages(config, RESULTS_ROOT) for path in 
 # call it current while the jobs reading it refuse it.
 # (Checked against the set as its jobs read it: `validate` above fills in the schema's defaults, which a job's
 # records do not hold.)
-STALE = orchestrators.stale_outputs(read_raw(SNAPSHOT), RESULTS_ROOT, PARAMS_FILE) if workflow.is_main_process else []
+# An output whose landing a kill interrupted counts as stale (its job's rerun rolls it back); an unreadable record of
+# one stops the run here, before any job would remove outputs.
+try:
+    STALE = (orchestrators.stale_outputs(read_raw(SNAPSHOT), RESULTS_ROOT, PARAMS_FILE) if workflow.is_main_process
+             else [])
+except TwoscaleError as exc:
+    sys.exit(f"error: {exc}")
 if STALE:
     print(f"note: {len(STALE)} output(s) are not what their build records and {PARAMS_FILE} say, so they are built "
           f"again: {', '.join(STALE[:3])}{' ...' if len(STALE) > 3 else ''}", file=sys.stderr)

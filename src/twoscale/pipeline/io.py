@@ -79,6 +79,7 @@ def _land(waiting: dict[Path, Path]) -> None:
         return
     moves: list[tuple[Path, Path, Path | None]] = []  # output, its temporary file, the old output kept aside
     journal = landing_journal(min(waiting))
+    _roll_back_journal(journal)  # one a kill left, if the stage's start missed it: never replayed over this set
     try:
         for path, tmp in waiting.items():
             aside = None
@@ -134,16 +135,7 @@ def recover(paths: Iterable[Path]) -> None:
     set back), and remove what an interrupted write left beside them (temporary files, old outputs kept aside)."""
     paths = [Path(path) for path in paths]
     for path in paths:
-        journal = landing_journal(path)
-        try:
-            moves = json.loads(journal.read_text())
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except (OSError, ValueError):
-            raise TwoscaleError(f"{journal}: an unreadable record of an interrupted write; delete it and rebuild "
-                                f"{path}") from None
-        _roll_back([tuple(journal.parent / p if p else None for p in move) for move in moves])
-        journal.unlink()
+        _roll_back_journal(landing_journal(path))
     names: dict[Path, set[str]] = {}
     for path in paths:
         names.setdefault(path.parent, set()).update({path.name, landing_journal(path).name})
@@ -152,6 +144,33 @@ def recover(paths: Iterable[Path]) -> None:
             found = LEFTOVER.fullmatch(leftover.name)
             if found and found["name"] in own:
                 leftover.unlink(missing_ok=True)
+
+
+def _roll_back_journal(journal: Path) -> None:
+    """Roll back the landing a journal records, if there is one, and remove the journal."""
+    moves = _journal_moves(journal)
+    if moves is not None:
+        _roll_back(moves)
+        journal.unlink()
+
+
+def _journal_moves(journal: Path) -> list[tuple[Path, Path, Path | None]] | None:
+    """The moves a landing's journal records; None where there is none; TwoscaleError in one line if unreadable."""
+    try:
+        moves = json.loads(journal.read_text())
+        return [(journal.parent / path, journal.parent / tmp, journal.parent / aside if aside else None)
+                for path, tmp, aside in moves]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError, TypeError):
+        raise TwoscaleError(f"{journal}: an unreadable record of an interrupted write; delete it and rebuild what "
+                            "it names") from None
+
+
+def interrupted(path: Path) -> bool:
+    """Whether a landing of `path` (an output, or its build record) was interrupted by a kill and is not rolled back
+    yet: the stage's next run will. TwoscaleError in one line if its journal is unreadable."""
+    return _journal_moves(landing_journal(path)) is not None
 
 
 def once_landed(action: Callable[[], None]) -> None:

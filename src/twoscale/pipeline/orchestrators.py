@@ -24,10 +24,10 @@ from pathlib import Path
 import yaml
 
 from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path
+from twoscale.pipeline.io import atomic_path, interrupted
 from twoscale.pipeline.jobs import stages
 from twoscale.pipeline.params import HASH_CHARS, ParamsError, is_overlay, parse_yaml, resolved_from
-from twoscale.pipeline.provenance import BuildCheck, Record
+from twoscale.pipeline.provenance import BuildCheck, Record, record_path
 
 WRITTEN = ("data", "results")  # what the pipeline writes
 SNAPSHOTS = Path(".snakemake/twoscale/params")
@@ -130,16 +130,21 @@ def stale_outputs(config: dict, root: Path, params_file: Path) -> list[str]:
     """The outputs of the set's jobs that are there but are not what their build records describe, or were built
     from other parameter values or other inputs than the set's (`provenance.BuildCheck`, the check a job makes of
     what it reads): a file replaced by hand (its modification time kept or not), or restored by `dvc checkout`
-    without its record. Snakemake, which looks at times and at its own records, would call them current and the
-    jobs reading them would refuse them; the default target has Snakemake rebuild them."""
+    without its record; and those whose landing a kill interrupted (their job's rerun rolls it back). Snakemake,
+    which looks at times and at its own records, would call them current and the jobs reading them would refuse
+    them; the default target has Snakemake rebuild them. TwoscaleError in one line for an unreadable record of an
+    interrupted landing."""
     check = BuildCheck(config, params_file)
     stale = []
     for stage in stages(config, "" if root == Path(".") else root.as_posix()):
-        for path in stage.job_outputs():
+        for path in map(Path, stage.job_outputs()):
+            if interrupted(path) or interrupted(record_path(path)):  # its job's next run rolls the landing back
+                stale.append(str(path))
+                continue
             try:
-                if Path(path).is_file() and Record.read(Path(path)) is not None:
-                    check.file(Path(path))
+                if path.is_file() and Record.read(path) is not None:
+                    check.file(path)
             except TwoscaleError:
-                stale.append(path)
+                stale.append(str(path))
     return stale
 

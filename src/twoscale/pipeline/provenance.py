@@ -172,7 +172,8 @@ def _given(job: Job, args: argparse.Namespace, options: dict[str, str], declared
            folders_only: bool = False) -> Iterator[Path]:
     """The files of `declared_paths` (the stage's inputs, or outputs) where the job's command line puts them: an
     option naming one of them gives its path, one naming a folder the paths inside it (or, unless `folders_only`,
-    the folder itself when the declaration lists no file inside)."""
+    the folder itself when the declaration lists no file inside). A folder may hold a wildcard the job's keys do not
+    fill (measure's {step}, read from its checkpoint): the paths inside it are found all the same."""
 
     def of_job(path: str) -> str:  # the job's own wildcards filled in ({recipe}, and ${item.recipe} declared)
         return WILDCARD.sub(lambda match: str(job.keys.get(match.group(1), match.group(0))), ITEM.sub(r"{\1}", path))
@@ -186,15 +187,29 @@ def _given(job: Job, args: argparse.Namespace, options: dict[str, str], declared
         if folder in paths:
             yield Path(given)
             continue
-        within = [path for path in paths if inside(path, folder) and "{" not in path]
-        yield from [given / PurePosixPath(path).relative_to(folder) for path in within] if within or folders_only \
-            else [given]
+        within = [PurePosixPath(path).relative_to(folder) for path in paths if inside(path, folder)]
+        within = [path for path in within if "{" not in str(path)]
+        yield from [given / path for path in within] if within or folders_only else [given]
 
 
-def rebuild(path: Path) -> str:
+def rebuild(path: Path, config: dict[str, Any]) -> str:
     """How to rebuild a file that a job refuses: Snakemake rebuilds what its build records disown (the Snakefile
-    checks them all before it plans); DVC, which goes by dvc.lock, rebuilds a stage whose output is gone."""
-    return f"rebuild it (snakemake --cores all; with DVC: rm {path} && dvc repro)"
+    checks them all before it plans); DVC goes by dvc.lock (and restores a removed output from its cache, with the
+    record it had), so the stage that writes the file is forced, with every stage after it."""
+    stage = dvc_stage(path, config)
+    return f"rebuild it (snakemake --cores all; with DVC: dvc repro -f --downstream {stage})" if stage else (
+        "rebuild it (snakemake --cores all)")
+
+
+def dvc_stage(path: Path, config: dict[str, Any]) -> str | None:
+    """DVC's name for the job of `config` that writes `path` in the checkout's layout (tokenize, train@paper-1337,
+    measure@paper-1337-40: the stage, then its matrix values); None where no job writes it."""
+    target = os.path.relpath(path)
+    for stage in stages(config):
+        for job in stage.jobs():
+            if target in (output.format(**job) for output in stage.outputs):
+                return stage.name + ("@" + "-".join(job.values()) if job else "")
+    return None
 
 
 class BuildCheck:
@@ -232,8 +247,8 @@ class BuildCheck:
     def _check(self, path: Path, record: Record, through: str) -> None:
         if not record.describes(path):
             raise TwoscaleError(f"{path}: not the file its build record describes (changed, or restored without its "
-                                f"record){through}: put the recorded file back, {rebuild(path)}, or delete "
-                                f"{record_path(path)} to read it unchecked")
+                                f"record){through}: put the recorded file back, {rebuild(path, self.config)}, or "
+                                f"delete {record_path(path)} to read it unchecked")
         expected = record.job.params(self.config)
         if expected is None:
             raise TwoscaleError(f"{path}: built by a {record.job.stage} job ({record.job.keys}) that {self.params_file} "
@@ -242,13 +257,14 @@ class BuildCheck:
         changed = changed_keys(record.params, finite_or_null(expected))  # by value, as the orchestrators compare
         if changed:
             raise TwoscaleError(f"{path}: built from other parameters than {self.params_file} holds "
-                                f"({shown_keys(changed)}){through}: {rebuild(path)}")
+                                f"({shown_keys(changed)}){through}: {rebuild(path, self.config)}")
         for source, built_from in record.inputs.items():
             source_path = Path(os.path.normpath(path.parent / source))  # recorded relative to the output's folder
             if not source_path.is_file():
                 self.missing += 1
             elif self.file(source_path, path) != built_from:
-                raise TwoscaleError(f"{path}: built from another {source_path} than the one there now: {rebuild(path)}")
+                raise TwoscaleError(f"{path}: built from another {source_path} than the one there now: "
+                                    f"{rebuild(path, self.config)}")
 
 
 def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], params_file: Path) -> dict[str, str]:
