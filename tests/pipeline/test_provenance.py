@@ -327,7 +327,7 @@ def test_what_a_job_writes_where_its_command_says_is_every_output_the_orchestrat
         if not stage.jobs():
             continue
         wildcards = stage.jobs()[0]
-        words = ITEM.sub(lambda found: wildcards[found.group(1)], declared["cmd"]).split()
+        words = ITEM.sub(lambda found, job=wildcards: job[found.group(1)], declared["cmd"]).split()
         start = next(i for i, word in enumerate(words) if word.startswith("--"))
         given = {option.removeprefix("--").replace("-", "_"): value
                  for option, value in zip(words[start::2], words[start + 1::2])}

@@ -194,6 +194,8 @@ def dvc_commit_keeping_mtimes():
     done = subprocess.run(["dvc", "commit", "--force", "--quiet"], capture_output=True, text=True)
     if done.returncode:
         print("note: dvc commit skipped:", (done.stderr.strip().splitlines() or ["?"])[-1])
+    else:  # what `dvc commit` keeps of stages dvc.yaml no longer has
+        orchestrators.drop_stages_gone(Path("dvc.lock"), orchestrators.dvc_stage_names(config))
     for path, mtime in mtimes.items():
         if path.is_file() and path.stat().st_mtime_ns != mtime:
             os.utime(path, ns=(mtime, mtime), follow_symlinks=False)

@@ -148,3 +148,25 @@ def stale_outputs(config: dict, root: Path, params_file: Path) -> list[str]:
                 stale.append(str(path))
     return stale
 
+
+
+def dvc_stage_names(config: dict) -> set[str]:
+    """Every job of the pipeline under `config` by DVC's name for it: the stage, then its matrix values in the
+    matrix's order (tokenize, train@paper-1337, measure@paper-1337-40), as `provenance.dvc_stage` names one."""
+    return {stage.name + ("@" + "-".join(job.values()) if job else "")
+            for stage in stages(config) for job in stage.jobs()}
+
+
+def drop_stages_gone(lock: Path, names: set[str]) -> list[str]:
+    """Remove from dvc.lock the entries of stages that dvc.yaml no longer has (`names`: `dvc_stage_names`), which
+    `dvc commit` keeps: a stage renamed or a matrix item taken out would stay recorded for good.
+    The rest of the file stays as DVC wrote it (DVC's own round-trip writer). The names removed."""
+    from dvc.utils.serialize import modify_yaml
+
+    if not lock.is_file():
+        return []
+    with modify_yaml(str(lock)) as data:
+        gone = [name for name in data.get("stages", {}) if name not in names]
+        for name in gone:
+            del data["stages"][name]
+    return gone

@@ -1,0 +1,59 @@
+"""The committed default run is the checkout's: dvc.lock records, for every job of the pipeline under params.yaml,
+the source files and parameter values of this checkout, which is what `dvc status` compares first on a fresh clone.
+A commit that changes a stage's code or parameters without rerunning the default run (`make reproduce`, then its
+results and dvc.lock committed) fails here, rather than leaving every clone to rebuild the run."""
+
+from __future__ import annotations
+
+import hashlib
+
+from dvc.utils.serialize._yaml import parse_yaml
+from workspace import ROOT
+
+from twoscale.pipeline.dependencies import lookup, sources
+from twoscale.pipeline.orchestrators import drop_stages_gone, dvc_stage_names
+from twoscale.pipeline.params import read_raw
+
+RERUN = "rerun the default run (make reproduce in a git worktree) and commit its results and dvc.lock"
+
+
+def read_as_dvc(name: str) -> dict:
+    """A file as DVC reads it (ruamel, YAML 1.2: `1e-07` is a number, where PyYAML's YAML 1.1 reads text)."""
+    return parse_yaml((ROOT / name).read_text(), name)
+
+
+def locked_stages() -> dict[str, dict]:
+    return read_as_dvc("dvc.lock")["stages"]
+
+
+def test_dvc_lock_holds_every_job_of_params_yaml_by_dvc_s_names_and_no_other():
+    """DVC names a job of a matrix stage by its values in the matrix's order (train@paper-1337); `dvc commit` keeps
+    the entries of stages dvc.yaml no longer has, which the workflow drops after it commits."""
+    assert set(locked_stages()) == dvc_stage_names(read_raw(ROOT / "params.yaml")), RERUN
+
+
+def test_dvc_lock_records_the_checkout_s_source_files_of_every_stage():
+    stale = []
+    for name, locked in locked_stages().items():
+        recorded = {dep["path"]: dep["md5"] for dep in locked["deps"] if dep["path"].startswith("src/")}
+        if set(recorded) != set(sources(name.split("@")[0])):
+            stale.append(f"{name}: sources {sorted(set(recorded) ^ set(sources(name.split('@')[0])))}")
+        stale += [f"{name}: {path}" for path, md5 in recorded.items()
+                  if not (ROOT / path).is_file() or hashlib.md5((ROOT / path).read_bytes()).hexdigest() != md5]
+    assert stale == [], f"dvc.lock is not current ({len(stale)}: {stale[:3]}): {RERUN}"
+
+
+def test_dvc_lock_records_the_parameter_values_of_params_yaml():
+    config = read_as_dvc("params.yaml")
+    stale = [f"{name}: {key}" for name, locked in locked_stages().items()
+             for key, value in locked.get("params", {}).get("params.yaml", {}).items() if lookup(config, key) != value]
+    assert stale == [], f"dvc.lock is not current ({len(stale)}: {stale[:3]}): {RERUN}"
+
+
+def test_dropping_the_stages_gone_leaves_the_rest_of_dvc_lock_as_dvc_wrote_it(tmp_path):
+    lock = tmp_path / "dvc.lock"
+    text = (ROOT / "dvc.lock").read_text()
+    gone = "  distill@plain-1337-9:\n    cmd: python -m twoscale.pipeline.preload distill\n"
+    lock.write_text(text.replace("  corpus:\n", gone + "  corpus:\n", 1))
+    assert drop_stages_gone(lock, dvc_stage_names(read_raw(ROOT / "params.yaml"))) == ["distill@plain-1337-9"]
+    assert lock.read_text() == text
