@@ -79,8 +79,11 @@ test: setup
 benchmark: setup
 	$(RUN) python -m twoscale benchmark
 
+# Snakemake's report of a parameter set's run: report.html for params.yaml, runs/<name>/report.html for another
+PARAMS ?= params.yaml
+REPORT = $(if $(filter params.yaml,$(PARAMS)),report.html,runs/$(basename $(notdir $(PARAMS)))/report.html)
 report: setup
-	$(RUN) snakemake --report report.html
+	$(RUN) snakemake --report $(REPORT) --configfile $(PARAMS)
 
 # the UI opens in its GenAI view unless asked for the model-training one: print the address of the runs table
 MLFLOW_PORT ?= 5000
