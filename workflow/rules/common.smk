@@ -69,7 +69,7 @@ EVERY_OUTPUT = [path for stage in jobs.stages(config, RESULTS_ROOT) for path in 
 # An output whose landing a kill interrupted counts as stale (its job's rerun rolls it back); an unreadable record of
 # one stops the run here, before any job would remove outputs.
 try:
-    STALE = (orchestrators.stale_outputs(read_raw(SNAPSHOT), RESULTS_ROOT, PARAMS_FILE) if workflow.is_main_process
+    STALE = (orchestrators.stale_outputs(EVERY_OUTPUT, read_raw(SNAPSHOT), PARAMS_FILE) if workflow.is_main_process
              else [])
 except TwoscaleError as exc:
     sys.exit(f"error: {exc}")

@@ -126,26 +126,25 @@ def override_command(params_file: str | Path, settings: dict) -> str:
     return f"printf '%s\\n' {quoted} > {overlay} && snakemake --cores all --configfile {overlay}"
 
 
-def stale_outputs(config: dict, root: Path, params_file: Path) -> list[str]:
-    """The outputs of the set's jobs that are there but are not what their build records describe, or were built
-    from other parameter values or other inputs than the set's (`provenance.BuildCheck`, the check a job makes of
-    what it reads): a file replaced by hand (its modification time kept or not), or restored by `dvc checkout`
-    without its record; and those whose landing a kill interrupted (their job's rerun rolls it back). Snakemake,
-    which looks at times and at its own records, would call them current and the jobs reading them would refuse
-    them; the default target has Snakemake rebuild them. TwoscaleError in one line for an unreadable record of an
-    interrupted landing."""
+def stale_outputs(outputs: list[str], config: dict, params_file: Path) -> list[str]:
+    """Those of the set's outputs that are there but are not what their build records describe, or were built from
+    other parameter values or other inputs than the set's (`provenance.BuildCheck`, the check a job makes of what it
+    reads): a file replaced by hand (its modification time kept or not), or restored by `dvc checkout` without its
+    record; and those whose landing a kill interrupted (their job's rerun rolls it back). Snakemake, which looks at
+    times and at its own records, would call them current and the jobs reading them would refuse them; the default
+    target has Snakemake rebuild them. TwoscaleError in one line for an unreadable record of an interrupted
+    landing."""
     check = BuildCheck(config, params_file)
     stale = []
-    for stage in stages(config, "" if root == Path(".") else root.as_posix()):
-        for path in map(Path, stage.job_outputs()):
-            if interrupted(path) or interrupted(record_path(path)):  # its job's next run rolls the landing back
-                stale.append(str(path))
-                continue
-            try:
-                if path.is_file() and Record.read(path) is not None:
-                    check.file(path)
-            except TwoscaleError:
-                stale.append(str(path))
+    for path in map(Path, outputs):
+        if interrupted(path) or interrupted(record_path(path)):  # its job's next run rolls the landing back
+            stale.append(str(path))
+            continue
+        try:
+            if path.is_file() and Record.read(path) is not None:  # one without a record is read unchecked
+                check.file(path)
+        except TwoscaleError:
+            stale.append(str(path))
     return stale
 
 
