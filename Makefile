@@ -82,8 +82,11 @@ benchmark: setup
 # Snakemake's report of a parameter set's run: report.html for params.yaml, runs/<name>/report.html for another
 PARAMS ?= params.yaml
 REPORT = $(if $(filter params.yaml,$(PARAMS)),report.html,runs/$(basename $(notdir $(PARAMS)))/report.html)
+# Snakemake warns once per output it has no record of running (all of them in a fresh clone, whose committed run
+# was made elsewhere): those lines become one saying how many outputs the report has no run statistics for
+MISSING_METADATA := /^Missing metadata for file / { missing++; next } { print } END { if (missing) print missing " outputs have no run statistics in the report: Snakemake has no record of running them in this checkout" }
 report: setup
-	$(RUN) snakemake --report $(REPORT) --configfile $(PARAMS)
+	@set -o pipefail; $(RUN) snakemake --report $(REPORT) --configfile $(PARAMS) 2>&1 | awk '$(MISSING_METADATA)'
 
 # the UI opens in its GenAI view unless asked for the model-training one: print the address of the runs table
 MLFLOW_PORT ?= 5000

@@ -9,6 +9,9 @@ min_version("9.0")
 configfile: "params.yaml"
 
 
+report: "workflow/report/workflow.rst"  # the report's home page: what the workflow does and how to read it
+
+
 include: "workflow/rules/common.smk"
 # one file per system, written from src/twoscale/pipeline/stages.yaml (`python -m twoscale workflow`); a rule reads
 # the outputs of rules in files before its own

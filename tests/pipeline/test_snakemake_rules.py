@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 
 import pytest
 
-from twoscale.pipeline.dependencies import declaration
+from twoscale.pipeline.dependencies import declaration, output_paths
 from twoscale.pipeline.snakemake_rules import RULES_DIR, path_expression, rule_files, writers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,3 +176,21 @@ def test_another_parameter_set_reads_and_writes_under_its_root():
                  and option not in ("--params", "--recipe", "--seed", "--strategy", "--blocks")]
         assert files and named, block
         assert all(path.startswith("runs/smoke/") for path in [*files, *named]), block
+
+
+def test_every_output_in_the_report_has_a_caption_of_its_own_and_every_caption_an_output():
+    shown = {stage: entry["report"]["files"] for stage, entry in declaration().items() if "report" in entry}
+    by_caption = {}  # a caption says what one kind of output shows (train and train_teacher both write history.csv)
+    for files in shown.values():
+        for name, caption in files.items():
+            assert by_caption.setdefault(caption, name) == name, f"{caption} serves {name} and {by_caption[caption]}"
+    captions = list(by_caption)
+    outputs = {PurePosixPath(path).name for entry in declaration().values() for path in output_paths(entry)}
+    for stage, files in shown.items():
+        assert set(files) <= outputs, f"{stage}: its report names a file no stage writes"
+    report = ROOT / "workflow/report"
+    assert {path.name for path in report.glob("*.rst")} == {*captions, "workflow.rst"}
+    for caption in captions:  # what it shows, then how to read it: a few sentences, not a page
+        words = len((report / caption).read_text().split())
+        assert 30 <= words <= 130, f"{caption}: {words} words"
+    assert rule_text("geometry_figures").count('caption="../report/') == len(shown["geometry_figures"])

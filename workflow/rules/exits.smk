@@ -123,17 +123,17 @@ rule exit_figures:
     output:
         report(
             f"{RESULTS}/figures/fig4_exit_sweep.png",
-            caption="../report/exits.rst",
+            caption="../report/fig4_exit_sweep.rst",
             category="Early exit",
         ),
         report(
             f"{RESULTS}/figures/exit_tradeoff.png",
-            caption="../report/exits.rst",
+            caption="../report/exit_tradeoff.rst",
             category="Early exit",
         ),
         report(
             f"{RESULTS}/figures/exit_depth.png",
-            caption="../report/exits.rst",
+            caption="../report/exit_depth.rst",
             category="Early exit",
         ),
     params:

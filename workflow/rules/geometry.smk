@@ -194,17 +194,17 @@ rule mechanism_figures:
     output:
         report(
             f"{RESULTS}/figures/spectrum.png",
-            caption="../report/mechanism.rst",
+            caption="../report/spectrum.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/spectrum_agreement.png",
-            caption="../report/mechanism.rst",
+            caption="../report/spectrum_agreement.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/lens.png",
-            caption="../report/mechanism.rst",
+            caption="../report/lens.rst",
             category="Geometry",
         ),
     params:
@@ -307,47 +307,47 @@ rule geometry_figures:
     output:
         report(
             f"{RESULTS}/figures/fig1_trajectory_pca.png",
-            caption="../report/figures.rst",
+            caption="../report/fig1_trajectory_pca.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/fig2_drift_to_loop_ratio.png",
-            caption="../report/figures.rst",
+            caption="../report/fig2_drift_to_loop_ratio.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/fig3a_step_size.png",
-            caption="../report/figures.rst",
+            caption="../report/fig3a_step_size.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/fig3b_step_cosine.png",
-            caption="../report/figures.rst",
+            caption="../report/fig3b_step_cosine.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/depth_similarity_phases.png",
-            caption="../report/figures.rst",
+            caption="../report/depth_similarity_phases.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/loss_vs_loops.png",
-            caption="../report/figures.rst",
+            caption="../report/loss_vs_loops.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/acceleration.png",
-            caption="../report/figures.rst",
+            caption="../report/acceleration.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/diagnostics.png",
-            caption="../report/figures.rst",
+            caption="../report/diagnostics.rst",
             category="Geometry",
         ),
         report(
             f"{RESULTS}/figures/regimes.png",
-            caption="../report/figures.rst",
+            caption="../report/regimes.rst",
             category="Geometry",
         ),
     params:

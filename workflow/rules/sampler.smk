@@ -48,7 +48,7 @@ rule sampler_figures:
     output:
         out=report(
             f"{RESULTS}/figures/{{recipe}}/seed_{{seed}}/sampler_tradeoff.png",
-            caption="../report/sampler.rst",
+            caption="../report/sampler_tradeoff.rst",
             category="Parallel sampler",
             subcategory="{recipe}",
             labels={"recipe": "{recipe}", "seed": "{seed}"},

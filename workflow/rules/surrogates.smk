@@ -215,12 +215,12 @@ rule surrogate_figures:
     output:
         report(
             f"{RESULTS}/figures/surrogate_recovery.png",
-            caption="../report/surrogates.rst",
+            caption="../report/surrogate_recovery.rst",
             category="Block-recurrent surrogates",
         ),
         report(
             f"{RESULTS}/figures/depth_dynamics.png",
-            caption="../report/surrogates.rst",
+            caption="../report/depth_dynamics.rst",
             category="Block-recurrent surrogates",
         ),
     params:

@@ -17,7 +17,6 @@ another parameter file.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 import textwrap
@@ -157,9 +156,10 @@ class _Rule:
         """The output, flagged for the Snakemake report where the stage's report shows it."""
         expression = path_expression(path)
         shown = self.stage.get("report")
-        if not shown or not any(fnmatch.fnmatch(PurePosixPath(path).name, pattern) for pattern in shown["files"]):
+        caption = (shown or {}).get("files", {}).get(PurePosixPath(path).name)
+        if caption is None:
             return expression
-        fields = [expression, f'caption="../report/{shown["caption"]}"', f'category="{shown["category"]}"']
+        fields = [expression, f'caption="../report/{caption}"', f'category="{shown["category"]}"']
         if "subcategory" in shown:
             fields.append(f"subcategory={_wildcards(shown['subcategory'])}")
         if "labels" in shown:

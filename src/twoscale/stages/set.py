@@ -1,0 +1,102 @@
+"""`python -m twoscale set KEY=VALUE ...`: change values of a parameter file in place and leave every other byte of
+it as written (comments, inline lists, blank lines), refusing in one line, with the file untouched, a key the file
+lacks or a value the parameters' schema refuses.
+
+It is what `dvc exp run -S KEY=VALUE` does to params.yaml, less DVC's rewriting of the whole file: DVC passes the
+file through Hydra and OmegaConf, which writes every inline list out one item per line and moves comments
+(treeverse/dvc#8720). `python -m twoscale set train.steps=300 && dvc exp run` runs the same experiment."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.io import write_text
+from twoscale.pipeline.params import ParamsError, parse_params, resolved_from
+
+HELP = "set values of a parameter file in place, keeping the rest as written (then: dvc exp run)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
+                        help="a dotted key and a YAML value: train.steps=300, data.max_chars=null, "
+                        "measure.loss_loops=[1,2,4]")
+    parser.add_argument("--params", dest="target", type=Path, default=Path("params.yaml"), help="the file to change "
+                        "(default: params.yaml)")
+
+
+def round_trip():
+    """ruamel.yaml's round-trip reader and writer, set so that a file written in this project's style reads back
+    and writes out byte for byte: no line wrapping, lists indented under their key, null written as null."""
+    from ruamel.yaml import YAML
+
+    handler = YAML(typ="rt")
+    handler.width = 4096
+    handler.indent(mapping=2, sequence=4, offset=2)
+    handler.preserve_quotes = True
+    handler.representer.add_representer(
+        type(None), lambda representer, _: representer.represent_scalar("tag:yaml.org,2002:null", "null"))
+    return handler
+
+
+def assignment(text: str) -> tuple[list[str], Any]:
+    """KEY=VALUE as the key's parts and the value parsed as YAML (TwoscaleError in one line otherwise)."""
+    key, equals, value = text.partition("=")
+    if not equals or not key or any(not part for part in key.split(".")):
+        raise TwoscaleError(f"{text!r}: give KEY=VALUE, the key dotted (train.steps=300)")
+    try:
+        return key.split("."), yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise TwoscaleError(f"{text!r}: the value is not YAML ({str(exc).splitlines()[0]})") from None
+
+
+def styled_like(old: Any, new: Any) -> Any:
+    """`new` in the flow style (inline: [1, 2, 4]) of the list or mapping it replaces, where that one had it."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(new, list) and isinstance(old, CommentedSeq) and old.fa.flow_style():
+        styled = CommentedSeq(new)
+    elif isinstance(new, dict) and isinstance(old, CommentedMap) and old.fa.flow_style():
+        styled = CommentedMap(new)
+    else:
+        return new
+    styled.fa.set_flow_style()
+    return styled
+
+
+def set_values(text: str, assignments: list[tuple[list[str], Any]]) -> str:
+    """The file's text with each key's value replaced, the rest as it was; TwoscaleError for a key it lacks."""
+    handler = round_trip()
+    data = handler.load(text)
+    for parts, value in assignments:
+        section = data
+        for depth, part in enumerate(parts[:-1]):
+            section = section.get(part) if isinstance(section, dict) else None
+            if not isinstance(section, dict):
+                raise TwoscaleError(f"{'.'.join(parts[:depth + 1])}: not a section of the file")
+        if parts[-1] not in section:
+            raise TwoscaleError(f"{'.'.join(parts)}: the file has no such key (set changes values, it adds none)")
+        section[parts[-1]] = styled_like(section[parts[-1]], value)
+    written = io.StringIO()
+    handler.dump(data, written)
+    return written.getvalue()
+
+
+def run(args: argparse.Namespace) -> None:
+    assignments = [assignment(text) for text in args.assignments]
+    try:
+        text = args.target.read_text()
+    except OSError as exc:
+        raise TwoscaleError(f"{args.target}: cannot read ({exc.strerror})") from None
+    changed = set_values(text, assignments)
+    try:  # the set as a job would read it: an overlay over its base
+        parse_params(resolved_from(yaml.safe_load(changed), args.target, str(args.target)), str(args.target))
+    except ParamsError as exc:
+        raise TwoscaleError(f"not written: {exc}") from None
+    write_text(args.target, changed)
+    print(f"{args.target}: " + ", ".join(text for text in args.assignments))
