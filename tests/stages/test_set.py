@@ -39,8 +39,8 @@ def test_only_the_values_set_change_their_comments_and_inline_lists_kept(params)
 
 def test_setting_the_values_it_holds_leaves_the_file_byte_for_byte(params):
     before = params.read_bytes()
-    assert main(["set", "--params", str(params), "data.max_chars=null", "train.checkpoint_steps=[25, 50, 100, 200, "
-                 "400, 600]"]) == 0
+    held = "train.checkpoint_steps=[25, 50, 100, 200, 400, 600]"
+    assert main(["set", "--params", str(params), "data.max_chars=null", held]) == 0
     assert params.read_bytes() == before
 
 
