@@ -44,6 +44,19 @@ def test_setting_the_values_it_holds_leaves_the_file_byte_for_byte(params):
     assert params.read_bytes() == before
 
 
+def test_a_number_in_e_notation_is_written_as_both_yaml_versions_read_a_number(params):
+    """PyYAML, which the jobs and Snakemake's schema check read the file with, reads 1e-07 as text."""
+    import yaml
+
+    settings = "sweep.strategies.acceleration.settings=[0, 1e-5, 1e-3, .inf]"
+    assert main(["set", "--params", str(params), "train.weight_decay=1e-7", settings]) == 0
+    text = params.read_text()
+    assert "  weight_decay: 1.0e-07\n" in text and "settings: [0, 1.0e-05, 0.001, .inf]" in text
+    raw = yaml.safe_load(text)
+    assert raw["train"]["weight_decay"] == 1e-7
+    assert raw["sweep"]["strategies"]["acceleration"]["settings"] == [0, 1e-5, 1e-3, float("inf")]
+
+
 @pytest.mark.parametrize(("assignment", "said"), [
     ("train.step=3", "train.step: the file has no such key"),
     ("nosuch.steps=3", "nosuch: not a section of the file"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,21 @@ def round_trip():
     handler.preserve_quotes = True
     handler.representer.add_representer(
         type(None), lambda representer, _: representer.represent_scalar("tag:yaml.org,2002:null", "null"))
+    handler.representer.add_representer(
+        float, lambda representer, value: representer.represent_scalar("tag:yaml.org,2002:float", float_text(value)))
     return handler
+
+
+def float_text(value: float) -> str:
+    """A float as both YAML versions read it: PyYAML (1.1; the jobs, Snakemake's schema check) reads 1e-07 as
+    text, so the mantissa keeps a point (1.0e-07); .inf, -.inf, .nan as YAML spells them."""
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    text = repr(value)
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
 
 
 def assignment(text: str) -> tuple[list[str], Any]:
@@ -49,9 +64,11 @@ def assignment(text: str) -> tuple[list[str], Any]:
     key, equals, value = text.partition("=")
     if not equals or not key or any(not part for part in key.split(".")):
         raise TwoscaleError(f"{text!r}: give KEY=VALUE, the key dotted (train.steps=300)")
-    try:
-        return key.split("."), yaml.safe_load(value)
-    except yaml.YAMLError as exc:
+    from ruamel.yaml import YAML, YAMLError
+
+    try:  # YAML 1.2, as one would type it: 1e-7 is a number
+        return key.split("."), YAML(typ="safe", pure=True).load(value)
+    except YAMLError as exc:
         raise TwoscaleError(f"{text!r}: the value is not YAML ({str(exc).splitlines()[0]})") from None
 
 
