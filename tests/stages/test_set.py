@@ -80,3 +80,9 @@ def test_dvc_s_own_set_param_rewrites_the_whole_file(params):
     before = params.read_text()
     apply_overrides(str(params), ["data.max_chars=300000"])
     assert len(changed_lines(before, params.read_text())) > 20
+
+
+def test_a_file_that_cannot_be_read_is_one_line(tmp_path, capsys):
+    assert main(["set", "--params", str(tmp_path / "missing.yaml"), "train.steps=3"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == [f"twoscale set: error: {tmp_path / 'missing.yaml'}: No such file or directory"]

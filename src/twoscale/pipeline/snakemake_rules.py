@@ -156,7 +156,7 @@ class _Rule:
         """The output, flagged for the Snakemake report where the stage's report shows it."""
         expression = path_expression(path)
         shown = self.stage.get("report")
-        caption = (shown or {}).get("files", {}).get(PurePosixPath(path).name)
+        caption = shown["files"].get(PurePosixPath(path).name) if shown else None
         if caption is None:
             return expression
         fields = [expression, f'caption="../report/{caption}"', f'category="{shown["category"]}"']

@@ -14,11 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_text
-from twoscale.pipeline.params import ParamsError, parse_params, resolved_from
+from twoscale.pipeline.params import ParamsError, parse_params, parse_yaml, resolved_from
 
 HELP = "set values of a parameter file in place, keeping the rest as written (then: dvc exp run)"
 
@@ -106,14 +104,10 @@ def set_values(text: str, assignments: list[tuple[list[str], Any]]) -> str:
 
 def run(args: argparse.Namespace) -> None:
     assignments = [assignment(text) for text in args.assignments]
-    try:
-        text = args.target.read_text()
-    except OSError as exc:
-        raise TwoscaleError(f"{args.target}: cannot read ({exc.strerror})") from None
-    changed = set_values(text, assignments)
+    changed = set_values(args.target.read_text(), assignments)  # an unreadable file: __main__'s one line
     try:  # the set as a job would read it: an overlay over its base
-        parse_params(resolved_from(yaml.safe_load(changed), args.target, str(args.target)), str(args.target))
+        parse_params(resolved_from(parse_yaml(changed), args.target, str(args.target)), str(args.target))
     except ParamsError as exc:
         raise TwoscaleError(f"not written: {exc}") from None
     write_text(args.target, changed)
-    print(f"{args.target}: " + ", ".join(text for text in args.assignments))
+    print(f"{args.target}: " + ", ".join(args.assignments))
