@@ -6,9 +6,10 @@ results and dvc.lock committed) fails here, rather than leaving every clone to r
 from __future__ import annotations
 
 import hashlib
+import sys
 
 from dvc.utils.serialize._yaml import parse_yaml
-from workspace import ROOT
+from workspace import ROOT, copy_repository, run
 
 from twoscale.pipeline.dependencies import lookup, sources
 from twoscale.pipeline.orchestrators import drop_stages_gone, dvc_stage_names
@@ -58,3 +59,25 @@ def test_dropping_the_stages_gone_leaves_the_rest_of_dvc_lock_as_dvc_wrote_it(tm
     lock.write_text(text.replace("  corpus:\n", gone + "  corpus:\n", 1))
     assert drop_stages_gone(lock, dvc_stage_names(read_raw(ROOT / "params.yaml"))) == ["distill@plain-1337-9"]
     assert lock.read_text() == text
+
+
+def test_relocking_records_the_changed_sources_and_nothing_else(tmp_path):
+    """`workflow --relock-sources` after a change that leaves the outputs alone: the lock then records the edited
+    source file's hash and size in each stage that has it, and every other byte as it was, the parameter values
+    recorded too where params.yaml has since changed (relocking sources calls nothing else current)."""
+    copy = copy_repository(tmp_path / "copy", ROOT / "params.yaml")
+    edited = copy / "src/twoscale/data/corpus.py"
+    old = hashlib.md5(edited.read_bytes()).hexdigest(), edited.stat().st_size
+    edited.write_text(edited.read_text() + "# a comment\n")
+    new = hashlib.md5(edited.read_bytes()).hexdigest(), edited.stat().st_size
+    params = (copy / "params.yaml").read_text()
+    (copy / "params.yaml").write_text(params.replace("max_chars:", "max_chars: 1  #", 1))
+    locked = (copy / "dvc.lock").read_text()
+    having = [name for name in locked_stages() if "src/twoscale/data/corpus.py" in sources(name.split("@")[0])]
+    assert having  # the premise: some stage reads the edited file
+
+    said = run([sys.executable, "-m", "twoscale", "workflow", "--relock-sources"], copy)
+    assert f"the sources of {len(having)} stages recorded" in said
+    entry = "    - path: src/twoscale/data/corpus.py\n      hash: md5\n      md5: {}\n      size: {}\n"
+    assert locked.count(entry.format(*old)) == len(having)
+    assert (copy / "dvc.lock").read_text() == locked.replace(entry.format(*old), entry.format(*new))

@@ -1,4 +1,5 @@
-"""A stage's source files come from what its stage module imports; dvc.yaml is what the declaration generates."""
+"""A stage's source files come from what its stage module and the entry points import, the observers (MLflow
+tracking) aside; dvc.yaml is what the declaration generates."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from twoscale.pipeline import dependencies
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = ROOT / "src/twoscale"
+OBSERVER_FILES = {PACKAGE_DIR / "pipeline" / name for name in ("tracking.py", "tracking_writer.py", "mlflow_store.py")}
 
 
 def module_file(module: str) -> Path | None:
@@ -38,10 +40,11 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def closure(module: str) -> set[Path]:
+    """The files of a module and of what it imports, not going through an observer."""
     files, todo = set(), [module]
     while todo:
         path = module_file(todo.pop())
-        if path is not None and path.name != "__init__.py" and path not in files:
+        if path is not None and path.name != "__init__.py" and path not in files and path not in OBSERVER_FILES:
             files.add(path)
             todo += imported_modules(path)
     return files
@@ -50,8 +53,18 @@ def closure(module: str) -> set[Path]:
 @pytest.mark.parametrize("stage", sorted(dependencies.STAGES))
 def test_sources_are_what_the_stage_module_imports(stage):
     module = dependencies.stage_module(stage)
-    expected = closure(f"twoscale.stages.{module}") | closure("twoscale.__main__")
+    expected = closure(f"twoscale.stages.{module}") | closure("twoscale.__main__") | closure("twoscale.pipeline.preload")
     assert {ROOT / path for path in dependencies.sources(stage)} == expected
+
+
+def test_no_stage_counts_the_observers_among_its_sources_though_stages_import_them():
+    importing = [stage for stage in dependencies.STAGES
+                 if OBSERVER_FILES & {module_file(name) for name in imported_modules(
+                     module_file(f"twoscale.stages.{dependencies.stage_module(stage)}"))}]
+    assert len(importing) > 20  # the premise: the stages do import tracking
+    assert not any(OBSERVER_FILES & {ROOT / path for path in dependencies.sources(stage)} for stage in importing)
+    # what the orchestrators run is a source all the same: the preloaded interpreter of their commands
+    assert all("src/twoscale/pipeline/preload.py" in dependencies.sources(stage) for stage in dependencies.STAGES)
 
 
 def test_a_stage_depends_on_its_own_cores_only():

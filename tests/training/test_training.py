@@ -27,6 +27,7 @@ from twoscale.pipeline.params import LoopSchedule, TrainParams, params_hash, rea
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows
 from twoscale.training.device import training_dtype
 from twoscale.training.trainer import (
+    WALL_CLOCK,
     build_state,
     compile_blocks,
     latest_resumable,
@@ -561,6 +562,67 @@ def test_a_training_whose_tracking_fails_leaves_no_output_and_keeps_what_it_trai
     records = [f"{name}{suffix}" for name in outputs for suffix in (".json", ".stat")]  # its record, its hash cache
     assert landed == sorted(outputs + records)
     assert not (tmp_path / "resume").exists()
+
+
+TIMED = {"tokens_per_s", "model_tflops_per_s", "peak_tflops", "mfu", "mfu_datasheet"}  # metrics.json's clock
+
+
+def test_training_writes_the_same_outputs_with_tracking_on_and_off(tmp_path, monkeypatch):
+    """Tracking observes a stage and is not among its sources (dependencies.OBSERVERS), which holds only if no output
+    depends on it: the stage that logs the most (curves, a dataset, a registered model) writes the same checkpoints
+    and build records with it off, byte for byte, and the same history and metrics but for their clock readings."""
+    write_data_dir(tmp_path / "data")
+    write_params(tmp_path / "params.yaml", steps=20, checkpoint_steps=[10, 20])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    for setting in ("on", "off"):
+        monkeypatch.setenv(tracking.TRACKING_ENV, setting)
+        assert main(["train", "--params", "params.yaml", "--recipe", "paper", "--seed", "1337", "--data-dir", "data",
+                     "--out-dir", setting, "--resume-dir", f"resume-{setting}", "--log", f"{setting}.log"]) == 0
+        if setting == "on":  # the premise: tracking on logs the run, and off adds nothing to the store
+            import mlflow
+
+            client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+            [run] = client.search_runs([client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id])
+            assert len(client.get_metric_history(run.info.run_id, "val_loss")) == 2
+            assert client.search_model_versions() != []
+            logged = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*") if path.is_file())
+    assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")
+                  if path.is_file() and not path.is_relative_to(tmp_path / "off") and path.name != "off.log") == logged
+
+    outputs = sorted(path.relative_to(tmp_path / "on") for path in (tmp_path / "on").rglob("*") if path.is_file())
+    assert outputs == sorted(path.relative_to(tmp_path / "off") for path in (tmp_path / "off").rglob("*")
+                             if path.is_file())
+    timed = {"history.csv", "history.parquet", "metrics.json"}
+    for path in outputs:
+        on, off = tmp_path / "on" / path, tmp_path / "off" / path
+        if path.name in timed:
+            continue
+        if path.suffix == ".json" and path.name.removesuffix(".json") in timed:  # a record: its output's hash
+            assert {**json.loads(on.read_text()), "sha256": None, "size": None} == {
+                **json.loads(off.read_text()), "sha256": None, "size": None}, path
+        elif path.suffix != ".stat":  # a hash cache holds the file's inode and times
+            assert on.read_bytes() == off.read_bytes(), path
+    history_on, history_off = (pl.read_parquet(tmp_path / setting / "history.parquet") for setting in ("on", "off"))
+    assert history_on.drop(WALL_CLOCK).equals(history_off.drop(WALL_CLOCK))
+    metrics_on, metrics_off = (json.loads((tmp_path / setting / "metrics.json").read_text()) for setting in ("on", "off"))
+    assert {key for key in metrics_on if metrics_on[key] != metrics_off[key]} <= TIMED
+    assert metrics_on.keys() == metrics_off.keys() and metrics_on["val_loss"] == metrics_off["val_loss"]
+
+
+@pytest.mark.parametrize("setting", ["maybe", "OFF", ""])
+def test_a_tracking_setting_other_than_on_or_off_stops_the_stage_in_one_line(tmp_path, monkeypatch, capsys,
+                                                                               setting):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(tracking.TRACKING_ENV, setting)
+    write_data_dir(tmp_path / "data")
+    write_params(tmp_path / "params.yaml", steps=10, checkpoint_steps=[10])
+    assert main(["train", "--params", "params.yaml", "--recipe", "paper", "--seed", "1337", "--data-dir", "data",
+                 "--out-dir", "out", "--resume-dir", "resume"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"twoscale train: error: TWOSCALE_TRACKING={setting!r}: set it to on or off")
+    assert not (tmp_path / "out").exists()
 
 
 def test_resume_check_finds_cpu_training_bitwise_reproducible_and_resumed(tmp_path):

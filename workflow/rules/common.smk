@@ -141,8 +141,6 @@ def submits_to_slurm():
 def pipeline_started():
     """Claim data/ and results/ against DVC, then create the MLflow store and this invocation's parent run, before
     any job starts; on a local run, the scheduler is woken by jobs only (no timers)."""
-    if warning := tracking.sqlite_on_slurm_warning(tracking.tracking_uri(), submits_to_slurm()):
-        print(warning, file=sys.stderr)
     if not submits_to_slurm():
         orchestrators.scheduler_woken_by_jobs(workflow.scheduler)
     command = " ".join(["snakemake", *sys.argv[1:]])
@@ -158,7 +156,10 @@ def pipeline_started():
     except BaseException:  # Ctrl-C while the store is created: no job ran, so give the claim back now
         WRITING.close()
         raise
-    os.environ[tracking.PARENT_ENV] = run_id
+    if run_id:  # None with TWOSCALE_TRACKING=off
+        os.environ[tracking.PARENT_ENV] = run_id
+        if warning := tracking.sqlite_on_slurm_warning(tracking.tracking_uri(), submits_to_slurm()):
+            print(warning, file=sys.stderr)
 
 
 def pipeline_finished(status):

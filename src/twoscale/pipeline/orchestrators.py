@@ -169,3 +169,27 @@ def drop_stages_gone(lock: Path, names: set[str]) -> list[str]:
         for name in gone:
             del data["stages"][name]
     return gone
+
+
+def relock_sources(root: Path) -> list[str]:
+    """Record in `root`'s dvc.lock the checkout's source files for every stage it records, as `dvc commit` would,
+    keeping what it records of outputs and parameters: for a change shown to leave every output as it was
+    (docs/development.md#a-change-that-leaves-every-output-as-it-was), which would otherwise need the default run
+    redone. A stage the lock does not record is left to run. The names of the entries changed."""
+    from dvc.repo import Repo
+    from dvc.stage.serialize import to_single_stage_lockfile
+    from dvc.utils.serialize import modify_yaml
+
+    with Repo(str(root)) as repo:
+        entries = {}
+        for stage in repo.index.stages:
+            if stage.cmd:
+                for dep in stage.deps:
+                    if dep.def_path.startswith("src/"):
+                        dep.save()
+                entries[stage.name] = to_single_stage_lockfile(stage)
+    with modify_yaml(str(root / "dvc.lock")) as data:
+        changed = [name for name, entry in entries.items() if name in data["stages"] and data["stages"][name] != entry]
+        for name in changed:
+            data["stages"][name] = entries[name]
+    return changed

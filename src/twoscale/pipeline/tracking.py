@@ -16,6 +16,9 @@ a process killed outright cannot, so its writer ends its open runs KILLED when i
 invocation closes, as KILLED, the runs still RUNNING whose process on this host is gone (never a run of another
 host, which may be alive on a shared tracking server).
 
+With TWOSCALE_TRACKING=off nothing is logged: the stages write the same outputs either way (tested), which is
+why this module and the two below it are not among any stage's sources (`dependencies.OBSERVERS`).
+
 The calls that need MLflow are `mlflow_store.Store`'s. A job sends them to the store's writer (`tracking_writer`),
 which loads MLflow once for every job; a process that has loaded MLflow already (a test, a notebook) runs them
 itself.
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from twoscale.pipeline.errors import Stopped
+from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import waiting_file
 from twoscale.pipeline.preload import COMMAND_PID_ENV
 
@@ -56,6 +59,7 @@ SERVER_TIMEOUT_S = 10
 os.environ.setdefault("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "10")
 
 EXPERIMENT = "twoscale"
+TRACKING_ENV = "TWOSCALE_TRACKING"  # on (the default) or off
 PARENT_ENV = "TWOSCALE_MLFLOW_PARENT_RUN"
 ORCHESTRATOR_ENV = "TWOSCALE_ORCHESTRATOR"
 INVOCATION_TAG = "twoscale.invocation"
@@ -89,9 +93,26 @@ def sqlite_on_slurm_warning(uri: str, submits_to_slurm: bool) -> str | None:
             "(docs/running.md#a-shared-tracking-server)")
 
 
+def tracking_on() -> bool:
+    value = os.environ.get(TRACKING_ENV, "on")
+    if value not in ("on", "off"):
+        raise TwoscaleError(f"{TRACKING_ENV}={value!r}: set it to on or off")
+    return value == "on"
+
+
+class Untracked:
+    """The store while tracking is off: it takes every call and keeps nothing."""
+
+    def __getattr__(self, operation: str):
+        return lambda *args, **kwargs: None
+
+
 def store(root: Path | None = None):
     """The store this process logs to (`mlflow_store.Store`'s calls): its own where MLflow is loaded here already,
-    else the writer of `tracking_writer`, which saves each job MLflow's seconds of start-up."""
+    else the writer of `tracking_writer`, which saves each job MLflow's seconds of start-up; `Untracked` while
+    tracking is off."""
+    if not tracking_on():
+        return Untracked()
     root = root or project_root()
     uri = tracking_uri(root)
     if "mlflow" in sys.modules:
