@@ -35,7 +35,8 @@ LEFT_OUT = ("logs/", "results/benchmarks/")
 def outputs(run: Path) -> set[str]:
     return {path.relative_to(run).as_posix() for folder in ("data", "results") if (run / folder).is_dir()
             for path in (run / folder).rglob("*")
-            if path.is_file() and path.suffix != ".stat" and not path.relative_to(run).as_posix().startswith(LEFT_OUT)}
+            if path.is_file() and path.suffix != ".stat" and not path.name.startswith(".")  # a write under way
+            and not path.relative_to(run).as_posix().startswith(LEFT_OUT)}
 
 
 def flat(value, prefix: str = "") -> dict[str, str]:

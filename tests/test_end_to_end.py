@@ -60,7 +60,7 @@ def repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def first_run(repo: Path) -> Path:
-    run(["snakemake", "--cores", "2"], repo)
+    (repo.parent / "console.txt").write_text(run(["snakemake", "--cores", "2"], repo))
     return repo
 
 
@@ -94,6 +94,22 @@ def test_snakemake_writes_every_output_and_benchmark_of_every_run(first_run):
     geometry = pl.read_parquet(first_run / "results/geometry/geometry.parquet")
     assert geometry.select("recipe", "seed").unique(maintain_order=True).rows() == smoke_runs(first_run)
     assert {"state_norm", "cross_token_cosine", "radial_step", "tangential_step"} <= set(geometry["metric"])
+
+
+def test_the_console_shows_each_job_start_and_end_and_its_log_the_rest(first_run):
+    smoke = yaml.safe_load((first_run / "params.yaml").read_text())
+    console = (first_run.parent / "console.txt").read_text().splitlines()
+    started = sorted(line.split("(")[1].split(")")[0] for line in console if line.endswith("): started"))
+    done = sorted(line.split("(")[1].split(")")[0] for line in console if "): done in " in line)
+    assert started == done == sorted(str(path.relative_to(first_run)) for path in (first_run / "logs").rglob("*.log"))
+    assert not [line for line in console if line.startswith(("step ", "input:", "    input:"))]  # logs' lines
+    evaluations = range(smoke["train"]["eval_every"], smoke["train"]["steps"] + 1, smoke["train"]["eval_every"])
+    for recipe, seed in smoke_runs(first_run):
+        log = (first_run / f"logs/train/{recipe}/seed_{seed}.log").read_text()
+        assert [int(line.split("step ")[1].split(":")[0]) for line in log.splitlines()
+                if " step " in line and ": train " in line] == list(evaluations)
+        assert f"train {recipe}: 100%" in log  # the progress, as lines
+        assert "final: val loss" in log
 
 
 def test_every_output_lands_with_a_record_of_its_content_parameters_and_inputs(first_run):
@@ -688,6 +704,10 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
                  if r.data.tags["stage"] == "train" and r.data.tags["recipe"] == "paper")
     curve = client.get_metric_history(train.info.run_id, "train_loss")
     assert [m.step for m in curve] == list(range(1, smoke["train"]["steps"] + 1))
+    sent = {m.step: m.timestamp for m in curve}  # while training: the first evaluation's points before the last
+    assert sent[smoke["train"]["eval_every"]] < sent[smoke["train"]["steps"]]
+    for child in snakemake_children:  # every stage but the figures' logs the parameter sections it reads
+        assert bool(child.data.params) != child.data.tags["stage"].endswith("figures"), child.data.tags["stage"]
     assert train.data.params["train.learning_rate"] == "0.003"
     assert "final_val_loss" in train.data.metrics
     artifacts = {a.path for a in client.list_artifacts(train.info.run_id)}

@@ -11,10 +11,11 @@ import logging
 import resource
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
-from twoscale.pipeline import dependencies, provenance
+from twoscale.pipeline import dependencies, progress, provenance
 from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import outputs_land_together, recover
 from twoscale.pipeline.params import ParamsError, changed_keys, parse_params, read_raw, shown_keys
@@ -48,7 +49,8 @@ def build_parser(stage: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
     for name, help_text in stage_commands().items():
         stage_parser = sub.add_parser(name, help=help_text, description=help_text)
-        stage_parser.add_argument("--log", type=Path, help="also write the stage's log to this file")
+        stage_parser.add_argument("--log", type=Path, help="write the stage's log and progress to this file, and "
+                                  "only its start, end and errors to the console (a workflow's job)")
         if name == stage:
             importlib.import_module(f"twoscale.stages.{name}").add_arguments(stage_parser)
     return parser
@@ -60,10 +62,15 @@ def stage_named(argv: list[str]) -> str | None:
 
 
 def setup_logging(log_file: Path | None) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    """The stage's log on stderr; with a log file (a workflow's job), there, with its progress, and only warnings on
+    stderr, where the jobs running side by side would interleave."""
+    console = logging.StreamHandler(sys.stderr)
+    handlers: list[logging.Handler] = [console]
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, mode="w"))
+        console.setLevel(logging.WARNING)
+    progress.into_log(log_file is not None)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", handlers=handlers, force=True)
     for noisy in ("mlflow", "alembic", "urllib3", "git", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -133,9 +140,22 @@ def main(argv: list[str] | None = None) -> int:
                 handle.write(usage_line() + "\n")
 
 
+def job_line(args: argparse.Namespace, what: str) -> None:
+    """One console line of a workflow's job (one with a log file), named by its log."""
+    if args.log is not None:
+        print(f"twoscale {args.stage} ({args.log}): {what}", file=sys.stderr, flush=True)
+
+
+def took(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
 def run_stage(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     try:
         setup_logging(args.log)
+        job_line(args, "started")
         params_file = getattr(args, "params", None)
         before = read_raw(params_file) if params_file is not None else None
         with outputs_land_together(recording(args, params_file, before)):
@@ -153,6 +173,7 @@ def run_stage(args: argparse.Namespace) -> int:
     except Stopped:
         print(f"twoscale {args.stage}: stopped (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
+    job_line(args, f"done in {took(time.monotonic() - started)}")
     return 0
 
 

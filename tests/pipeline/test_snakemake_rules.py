@@ -161,7 +161,7 @@ def test_a_name_that_reaches_the_shell_runs_nothing(tmp_path):
 def test_another_parameter_set_reads_and_writes_under_its_root():
     """A forced dry run of configs/smoke.yaml: every file a job reads, writes or logs to, and every path its command
     names, lies under runs/smoke/, but the stages' source files and the run's parameter snapshot."""
-    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--printshellcmds", "--nolock", "--cores", "1",
+    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--quiet", "progress", "--printshellcmds", "--nolock", "--cores", "1",
                              "--configfile", "configs/smoke.yaml"], cwd=ROOT, capture_output=True, text=True,
                             check=True)
     blocks = re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import mlflow
 import mlflow.pytorch
@@ -24,6 +25,7 @@ from workspace import smoke_params
 from twoscale.__main__ import main
 from twoscale.pipeline import mlflow_store, tracking
 from twoscale.pipeline.errors import TwoscaleError
+from twoscale.pipeline.params import load_params, params_hash
 from twoscale.training.trainer import read_checkpoint
 
 
@@ -79,7 +81,7 @@ import signal, sys, time
 from twoscale.__main__ import stop
 from twoscale.pipeline import mlflow_store, tracking
 signal.signal(signal.SIGTERM, stop)
-with tracking.stage_run("train", "hash") as run:
+with tracking.stage_run("train", {}) as run:
     print(run.run_id, flush=True)
     time.sleep(60)
 """
@@ -101,7 +103,7 @@ def test_a_stage_job_stopped_by_sigterm_ends_its_run_killed(store):
 
 def test_a_stage_run_is_named_by_its_tags_and_also_tagged_with_its_origin(store):
     origin = {"precision": "float64", "machine": "Test CPU, 2 CPUs", "torch": "2.13.0"}
-    with tracking.stage_run("measure", "hash", {"recipe": "huginn", "seed": "1"}, origin) as run:
+    with tracking.stage_run("measure", {}, {"recipe": "huginn", "seed": "1"}, origin) as run:
         run_id = run.run_id
     logged = client(store).get_run(run_id)
     assert logged.info.run_name == "measure recipe=huginn seed=1"
@@ -109,14 +111,29 @@ def test_a_stage_run_is_named_by_its_tags_and_also_tagged_with_its_origin(store)
     assert logged.data.tags["recipe"] == "huginn" and logged.data.tags["stage"] == "measure"
 
 
+def test_a_stage_run_logs_the_parameter_sections_it_is_given_flat_and_tags_their_hash(store, tmp_path):
+    params = load_params(smoke_params(tmp_path))
+    with tracking.stage_run("measure", {"measure": params.measure, "train": params.train}) as run:
+        pass
+    logged = client(store).get_run(run.run_id).data
+    raw = params.measure.model_dump(mode="json")
+    assert logged.params["measure.n_sequences"] == str(raw["n_sequences"])
+    assert logged.params["train.loops.max"] == str(params.train.loops.max)
+    assert logged.params["measure.loss_loops"] == str(raw["loss_loops"])  # a list stays one value
+    assert not any(key.startswith(("sweep.", "model.")) for key in logged.params)
+    assert logged.tags["params_hash"] == params_hash(params.measure, params.train)
+
+
 def test_only_finite_numbers_are_logged_as_metrics(store):
     """A summary whose metric could not be measured holds null (None) or NaN; MLflow refuses None outright."""
     row = {"a": 1.5, "b": None, "c": float("nan"), "d": float("inf"), "e": np.float32(0.25), "f": np.int64(3),
            "g": True, "h": "text"}
     assert tracking.finite_metrics(row) == {"a": 1.5, "e": 0.25, "f": 3.0}
-    with tracking.stage_run("geometry", "hash") as run:
+    with tracking.stage_run("geometry", {}) as run:
         tracking.log_metrics(row)
-    assert client(store).get_run(run.run_id).data.metrics == {"a": 1.5, "e": 0.25, "f": 3.0}
+    metrics = client(store).get_run(run.run_id).data.metrics
+    assert {key: value for key, value in metrics.items() if not key.startswith("system/")} == {
+        "a": 1.5, "e": 0.25, "f": 3.0}
 
 
 # --- a training run, comparable with others: its machine's use, its corpus, its registered model ------------
@@ -166,7 +183,7 @@ from pathlib import Path
 import mlflow
 from twoscale.pipeline import mlflow_store, tracking
 store, me, other = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-with tracking.stage_run("train", "hash", {"seed": me}):
+with tracking.stage_run("train", {}, {"seed": me}):
     (store / me).touch()
     while not (store / other).exists():  # both jobs log at one moment
         time.sleep(0.001)
@@ -324,11 +341,16 @@ def test_ctrl_c_while_interrupts_are_held_is_raised_once_the_block_is_done():
     assert signal.getsignal(signal.SIGINT) is before
 
 
-def test_a_training_run_by_hand_registers_its_model_apart_from_the_workflows():
+def test_a_training_run_by_hand_or_of_another_parameter_set_registers_its_model_apart_from_the_defaults():
     from twoscale.stages.train import registered_name
 
-    assert registered_name("paper", "snakemake") == registered_name("paper", "dvc") == "twoscale-paper"
-    assert registered_name("paper", "cli") == "twoscale-paper-by-hand"
+    default = Path("results/train/paper/seed_1337")
+    smoke = Path("runs/smoke/results/train/paper/seed_1337")
+    assert registered_name("paper", "snakemake", default) == registered_name("paper", "dvc", default) \
+        == "twoscale-paper"
+    assert registered_name("paper", "cli", default) == "twoscale-paper-by-hand"
+    assert registered_name("paper", "snakemake", smoke) == "twoscale-smoke-paper"
+    assert registered_name("paper", "cli", smoke) == "twoscale-smoke-paper-by-hand"
 
 
 def test_a_server_whose_health_page_answers_while_its_api_stalls_is_given_up_after_the_timeout():

@@ -19,7 +19,7 @@ from twoscale.pipeline.tracking_writer import IDLE_ENV, writer_files
 JOB = """
 import sys, time
 from twoscale.pipeline import tracking
-with tracking.stage_run("geometry", "hash", {"seed": sys.argv[1]}) as run:
+with tracking.stage_run("geometry", {}, {"seed": sys.argv[1]}) as run:
     tracking.log_metrics({"value": float(sys.argv[1])})
     print(run.run_id, tracking.store().call("ping"), "mlflow" in sys.modules, flush=True)
     time.sleep(float(sys.argv[2]))
@@ -87,7 +87,7 @@ import sys, time
 from pathlib import Path
 from twoscale.pipeline import tracking
 go = Path(sys.argv[1])
-with tracking.stage_run("geometry", "hash") as run:
+with tracking.stage_run("geometry", {}) as run:
     print(run.run_id, tracking.store().call("ping"), flush=True)
     while not go.exists():
         time.sleep(0.05)
@@ -110,3 +110,17 @@ def test_a_job_whose_writer_is_killed_goes_on_with_another(tmp_path, job_env):
     assert second_writer and int(second_writer) != int(first_writer)
     run = runs(tmp_path)[run_id]
     assert run.info.status == "FINISHED" and run.data.metrics == {"after": 1.0}
+
+
+@pytest.mark.parametrize(("raised", "said"), [(KeyError(), "MLflow: KeyError"),
+                                                (ValueError("bad run id\nmore"), "MLflow: ValueError: bad run id")])
+def test_an_mlflow_error_reaches_the_job_as_one_line_naming_its_type_once(raised, said, tmp_path):
+    from twoscale.pipeline import tracking_writer
+
+    class Raising:
+        def log_params(self, *args):
+            raise raised
+
+    store = tracking_writer._StoreOnce("sqlite:///unused.db", tmp_path, 1.0)
+    store._store = Raising()
+    assert tracking_writer._answer(store, "log_params", ("run",), {}, set()) == ("error", said)

@@ -315,7 +315,8 @@ def test_a_file_a_stage_cannot_write_is_one_line_with_the_traceback_in_its_log(t
 
     monkeypatch.setattr(schema_stage, "write_text", denied)
     assert main(["schema", "--out", str(tmp_path / "schema.json"), "--log", str(tmp_path / "schema.log")]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
+    assert capsys.readouterr().err.strip().splitlines() == [  # a job's start line (it has a log), then the error
+        f"twoscale schema ({tmp_path / 'schema.log'}): started",
         f"twoscale schema: error: {tmp_path / 'schema.json'}: Permission denied"]
     log = (tmp_path / "schema.log").read_text()
     *_, error, usage = log.splitlines()  # the error, then the job's record of its own use

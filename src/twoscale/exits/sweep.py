@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 import torch
-from tqdm import tqdm
 
 from twoscale.decoding.engine import CriterionClock, PromptState, cache_bytes, decode_prompt, generate
 from twoscale.decoding.rules import ExitRule, make_rule
 from twoscale.exits.teacher_forced import evaluate_settings
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline.params import ParamsError, SweepParams
+from twoscale.pipeline.progress import progress_bar
 
 SWEPT_KEYS = {"fixed": "loops", "argmax": "hits"}
 
@@ -94,7 +94,7 @@ def timed_rounds(
         raise ValueError(f"{len(rounds)} round counts for {len(points)} points")
     rows = []
     decoded: dict[int, list[PromptState]] = {}
-    bar = tqdm(total=sum(rounds), desc=progress, unit="setting", disable=progress is None)
+    bar = progress_bar(total=sum(rounds), desc=progress, unit="setting", disable=progress is None)
     for round_index in range(max(rounds, default=0)):
         these = [index for index, count in enumerate(rounds) if count > round_index]
         shift = round_index % len(these)

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from twoscale.decoding.cost import token_costs
 from twoscale.decoding.engine import new_cache, step_tokens
 from twoscale.decoding.rules import ExitRule, head_decode
 from twoscale.models.looped_gpt import Context, LoopedGPT, Segment, at_least_float32
+from twoscale.pipeline.progress import progress_bar
 from twoscale.training.batches import held_out_batches
 
 Tensor = torch.Tensor
@@ -154,7 +154,7 @@ def evaluate_settings(
     tokens = 0
     windows_seen, exit_steps = [], []
     batches = held_out_batches(ids, n_windows, batch_size, model.config.block_size)
-    for x, y in tqdm(batches, desc=progress, unit="batch", disable=progress is None):
+    for x, y in progress_bar(batches, desc=progress, unit="batch", disable=progress is None):
         windows, length = x.shape
         rules = [ExitRule.stacked([rule_set[g] for rule_set in settings], windows) for g in range(model.n_groups)]
         run = teacher_forced(model, x.to(device).repeat(n_settings, 1), rules)

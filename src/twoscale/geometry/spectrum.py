@@ -27,10 +27,10 @@ from scipy.sparse.linalg import LinearOperator, eigs
 from threadpoolctl import threadpool_limits
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from tqdm import tqdm
 
 from twoscale.geometry.metrics import step_cosine, step_size, steps
 from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.pipeline.progress import progress_bar
 
 StepMap = Callable[[Tensor], Tensor]
 
@@ -199,7 +199,7 @@ def token_spectra(model: LoopedGPT, idx: Tensor, loops: int, positions: list[int
     first_late_k = loops // 2 + 1
     rows = []
     pairs = [(group, window) for group in range(len(trajectories)) for window in range(idx.shape[0])]
-    for group, window in tqdm(pairs, desc=progress, unit="window", disable=progress is None):
+    for group, window in progress_bar(pairs, desc=progress, unit="window", disable=progress is None):
         trajectory = trajectories[group]  # (loops + 1, B, T, C)
         group_input, last = trajectory[0], trajectory[-1]
         prefix = slice(0, max(positions) + 1)  # every position a sampled one attends to

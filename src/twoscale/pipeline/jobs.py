@@ -46,6 +46,11 @@ class Stage:
     def job_outputs(self) -> list[str]:
         return [path.format(**job) for job in self.jobs() for path in self.outputs]
 
+    def dvc_name(self, job: dict[str, str]) -> str:
+        """DVC's name for one of its jobs: the stage, then its matrix values in the matrix's order (tokenize,
+        train@paper-1337, measure@paper-1337-40)."""
+        return self.name + ("@" + "-".join(job.values()) if job else "")
+
 
 def segment_pattern(path: str, placeholder: re.Pattern) -> re.Pattern:
     """A path as a pattern in which each `placeholder` ({recipe}, or ${item.recipe}) matches one path segment."""

@@ -150,10 +150,8 @@ def stale_outputs(outputs: list[str], config: dict, params_file: Path) -> list[s
 
 
 def dvc_stage_names(config: dict) -> set[str]:
-    """Every job of the pipeline under `config` by DVC's name for it: the stage, then its matrix values in the
-    matrix's order (tokenize, train@paper-1337, measure@paper-1337-40), as `provenance.dvc_stage` names one."""
-    return {stage.name + ("@" + "-".join(job.values()) if job else "")
-            for stage in stages(config) for job in stage.jobs()}
+    """Every job of the pipeline under `config` by DVC's name for it (`jobs.Stage.dvc_name`)."""
+    return {stage.dvc_name(job) for stage in stages(config) for job in stage.jobs()}
 
 
 def drop_stages_gone(lock: Path, names: set[str]) -> list[str]:

@@ -688,6 +688,13 @@ def results_root(params_file: str | Path) -> Path:
     return Path(RUNS) / path.stem
 
 
+def parameter_set_of(path: str | Path) -> str | None:
+    """The parameter set whose results folder (`results_root`) holds `path`, relative to the checkout: its name
+    for runs/<name>/..., None for the default set's."""
+    parts = Path(path).parts
+    return parts[1] if len(parts) > 2 and parts[0] == RUNS else None
+
+
 def load_params(path: str | Path, name: str | None = None) -> Params:
     """The parameter file at `path`, validated; errors name it `name` or its path."""
     return parse_params(read_raw(path, name), name or str(path))

@@ -208,7 +208,7 @@ def dvc_stage(path: Path, config: dict[str, Any]) -> str | None:
     for stage in stages(config):
         for job in stage.jobs():
             if target in (output.format(**job) for output in stage.outputs):
-                return stage.name + ("@" + "-".join(job.values()) if job else "")
+                return stage.dvc_name(job)
     return None
 
 

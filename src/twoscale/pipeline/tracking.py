@@ -41,8 +41,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel
+
 from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import waiting_file
+from twoscale.pipeline.params import params_hash
 from twoscale.pipeline.preload import COMMAND_PID_ENV
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -54,9 +57,10 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 SERVER_TIMEOUT_S = 10
-# A run with system metrics samples CPU, memory, disk, network (and NVIDIA GPUs where nvidia-ml-py finds one) every
-# 10 s, MLflow's default made explicit: a sample costs its thread about 10 ms (docs/running.md#tracking)
-os.environ.setdefault("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "10")
+# Every stage run samples the machine's CPU, memory, disk, network (and NVIDIA GPUs where nvidia-ml-py finds one) as
+# system metrics every 2 s (MLflow's default, 10 s, leaves nothing of a stage shorter than that, and MLflow drops
+# the last sample): a sample costs the store's writer about 10 ms (docs/running.md#tracking)
+os.environ.setdefault("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "2")
 
 EXPERIMENT = "twoscale"
 TRACKING_ENV = "TWOSCALE_TRACKING"  # on (the default) or off
@@ -305,13 +309,24 @@ def log_model(model, registered_name: str, tags: dict[str, str], pip_requirement
         tracked.log_model(run_id, str(model_file), registered_name, tags, pip_requirements)
 
 
+def flat_params(sections: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested parameter sections (pydantic models or dicts) as flat MLflow params: {'train.loops.max': 8, ...}."""
+    flat: dict[str, Any] = {}
+    for name, section in sections.items():
+        raw = section.model_dump(mode="json") if hasattr(section, "model_dump") else section
+        flat.update(flat_params({f"{name}.{key}": value for key, value in raw.items()})
+                    if isinstance(raw, dict) else {name: raw})
+    return flat
+
+
 @contextlib.contextmanager
-def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
-              origin: dict[str, str] | None = None, system_metrics: bool = False) -> Iterator[StageRun]:
+def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str] | None = None,
+              origin: dict[str, str] | None = None) -> Iterator[StageRun]:
     """A nested MLflow run for one stage job, under the invocation's parent run when there is one, named by the
-    stage and `tags`; `origin` (what computed its numbers: arithmetic, processor, torch) is tagged too. With
-    `system_metrics`, the machine's use is sampled (system/* metrics) while the run is open. It ends FINISHED,
-    FAILED on an error, KILLED when stopped."""
+    stage and `tags`, with the parameter `sections` the stage reads ({'measure': params.measure}) as its params
+    and their hash as a tag; `origin` (what computed its numbers: arithmetic, processor, torch) is tagged too. The
+    machine's use is sampled (system/* metrics) while the run is open. It ends FINISHED, FAILED on an error,
+    KILLED when stopped."""
     tracked = store()
     orchestrator_name = orchestrator()
     parent = _parent_run_id(orchestrator_name)
@@ -319,16 +334,17 @@ def stage_run(stage: str, params_hash: str, tags: dict[str, str] | None = None,
         "stage": stage,
         "orchestrator": orchestrator_name,
         "git_commit": git_commit(),
-        "params_hash": params_hash,
+        "params_hash": params_hash(*sections.values()),
         **owner_tags(),
         **(tags or {}),
         **(origin or {}),
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
-    run_id = tracked.start_run(name, run_tags, parent, system_metrics)
+    run_id = tracked.start_run(name, run_tags, parent, system_metrics=True)
     _open_runs.append((tracked, run_id))
     status = "FAILED"
     try:
+        log_params(flat_params(sections))
         yield StageRun(run_id)
         status = "FINISHED"
     except (KeyboardInterrupt, Stopped):

@@ -233,7 +233,8 @@ def _answer(store: _StoreOnce, operation: str, args: tuple, kwargs: dict, opened
     except TwoscaleError as exc:
         return "error", str(exc)
     except Exception as exc:  # noqa: BLE001 (MLflow raises many types; the job is told which, in one line)
-        return "error", f"MLflow: {type(exc).__name__}: {first_line(exc)}"
+        said = first_line(exc)  # the type's name alone when the exception has no text
+        return "error", f"MLflow: {said}" if said == type(exc).__name__ else f"MLflow: {type(exc).__name__}: {said}"
     if operation == "start_run":
         opened.add(value)
     elif operation == "end_run":

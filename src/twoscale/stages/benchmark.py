@@ -15,13 +15,13 @@ from pathlib import Path
 
 import polars as pl
 import torch
-from tqdm import tqdm
 
 from twoscale.benchmark import sampler_medians, step_costs, strategy_latency, training_throughput
 from twoscale.exits.sweep import never_exit_setting
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.pipeline.params import Params, RunParams, results_root
+from twoscale.pipeline.progress import progress_bar
 from twoscale.report.tables import markdown_table
 from twoscale.sampler.comparison import FULL_RECURRENCE, MATCHED, SAMPLER, settings_of
 from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding
@@ -107,7 +107,7 @@ def training_rows(runs: list[RunParams], data_dir: Path, device: torch.device, s
     variants = [False, True] if device.type == "cuda" else [False]
     warmup = 3 if device.type == "cuda" else 1  # compilation, cuBLAS and allocator warm-up on the GPU
     rows = []
-    for run in tqdm(runs, desc="benchmark training", unit="recipe"):
+    for run in progress_bar(runs, desc="benchmark training", unit="recipe"):
         config = model_config(run.model, stats["vocab_size"])
         fp32 = {}  # per variant: bf16 is compared with fp32 run the same way (eager or compiled)
         for precision, dtype in PRECISIONS.items():
@@ -138,7 +138,7 @@ def exit_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, d
                   for row in step_costs(model, prompts[0], specs, sweep.max_loops, args.repeats)]
         full = strategy_latency(model, prompts, sweep.new_tokens, specs["fixed"], sweep.max_loops,
                                 sweep.max_loops, args.repeats)
-        for name in tqdm(specs, desc=f"benchmark {run.recipe}", unit="strategy"):
+        for name in progress_bar(specs, desc=f"benchmark {run.recipe}", unit="strategy"):
             setting, note = chosen[name]
             timing = strategy_latency(model, prompts, sweep.new_tokens, specs[name], setting, sweep.max_loops,
                                       args.repeats)
@@ -167,7 +167,7 @@ def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace
                   SAMPLER: f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}"
                   + ("" if chosen else " (none within the tolerance: the paper's defaults)")}
         thread_counts = [sample.threads] if device.type == "cuda" else sorted({sample.threads, os.cpu_count() or 1})
-        for threads in tqdm(thread_counts, desc=f"benchmark sampler {run.recipe}", unit="thread count"):
+        for threads in progress_bar(thread_counts, desc=f"benchmark sampler {run.recipe}", unit="thread count"):
             torch.set_num_threads(threads)
             timing = sampler_medians(model, prompts, sample.new_tokens, sample.loops, matched_loops, settings,
                                      args.repeats)

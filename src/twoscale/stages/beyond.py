@@ -14,9 +14,8 @@ import polars as pl
 from twoscale.geometry.measurement import MEASURE_DTYPE, geometry_in
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, origin_columns, run_columns
+from twoscale.stages.common import load_run, log_geometry_curves, origin_columns, run_columns
 from twoscale.training.device import provenance
 
 HELP = "measure the final checkpoint's loop geometry looped beyond the trained range"
@@ -34,11 +33,12 @@ def run(args: argparse.Namespace) -> None:
     measure = params.measure
     model, meta, val_ids, device = open_checkpoint(args, params, run, measure.threads)
     loops, step = max(measure.beyond_loops), meta["step"]
-    with tracking.stage_run("beyond", params_hash(measure), run.tags):
+    with tracking.stage_run("beyond", {"measure": measure}, run.tags):
         log.info("%s, seed %d, step %d: %d windows, every group looped %d times", run.recipe, run.seed, step,
                  measure.n_sequences, loops)
         rows = geometry_in(model, val_ids, measure, measure.n_sequences, device, MEASURE_DTYPE, loops=loops,
                            floor=None)
+        log_geometry_curves(rows)
         source = provenance(device, MEASURE_DTYPE)
         table = pl.DataFrame(rows, schema_overrides={"k": pl.Int64}).select(
             *run_columns(run, step), pl.all(), *origin_columns(source))

@@ -18,7 +18,7 @@ from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import read_csv, read_parquet, run_subdir, write_parquet, write_text
-from twoscale.pipeline.params import Params, params_hash
+from twoscale.pipeline.params import Params
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
 from twoscale.stages.common import add_params_argument, load, per_checkpoint_tables
@@ -194,7 +194,8 @@ def run(args: argparse.Namespace) -> None:
     else:
         params = load(args)
         tables = gather(args, params)
-        with tracking.stage_run("claims", params_hash(params.measure, params.sweep, params.sample, params.distill)):
+        sections = {name: getattr(params, name) for name in ("measure", "sweep", "sample", "distill")}
+        with tracking.stage_run("claims", sections):
             for name, frame in tables.items():
                 write_parquet(args.out_dir / BUNDLE_DIR / f"{name}.parquet", frame)
             summary = write_report(tables, args.out_dir)
@@ -202,6 +203,10 @@ def run(args: argparse.Namespace) -> None:
             tracking.log_artifact(args.out_dir / "claims.json")
             tracking.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]
                                for row in summary for recipe, entry in row["recipes"].items()})
+            verdicts = [verdict.split(" (")[0] for row in summary for entry in row["recipes"].values()
+                        for verdict in entry["verdicts"]]  # a run's, its reason left out
+            tracking.log_metrics({f"verdicts_{verdict.replace(' ', '_')}": verdicts.count(verdict)
+                                  for verdict in set(verdicts)})
     for row in summary:
         log.info("%s: %s", row["claim"], "; ".join(f"{recipe} {entry['verdict']}"
                                                    for recipe, entry in row["recipes"].items()))

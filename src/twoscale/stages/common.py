@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel
 
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet, run_subdir
@@ -48,24 +47,14 @@ def load_teacher_run(args: argparse.Namespace) -> tuple[Params, RunParams]:
     return params, run
 
 
-def flatten(section: BaseModel | dict, prefix: str) -> dict[str, Any]:
-    """Nested parameters as flat MLflow params: {'train.loops.max': 8, ...}."""
-    raw = section.model_dump(mode="json") if isinstance(section, BaseModel) else section
-    flat: dict[str, Any] = {}
-    for key, value in raw.items():
-        name = f"{prefix}.{key}"
-        flat.update(flatten(value, name) if isinstance(value, dict) else {name: value})
-    return flat
+GEOMETRY_CURVES = ("step_size", "drift_to_loop_ratio", "step_cosine", "state_norm")  # MLflow curves over k
 
 
-def log_sections(params: Params, *names: str) -> None:
-    log_params({name: getattr(params, name) for name in names})
-
-
-def log_params(sections: dict[str, BaseModel]) -> None:
-    """Parameter sections as flat MLflow params, each under its name."""
-    for name, section in sections.items():
-        tracking.log_params(flatten(section, name))
+def log_geometry_curves(rows: list[dict], prefix: str = "") -> None:
+    """The loop geometry's headline metrics (`MetricAccumulator.summary` rows), each group's mean as an MLflow curve
+    over the loop step k: `<prefix><metric>_group<g>`."""
+    tracking.log_curves([{"k": row["k"], f"{prefix}{row['metric']}_group{row['group']}": row["mean"]}
+                         for row in rows if row["k"] is not None and row["metric"] in GEOMETRY_CURVES], step_key="k")
 
 
 def draw_figures(drawings: Mapping[str, Callable[[Path], None]], folder: Path) -> None:

@@ -9,8 +9,7 @@ from pathlib import Path
 from twoscale.data.corpus import build_corpus
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, write_json
-from twoscale.pipeline.params import params_hash
-from twoscale.stages.common import add_params_argument, load, log_sections
+from twoscale.stages.common import add_params_argument, load
 
 HELP = "fetch or read the raw text and write it with a manifest"
 
@@ -30,8 +29,7 @@ def run(args: argparse.Namespace) -> None:
             manifest = build_corpus(params.data, root=Path.cwd(), cache_dir=args.cache_dir, out=out)
         log.info("corpus: %d documents, %d characters from %s",
                  manifest["n_documents"], manifest["n_chars"], params.data.source)
-        with tracking.stage_run("corpus", params_hash(params.data)) as _:
-            log_sections(params, "data")
+        with tracking.stage_run("corpus", {"data": params.data}) as _:
             tracking.log_metrics({"n_documents": manifest["n_documents"], "n_chars": manifest["n_chars"]})
             write_json(args.out_dir / "manifest.json", manifest)
             tracking.log_artifact(args.out_dir / "manifest.json")

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import polars as pl
 import torch
-from tqdm import tqdm
 
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import load_token_array, read_json, write_json, write_parquet
-from twoscale.pipeline.params import params_hash
+from twoscale.pipeline.progress import progress_bar
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
+from twoscale.stages.common import add_run_arguments, load_teacher_run
 from twoscale.surrogates.distillation import distill, save_surrogate, train_plain_gpt
 from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.surrogates.recovery import evaluate_recovery
@@ -70,18 +69,17 @@ def run(args: argparse.Namespace) -> None:
     tags = {**run.tags, "blocks": str(k)}
     log.info("%s seed %d: %d-block surrogate (%d parameters) of %d layers, phases %s; control: %d layers",
              run.recipe, run.seed, k, surrogate.num_parameters(), teacher.config.n_layer, phases, k)
-    with tracking.stage_run("distill", params_hash(settings, run.model, run.train), tags, source):
-        log_sections(params, "distill")
+    with tracking.stage_run("distill", {"distill": settings, "model": run.model, "train": run.train}, tags, source):
         steps = settings.phase_steps + settings.rollout_steps
-        with tqdm(total=steps, desc=f"distill {run.recipe} k={k}", unit="step") as bar:
-            def progress(row: dict) -> None:
+        with progress_bar(total=steps, desc=f"distill {run.recipe} k={k}", unit="step") as bar:
+            def step_done(row: dict) -> None:
                 bar.update(1)
                 bar.set_postfix(stage=row["stage"], loss=f"{row['loss']:.4f}", refresh=False)
 
             history = distill(surrogate, teacher, train_ids, settings.phase_steps, settings.rollout_steps,
                               settings.train_batch_size, settings.learning_rate, settings.anneal_fraction,
-                              torch.Generator().manual_seed(run.seed), device, dtype, progress)
-        with tqdm(total=run.train.steps, desc=f"control {k} layers", unit="step") as bar:
+                              torch.Generator().manual_seed(run.seed), device, dtype, step_done)
+        with progress_bar(total=run.train.steps, desc=f"control {k} layers", unit="step") as bar:
             control = train_plain_gpt(control_config, run.train, run.seed, train_ids, val_ids, device, dtype,
                                       args.out_dir / "control.pt", lambda step, row: bar.update(1))
         batches = held_out_batches(val_ids, settings.n_windows, settings.batch_size, teacher.config.block_size)

@@ -14,7 +14,6 @@ import polars as pl
 from twoscale.exits import figures
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet, run_subdir
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, draw_figures, load
 
 HELP = "draw Figure 4, the exit trade-off and the per-token depth map from the sweep's tables"
@@ -47,6 +46,6 @@ def run(args: argparse.Namespace) -> None:
     depth = read_depth(args.strategies_dir, sweep)
     drawings = {filename: functools.partial(draw, sweep) for filename, draw in FIGURES.items()}
     drawings[DEPTH_FIGURE] = functools.partial(figures.fig_exit_depth, sweep, depth)
-    with tracking.stage_run("exit_figures", params_hash()):
+    with tracking.stage_run("exit_figures", {}):
         draw_figures(drawings, args.figures_dir)
     log.info("exit figures: %s", ", ".join(sorted(drawings)))

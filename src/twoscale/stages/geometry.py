@@ -13,7 +13,6 @@ import polars as pl
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, load
 
 HELP = "gather the measurements across training into tables"
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> None:
     summaries = [{"recipe": recipe, "seed": seed, **read_json(folder / "summary.json")}
                  for recipe, seed, _, folder in checkpoints]
     summary = pl.DataFrame(summaries).select("recipe", "seed", "step", pl.all().exclude("recipe", "seed", "step"))
-    with tracking.stage_run("geometry", params_hash(params.train)):
+    with tracking.stage_run("geometry", {"train": params.train}):
         for row in summaries:
             prefix = f"{row['recipe']}/seed_{row['seed']}/"
             tracking.log_metrics({prefix + k: v for k, v in row.items() if k not in ("recipe", "seed", "step")},

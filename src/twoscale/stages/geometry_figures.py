@@ -13,7 +13,6 @@ from twoscale.geometry import figures
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, draw_figures, load
 
 HELP = "draw Figures 1-3 and the loop diagnostics from the geometry tables"
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> None:
     load(args)
     tables = {name: read_parquet(args.geometry_dir / f"{name}.parquet", "the geometry stage")
               for name in MEASUREMENT_TABLES}
-    with tracking.stage_run("geometry_figures", params_hash()):
+    with tracking.stage_run("geometry_figures", {}):
         draw_figures({filename: functools.partial(draw, *(tables[name] for name in inputs))
                       for filename, (draw, inputs) in FIGURES.items()}, args.figures_dir)
     log.info("geometry figures: %s", ", ".join(sorted(FIGURES)))

@@ -16,9 +16,8 @@ from twoscale.exits.sweep import latency_ms_per_token, timed_rounds
 from twoscale.exits.tables import compared_points
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_parquet, write_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import log_sections, origin_columns, run_columns
+from twoscale.stages.common import origin_columns, run_columns
 from twoscale.stages.validation import read_params
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
@@ -57,10 +56,9 @@ def run(args: argparse.Namespace) -> None:
              "(%s), the others in %d", len(points), len(timed), ", ".join(timed), run.recipe, run.seed, meta["step"],
              len(compared), sweep.rounds, ", ".join(f"{name} {setting:g}" for name, setting in sorted(compared)),
              figure_rounds)
-    # the system-metrics sampler stalls this process a few ms every 10 s: one token's time, which the median over
-    # a round's tokens leaves out (docs/running.md#tracking)
-    with tracking.stage_run("latency", params_hash(params.sweep), run.tags, source, system_metrics=True):
-        log_sections(params, "sweep")
+    # the system-metrics sampler (a thread of the MLflow writer) takes a few ms of the machine every 2 s: a token's
+    # time at most, which the median over a round's tokens leaves out (docs/running.md#tracking)
+    with tracking.stage_run("latency", {"sweep": params.sweep}, run.tags, source):
         latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
         rows = timed_rounds(model, prompts, sweep.new_tokens, points, sweep.max_loops, rounds,
                             progress=f"latency {run.recipe} seed {run.seed}")

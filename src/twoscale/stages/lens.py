@@ -14,7 +14,6 @@ import polars as pl
 from twoscale.geometry.lens import lens_means
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
 from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches
@@ -38,10 +37,13 @@ def run(args: argparse.Namespace) -> None:
     model.eval()
     batches = [x.to(device) for x, _ in held_out_batches(val_ids, lens.n_windows, lens.batch_size,
                                                            model.config.block_size)]
-    with tracking.stage_run("lens", params_hash(lens, params.measure), {**run.tags, "checkpoint": f"step_{step}"}):
+    with tracking.stage_run("lens", {"lens": lens, "measure": params.measure}, {**run.tags, "checkpoint": f"step_{step}"}):
         log.info("%s, seed %d, step %d: %d windows, every group looped %d times, each step decoded", run.recipe,
                  run.seed, step, lens.n_windows, loops)
         source = provenance(device, next(model.parameters()).dtype)
         table = pl.DataFrame(lens_means(model, batches, loops)).select(
             *run_columns(run, step), pl.all(), *origin_columns(source))
         write_parquet(args.out, table)
+        tracking.log_curves([{"k": row["k"], **{f"{column}_{row['decode']}_group{row['group']}": row[column]
+                                                for column in ("top1_agreement", "mean_kl")}}
+                             for row in table.iter_rows(named=True)], step_key="k")

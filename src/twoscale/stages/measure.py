@@ -19,9 +19,9 @@ from twoscale.geometry.metrics import precision_floor
 from twoscale.geometry.tables import DLR_SHOWN_LOOPS, FLOOR_EPS
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_json, write_json, write_parquet
-from twoscale.pipeline.params import RunParams, params_hash
+from twoscale.pipeline.params import RunParams
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_run, log_sections, origin_columns, run_columns
+from twoscale.stages.common import add_run_arguments, load_run, origin_columns, run_columns
 from twoscale.training.device import provenance, recorded_provenance
 
 HELP = "measure the geometry of the loop iterates of one checkpoint"
@@ -121,11 +121,10 @@ def run(args: argparse.Namespace) -> None:
     source = origin(train_metrics, provenance(device, MEASURE_DTYPE))
     log.info("measuring %s, seed %d, step %d in %s: %d windows, every group looped %d times",
              run.recipe, run.seed, step, source["precision"], params.measure.n_sequences, params.measure.max_loops)
-    with tracking.stage_run("measure", params_hash(params.measure),
+    with tracking.stage_run("measure", {"measure": params.measure},
                             {**run.tags, "checkpoint": f"step_{step}"}, source):
         m = measure_checkpoint(model, val_ids, params.measure, device, final=step == run.train.steps)
         summary = summarise(step, m, params.measure.max_loops)
-        log_sections(params, "measure")
         tracking.log_metrics(summary, step=step)
         for name, frame in tables(run, step, m, source).items():
             write_parquet(args.out_dir / f"{name}.parquet", frame)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from twoscale.geometry import mechanism_figures as figures
 from twoscale.pipeline import tracking
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, draw_figures, load, per_checkpoint_tables
 
 HELP = "draw the loop map's eigenvalues, its predictions against the measured steps, and the logit lens"
@@ -31,7 +30,7 @@ def run(args: argparse.Namespace) -> None:
     params = load(args)
     spectrum = per_checkpoint_tables(params, args.spectrum_dir, "the spectrum stage")
     lens = per_checkpoint_tables(params, args.lens_dir, "the lens stage")
-    with tracking.stage_run("mechanism_figures", params_hash()):
+    with tracking.stage_run("mechanism_figures", {}):
         draw_figures({"spectrum.png": lambda path: figures.fig_spectrum(spectrum, path),
                       "spectrum_agreement.png": lambda path: figures.fig_spectrum_agreement(spectrum, path),
                       "lens.png": lambda path: figures.fig_lens(lens, path)}, args.out_dir)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_json, read_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_run_arguments, load_teacher_run
 from twoscale.surrogates import figures
 
@@ -32,7 +31,7 @@ def run(args: argparse.Namespace) -> None:
     layers = int(rows["i"].max()) + 1
     distance = rows["distance"].to_numpy().reshape(layers, layers)
     phases = {int(k): [tuple(p) for p in v] for k, v in read_json(args.phases)["phases"].items()}
-    with tracking.stage_run("phase_figures", params_hash(), run.tags):
+    with tracking.stage_run("phase_figures", {}, run.tags):
         figures.fig_teacher_phases(distance, phases, f"{run.recipe} (seed {run.seed})", args.out)
         tracking.log_artifact(args.out, artifact_path="figures")
     log.info("phases figure of %s, seed %d: %s", run.recipe, run.seed, args.out)

@@ -19,9 +19,9 @@ from twoscale.analysis.phases import SimilarityAccumulator, cut_value, segment_p
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_json, write_parquet
-from twoscale.pipeline.params import DistillParams, params_hash
+from twoscale.pipeline.params import DistillParams
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_teacher_run, log_sections
+from twoscale.stages.common import add_run_arguments, load_teacher_run
 from twoscale.surrogates.distillation import teacher_states
 from twoscale.surrogates.dynamics import sequence_summaries
 from twoscale.training.batches import held_out_batches
@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> None:
     params, run = load_teacher_run(args)
     distill = params.distill
     teacher, meta, val_ids, device = open_checkpoint(args, params, run, distill.threads)
-    with tracking.stage_run("phases", params_hash(distill), run.tags):
-        log_sections(params, "distill")
+    with tracking.stage_run("phases", {"distill": distill}, run.tags):
         similarity = layer_similarity(teacher, val_ids, distill, device)
         distance = 1.0 - similarity
         phases = {k: segment_phases(similarity, k) for k in distill.blocks_of(params.explains(run.seed))}
@@ -67,6 +66,7 @@ def run(args: argparse.Namespace) -> None:
             "phases": {str(k): [list(p) for p in v] for k, v in phases.items()},
             "cut": {str(k): v for k, v in cuts.items()}})
         tracking.log_artifact(args.out_dir / "phases.json")
+        tracking.log_curves([{"k": k, "cut": cut} for k, cut in cuts.items()], step_key="k")
     for k, p in phases.items():
         log.info("%s seed %d, k = %d: phases %s (cut %.2f)", run.recipe, run.seed, k,
                  ", ".join(f"{a}-{b}" for a, b in p), cuts[k])

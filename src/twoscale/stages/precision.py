@@ -15,9 +15,8 @@ import torch
 from twoscale.geometry.measurement import PRECISIONS, geometry_in
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, run_columns
+from twoscale.stages.common import load_run, log_geometry_curves, run_columns
 
 HELP = "measure one checkpoint's loop geometry in float64, float32 and bfloat16 (the precision question)"
 
@@ -34,13 +33,14 @@ def run(args: argparse.Namespace) -> None:
     measure = params.measure
     model, meta, val_ids, device = open_checkpoint(args, params, run, measure.threads)
     step = meta["step"]
-    with tracking.stage_run("precision", params_hash(measure), {**run.tags, "checkpoint": f"step_{step}"}):
+    with tracking.stage_run("precision", {"measure": measure}, {**run.tags, "checkpoint": f"step_{step}"}):
         frames = []
         for name in measure.precisions:
             log.info("%s, seed %d, step %d in %s: %d windows, every group looped %d times", run.recipe, run.seed,
                      step, name, measure.precision_sequences, measure.max_loops)
             dtype = PRECISIONS[name]
             rows = geometry_in(model, val_ids, measure, measure.precision_sequences, device, dtype)
+            log_geometry_curves(rows, prefix=f"{name}/")
             frames.append(pl.DataFrame(rows, schema_overrides={"k": pl.Int64}).select(
                 pl.lit(name).alias("precision"), pl.lit(torch.finfo(dtype).eps).alias("eps"), pl.all()))
         table = pl.concat(frames).select(*run_columns(run, step), pl.all())

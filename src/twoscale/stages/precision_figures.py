@@ -10,7 +10,6 @@ from pathlib import Path
 
 from twoscale.geometry import figures
 from twoscale.pipeline import tracking
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, draw_figures, load, per_checkpoint_tables
 
 HELP = "draw the late step cosine against step size in each measuring precision"
@@ -27,6 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     table = per_checkpoint_tables(params, args.precision_dir, "the precision stage")
-    with tracking.stage_run("precision_figures", params_hash()):
+    with tracking.stage_run("precision_figures", {}):
         draw_figures({args.out.name: lambda path: figures.fig_precision(table, path)}, args.out.parent)
     log.info("precision figure: %s", args.out)

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from tqdm import tqdm
 
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet, write_text
-from twoscale.pipeline.params import SampleParams, params_hash
+from twoscale.pipeline.params import SampleParams
+from twoscale.pipeline.progress import progress_bar
 from twoscale.sampler.comparison import (
     SAMPLER,
     measure_prompt,
@@ -31,7 +31,7 @@ from twoscale.sampler.comparison import (
 )
 from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, log_sections, origin_columns, run_columns
+from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
 
@@ -76,10 +76,9 @@ def run(args: argparse.Namespace) -> None:
              run.seed, meta["step"], len(prompts), len(grid), len(sample.baseline_loops))
     # the system-metrics sampler stalls this process a few ms every 10 s, about 0.1% of the timed seconds, falling
     # on the methods alike as they alternate (docs/running.md#tracking)
-    with tracking.stage_run("sample", params_hash(params.sample), run.tags, source, system_metrics=True):
-        log_sections(params, "sample")
+    with tracking.stage_run("sample", {"sample": params.sample}, run.tags, source):
         rows = []
-        for index, prompt in enumerate(tqdm(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")):
+        for index, prompt in enumerate(progress_bar(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")):
             rows += measure_prompt(model, index, prompt, sample.new_tokens, sample.loops, sample.baseline_loops,
                                    grid)
         table = pl.DataFrame(rows, infer_schema_length=None).select(

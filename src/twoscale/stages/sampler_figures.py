@@ -10,7 +10,6 @@ from pathlib import Path
 
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_csv
-from twoscale.pipeline.params import params_hash
 from twoscale.sampler import figures
 from twoscale.stages.common import add_run_arguments, load_run
 
@@ -27,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     _, run = load_run(args)
     summary = read_csv(args.summary, f"the sample stage for {run.recipe}, seed {run.seed}")
-    with tracking.stage_run("sampler_figures", params_hash(), run.tags):
+    with tracking.stage_run("sampler_figures", {}, run.tags):
         figures.fig_sampler_tradeoff(summary, args.out)
         tracking.log_artifact(args.out, artifact_path="figures")
     log.info("sampler figure of %s, seed %d: %s", run.recipe, run.seed, args.out)

@@ -19,7 +19,6 @@ from twoscale.geometry.measurement import MEASURE_DTYPE
 from twoscale.geometry.spectrum import token_spectra
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import write_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
 from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches
@@ -44,7 +43,7 @@ def run(args: argparse.Namespace) -> None:
     arnoldi = width > spectrum.exact_max_width
     (idx, _), = held_out_batches(val_ids, spectrum.n_windows, spectrum.n_windows, model.config.block_size)
     idx = idx[:, : spectrum.positions].to(device)  # causal: later positions do not reach the sampled ones
-    with tracking.stage_run("spectrum", params_hash(spectrum, params.measure),
+    with tracking.stage_run("spectrum", {"spectrum": spectrum, "measure": params.measure},
                             {**run.tags, "checkpoint": f"step_{step}"}):
         log.info("%s, seed %d, step %d: %d tokens per group, %s Jacobian of width %d, every group looped %d times",
                  run.recipe, run.seed, step, idx.numel(), "Arnoldi on the" if arnoldi else "the exact", width, loops)
@@ -59,3 +58,6 @@ def run(args: argparse.Namespace) -> None:
             *run_columns(run, step), pl.lit(loops).alias("loops"),
             pl.lit("arnoldi" if arnoldi else "exact").alias("method"), pl.all(), *origin_columns(source))
         write_parquet(args.out, table)
+        tracking.log_metrics({f"{column}_median_group{group}": value for group, column, value in table.group_by(
+            "group").agg(pl.col("spectral_radius", "dominant_angle_deg").median()).unpivot(
+            index="group", variable_name="column").iter_rows()})

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import read_csv, read_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.stages.common import add_params_argument, draw_figures, load
 from twoscale.surrogates import figures
 from twoscale.surrogates.tables import read_recovery
@@ -34,6 +33,6 @@ def run(args: argparse.Namespace) -> None:
     dynamics = read_parquet(args.surrogates_dir / "dynamics.parquet", producer)
     drawn = {"surrogate_recovery.png": lambda path: figures.fig_surrogate_recovery(recovery, layer_r2, path),
              "depth_dynamics.png": lambda path: figures.fig_depth_dynamics(dynamics, path)}
-    with tracking.stage_run("surrogate_figures", params_hash()):
+    with tracking.stage_run("surrogate_figures", {}):
         draw_figures(drawn, args.figures_dir)
     log.info("surrogate figures: %s", ", ".join(sorted(drawn)))

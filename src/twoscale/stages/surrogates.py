@@ -11,11 +11,11 @@ from pathlib import Path
 
 import polars as pl
 import torch
-from tqdm import tqdm
 
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_parquet
-from twoscale.pipeline.params import Params, params_hash
+from twoscale.pipeline.params import Params
+from twoscale.pipeline.progress import progress_bar
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument, load
 from twoscale.surrogates.distillation import load_surrogate
@@ -99,14 +99,14 @@ def run(args: argparse.Namespace) -> None:
     evaluations = [read_json(args.distill_dir / run_subdir(name, seed) / f"k_{k}" / "evaluation.json")
                    for name, seed in params.teacher_runs() for k in settings.blocks_of(params.explains(seed))]
     recovery, layer_r2 = recovery_table(evaluations)
-    with tracking.stage_run("surrogates", params_hash(settings)):
+    with tracking.stage_run("surrogates", {"distill": settings}):
         rows = []
         models = models_to_measure(params, args, stats["vocab_size"], device)
         block_size = min(params.run(name, seed).model.block_size for name, seed in
                          params.teacher_runs() + params.runs())  # the same tokens for every model
         batches = [(idx.to(device), targets) for idx, targets in
                    held_out_batches(val_ids, settings.n_windows, settings.batch_size, block_size)]
-        for labels, states_of in tqdm(models, desc="dynamics of depth", unit="model"):
+        for labels, states_of in progress_bar(models, desc="dynamics of depth", unit="model"):
             rows += dynamics_rows(states_of, batches, labels)
         dynamics = pl.DataFrame(rows, infer_schema_length=None)
         for name, frame in (("recovery.csv", recovery), ("layer_r2.csv", layer_r2)):
@@ -114,6 +114,10 @@ def run(args: argparse.Namespace) -> None:
                 frame.write_csv(tmp, float_precision=6)
         write_parquet(args.out_dir / "dynamics.parquet", dynamics)
         tracking.log_artifact(args.out_dir / "recovery.csv")
+        if recovery.height:  # each model's cross-entropy and recovered fraction by k, over the teachers' seeds
+            tracking.log_curves(recovery.group_by("blocks").agg(pl.col(
+                f"{model}_{column}" for model in ("surrogate", "control")
+                for column in ("cross_entropy", "recovered", "kl_to_teacher")).mean()).to_dicts(), step_key="blocks")
     if recovery.height:
         log.info("recovered fraction of the teacher by k (mean over seeds):\n%s",
                  recovery.group_by("teacher", "blocks").agg(pl.col("surrogate_recovered").mean(),

@@ -14,9 +14,9 @@ from twoscale.exits.sweep import sweep_settings, swept_key
 from twoscale.pipeline import tracking
 from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.io import write_parquet
-from twoscale.pipeline.params import Params, params_hash
+from twoscale.pipeline.params import Params
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import log_sections, origin_columns, run_columns
+from twoscale.stages.common import origin_columns, run_columns
 from twoscale.stages.validation import read_params
 from twoscale.training.device import provenance
 
@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> None:
     log.info("sweeping %s (%s) over %d settings on %s, seed %d, step %d", args.strategy, strategy.spec,
              len(strategy.settings), run.recipe, run.seed, meta["step"])
     source = provenance(device, next(model.parameters()).dtype)
-    with tracking.stage_run("sweep", params_hash(params.sweep), {**run.tags, "strategy": args.strategy}, source):
-        log_sections(params, "sweep")
+    with tracking.stage_run("sweep", {"sweep": params.sweep}, {**run.tags, "strategy": args.strategy}, source):
         swept = sweep_settings(model, val_ids, strategy.spec, strategy.settings, sweep.max_loops, sweep.n_windows,
                                sweep.batch_size, device, sweep.cache_mb, progress=f"sweep {run.recipe} {args.strategy}")
         for index, row in enumerate(swept.points):

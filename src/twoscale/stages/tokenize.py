@@ -29,8 +29,7 @@ from twoscale.pipeline.io import (
     write_text,
     write_token_array,
 )
-from twoscale.pipeline.params import params_hash
-from twoscale.stages.common import add_params_argument, load, log_sections
+from twoscale.stages.common import add_params_argument, load
 
 HELP = "train the byte-level BPE and write train/validation token arrays"
 
@@ -86,8 +85,7 @@ def run(args: argparse.Namespace) -> None:
         del val_ids  # the memory map, before its file is renamed
         log.info("tokens: %d train, %d validation; unigram baseline %.3f nats/token",
                  stats["train_tokens"], stats["val_tokens"], stats["unigram_val_loss"])
-        with tracking.stage_run("tokenize", params_hash(params.data, params.tokenize)):
-            log_sections(params, "tokenize")
+        with tracking.stage_run("tokenize", {"data": params.data, "tokenize": params.tokenize}):
             tracking.log_metrics(stats)
             write_text(args.out_dir / "tokenizer.json", tokenizer.to_str())
             write_json(args.out_dir / "stats.json", stats)

@@ -12,7 +12,6 @@ import polars as pl
 from twoscale.exits.tables import WITHIN, best_fixed_depth, best_within, full_depth, with_latency
 from twoscale.pipeline import tracking
 from twoscale.pipeline.io import atomic_path, read_parquet, run_subdir, write_parquet
-from twoscale.pipeline.params import params_hash
 from twoscale.report.tables import of_run, runs_in
 from twoscale.stages.common import add_params_argument, load
 
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace) -> None:
     latency = gather_latency(args.latency_dir, params.runs())
     sweep = with_latency(gather(args.strategies_dir, params.runs(), list(params.sweep.strategies)), latency)
     summary = summarise(sweep)
-    with tracking.stage_run("tradeoff", params_hash(params.sweep)):
+    with tracking.stage_run("tradeoff", {"sweep": params.sweep}):
         write_parquet(args.out_dir / "sweep.parquet", sweep)
         write_parquet(args.out_dir / "latency.parquet", latency)
         with atomic_path(args.out_dir / "summary.csv") as tmp:

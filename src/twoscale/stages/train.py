@@ -16,7 +16,6 @@ from pathlib import Path
 
 import polars as pl
 import torch
-from tqdm import tqdm
 
 from twoscale.data.corpus import describe_source
 from twoscale.pipeline import tracking
@@ -31,9 +30,10 @@ from twoscale.pipeline.io import (
     write_json,
     write_parquet,
 )
-from twoscale.pipeline.params import HASH_CHARS, Params, RunParams
+from twoscale.pipeline.params import Params, RunParams, parameter_set_of
+from twoscale.pipeline.progress import progress_bar
 from twoscale.pipeline.provenance import remove_record
-from twoscale.stages.common import add_run_arguments, load_run, log_params
+from twoscale.stages.common import add_run_arguments, load_run
 from twoscale.training.device import (
     configure_torch,
     datasheet_tflops,
@@ -127,25 +127,40 @@ def utilisation(rows: list[dict], peak_tflops: float, datasheet: dict[str, float
             "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
 
 
-def log_to_mlflow(params: Params, run: RunParams, frame: pl.DataFrame, metrics: dict, model, out_dir: Path,
-                  data_dir: Path, corpus: str) -> None:
-    """Parameters, curves and final metrics; the corpus (its sha256 `corpus`) as the training dataset, read from
-    `data_dir`; the final model, registered as a version of the recipe's model (`registered_name`) tagged with seed
-    and step."""
-    log_params({"runtime": params.runtime, "model": run.model, "train": run.train})
+class LiveCurves:
+    """The training curves, logged to MLflow as training goes (at each evaluation), so that the UI draws them live:
+    each `log` sends the rows of `history` that earlier calls did not."""
+
+    def __init__(self, history: list[dict]) -> None:
+        self.history, self.sent = history, 0
+
+    def log(self) -> None:
+        rows, self.sent = self.history[self.sent:], len(self.history)
+        if rows:
+            tracking.log_curves(rows)
+
+
+def log_dataset(params: Params, data_dir: Path, corpus: str) -> None:
+    """The training's corpus (sha256 `corpus`, read from `data_dir`) as its dataset in MLflow."""
     tracking.log_dataset(describe_source(params.data), corpus, str(data_dir.resolve()), context="training")
-    tracking.log_curves(frame.to_dicts())
+
+
+def log_result(run: RunParams, metrics: dict, model, out_dir: Path) -> None:
+    """Final metrics, the history, and the final model, registered as a version of the recipe's model
+    (`registered_name`) tagged with seed and step."""
     tracking.log_metrics({f"final_{k}": v for k, v in metrics.items()})
     tracking.log_artifact(out_dir / "history.csv")
-    tracking.log_model(model.cpu(), registered_name(run.recipe, tracking.orchestrator()),
+    tracking.log_model(model.cpu(), registered_name(run.recipe, tracking.orchestrator(), out_dir),
                        {**run.tags, "step": str(metrics["step"])}, pip_requirements=["torch==2.13.0"])
 
 
-def registered_name(recipe: str, orchestrator: str) -> str:
+def registered_name(recipe: str, orchestrator: str, out_dir: Path) -> str:
     """The registered model a training's final model is a version of: the recipe's (twoscale-paper) for a training
-    the workflow runs (Snakemake, DVC), one of its own (twoscale-paper-by-hand) for one run by hand, so that a
-    trial with other parameters or data never stands among the workflow's versions."""
-    name = MODEL_NAME.format(recipe=recipe)
+    of params.yaml that the workflow runs (Snakemake, DVC), with its parameter set's name for another set's
+    (twoscale-smoke-paper for runs/smoke/...), and one of its own for one run by hand (twoscale-paper-by-hand), so
+    that a trial with other parameters or data never stands among the workflow's versions."""
+    parameter_set = parameter_set_of(out_dir)
+    name = MODEL_NAME.format(recipe=recipe if parameter_set is None else f"{parameter_set}-{recipe}")
     return name if orchestrator in ("snakemake", "dvc") else f"{name}-by-hand"
 
 
@@ -160,7 +175,6 @@ def run(args: argparse.Namespace) -> None:
     dtype = training_dtype(params.runtime.precision, device)
     config = model_config(run.model, vocab_size=stats["vocab_size"])
     fingerprint = run_fingerprint(params.runtime, run, args.data_dir)
-    run_hash = fingerprint[:HASH_CHARS]  # the parameters' part
     # Keyed by everything the run depends on: an interrupted run of other parameters or data is never touched.
     resume_dir = args.resume_dir / run_subdir(run.recipe, run.seed) / fingerprint
     for other in other_interrupted_runs(resume_dir):
@@ -192,18 +206,24 @@ def run(args: argparse.Namespace) -> None:
              run.recipe, run.seed, state.model.num_parameters(), list(config.groups), describe(device),
              params.runtime.threads, dtype, peak)
 
-    with tracking.stage_run("train", run_hash, run.tags, provenance(device, dtype), system_metrics=True):
+    with tracking.stage_run("train", {"runtime": params.runtime, "model": run.model, "train": run.train}, run.tags,
+                            provenance(device, dtype)):
+        log_dataset(params, args.data_dir, corpus)
         started = time.perf_counter()
         start_step = state.step
-        with tqdm(total=run.train.steps, initial=state.step, desc=f"train {run.recipe}", unit="step") as bar:
-            def progress(step: int, row: dict) -> None:
+        curves = LiveCurves(state.history)  # a resumed run's earlier steps first
+        with progress_bar(total=run.train.steps, initial=state.step, desc=f"train {run.recipe}", unit="step") as bar:
+            def step_done(step: int, row: dict) -> None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{row['train_loss']:.3f}", refresh=False)
                 if row["val_loss"] == row["val_loss"]:  # not NaN
-                    bar.write(f"step {step}: train {row['train_loss']:.3f}, val {row['val_loss']:.3f}")
+                    bar.write(f"step {step}: train {row['train_loss']:.3f}, val {row['val_loss']:.3f}",
+                              file=bar.fp)  # the bar's stream: the job's log for a workflow's job
+                    curves.log()
 
             train(state, train_ids, val_ids, run.train, device, checkpoint_dir, resume_dir, fingerprint,
-                  progress, dtype)
+                  step_done, dtype)
+        curves.log()
         elapsed = time.perf_counter() - started
         frame = write_history(args.out_dir, state.history)
         speed = utilisation(state.history[start_step:], peak, datasheet_tflops(device), dtype, device)
@@ -221,11 +241,12 @@ def run(args: argparse.Namespace) -> None:
             **provenance(device, dtype),
             **speed,
         }
+        shown = {key: "n/a" if metrics[key] is None else format(metrics[key], spec)  # nothing timed: n/a
+                 for key, spec in (("tokens_per_s", ",.0f"), ("model_tflops_per_s", ".3g"), ("mfu", ".1%"))}
         log.info("final: val loss %.3f (unigram baseline %.3f), %s tokens/s, %s model TFLOP/s, MFU %s",
-                 metrics["val_loss"], metrics["unigram_val_loss"], metrics["tokens_per_s"],
-                 metrics["model_tflops_per_s"], metrics["mfu"])
+                 metrics["val_loss"], metrics["unigram_val_loss"], *shown.values())
         write_json(args.out_dir / "metrics.json", metrics)
-        log_to_mlflow(params, run, frame, metrics, state.model, args.out_dir, args.data_dir, corpus)
+        log_result(run, metrics, state.model, args.out_dir)
     once_landed(lambda: remove_other_checkpoints(checkpoint_dir, run.train.checkpoint_steps))
     once_landed(lambda: remove_resume_state(resume_dir, args.resume_dir))
 
