@@ -64,11 +64,8 @@ def step_costs(
     x = torch.randn(1, model.config.n_embd, device=model.lm_head.weight.device)
 
     def loop_step() -> Tensor:
-        step = model.group_steps[segment.group]
-        y = step.enter(x, x)
-        for layer in segment.layers:
-            y = block_step(model.blocks[layer], y, caches[layer], 1, position, store=False)
-        return step.leave(y, x)
+        return model.apply_group(segment, x, x, lambda layer, y: block_step(model.blocks[layer], y, caches[layer], 1,
+                                                                            position, store=False))
 
     device = x.device
     group_ms = median_ms(loop_step, repeats, device)

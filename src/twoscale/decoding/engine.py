@@ -160,11 +160,8 @@ def criterion_logits(model: LoopedGPT, rule: ExitRule, x: Tensor, segment_index:
 def group_step(model: LoopedGPT, segment: Segment, x: Tensor, group_input: Tensor, caches: list[LayerCache], k: int,
                position: int, rows: Rows = None) -> Tensor:
     """Loop step k of a looped group on the rows' newest position, writing its cache entries of step k."""
-    step = model.group_steps[segment.group]
-    h = step.enter(x, group_input)
-    for layer in segment.layers:
-        h = block_step(model.blocks[layer], h, caches[layer], k, position, rows)
-    return step.leave(h, group_input)
+    return model.apply_group(segment, x, group_input,
+                             lambda layer, h: block_step(model.blocks[layer], h, caches[layer], k, position, rows))
 
 
 def loop_fixed(model: LoopedGPT, segment: Segment, x: Tensor, caches: list[LayerCache], position: int,

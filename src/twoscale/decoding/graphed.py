@@ -170,11 +170,7 @@ class GraphedDecoder:
         return self.model.blocks[layer].cached(x, context)
 
     def group_step(self, segment: Segment, x: Tensor, group_input: Tensor, step: int) -> Tensor:
-        group = self.model.group_steps[segment.group]
-        h = group.enter(x, group_input)
-        for layer in segment.layers:
-            h = self.block(layer, h, step)
-        return group.leave(h, group_input)
+        return self.model.apply_group(segment, x, group_input, lambda layer, h: self.block(layer, h, step))
 
     def finish(self, segment: Segment, loops: int | Tensor) -> None:
         """The newest position is done with the segment's layers after `loops` steps: its deepest entry fills the

@@ -90,7 +90,6 @@ def loop_all_positions(model: LoopedGPT, segment: Segment, x: Tensor, rule: Exit
     exit: the final states and each position's loop count (B * T,). A step computes the positions still running;
     an exited one keeps its state, and its last keys and values in each of the group's layers."""
     B, T, C = x.shape
-    step = model.group_steps[segment.group]
     group_input = states = x.flatten(0, 1)
     rule.start(states)
     loops = torch.zeros(B * T, dtype=torch.long, device=x.device)
@@ -108,10 +107,9 @@ def loop_all_positions(model: LoopedGPT, segment: Segment, x: Tensor, rule: Exit
     while rule.running.numel():
         loop_step += 1
         running = rule.running
-        h = step.enter(states[running], group_input[running])
-        for layer in segment.layers:
-            h = model.blocks[layer].cached(h, context(layer, running))
-        current = step.leave(h, group_input[running])
+        current = model.apply_group(segment, states[running], group_input[running],
+                                    lambda layer, h, running=running: model.blocks[layer].cached(
+                                        h, context(layer, running)))
         exiting = rule.step(current, head_decode(model, current) if rule.needs_logits else None)
         states = states.index_copy(0, running, current)
         loops[running[exiting]] = loop_step

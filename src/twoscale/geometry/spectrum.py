@@ -41,12 +41,15 @@ def group_keys_values(model: LoopedGPT, group: int, states: Tensor, group_input:
     (T, C) with its group input (T, C). Causal: position t's entries depend on positions <= t only, so a prefix's
     are the first rows of the whole sequence's."""
     segment = model.segments[model.segment_index(group)]
+    cache = []
+
+    def keep(layer: int, h: Tensor) -> Tensor:
+        block = model.blocks[layer]
+        cache.append(block.attn.heads(block.ln_1(h))[1:])
+        return block(h[None])[0] if len(h) else h  # a first token holds no earlier position
+
     with torch.no_grad():
-        h, cache = model.group_steps[segment.group].enter(states, group_input), []
-        for layer in segment.layers:
-            block = model.blocks[layer]
-            cache.append(block.attn.heads(block.ln_1(h))[1:])
-            h = block(h[None])[0] if len(h) else h  # a first token holds no earlier position
+        model.apply_group(segment, states, group_input, keep)
     return cache
 
 
@@ -60,20 +63,18 @@ def token_step(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor
     `group_keys_values`; computed here if None), and the map runs the layers on the one token against them (a KV
     cache), so a Jacobian's backward passes cost one position each, not T."""
     segment = model.segments[model.segment_index(group)]
-    group_step = model.group_steps[segment.group]
-    blocks = [model.blocks[layer] for layer in segment.layers]
     if held is None:
         held = group_keys_values(model, group, states[:-1], group_input[:-1])
     earlier = states.shape[0] - 1
-    cache = [(keys[:earlier], values[:earlier]) for keys, values in held]
+    cache = {layer: (keys[:earlier], values[:earlier]) for layer, (keys, values) in zip(segment.layers, held, strict=True)}
     token_input = group_input[-1:]
 
+    def cached(layer: int, h: Tensor) -> Tensor:
+        keys, values = cache[layer]
+        return model.blocks[layer].cached(h, lambda k, v: (torch.cat([keys, k]), torch.cat([values, v]), None))
+
     def step(x: Tensor) -> Tensor:
-        h = group_step.enter(x[None], token_input)
-        for block, (keys, values) in zip(blocks, cache):
-            h = block.cached(h, lambda k, v, keys=keys, values=values: (torch.cat([keys, k]),
-                                                                        torch.cat([values, v]), None))
-        return group_step.leave(h, token_input)[0]
+        return model.apply_group(segment, x[None], token_input, cached)[0]
 
     return step
 

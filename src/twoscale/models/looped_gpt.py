@@ -203,6 +203,9 @@ def init_gpt2_weights(module: nn.Module, n_layer: int) -> None:
             nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
 
 
+LayerRunner = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, its input state) -> its output state
+
+
 def rescale_to(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """x rescaled per token to the norm of a reference state: x ‖ref‖ / ‖x‖."""
     return x * (reference.norm(dim=-1, keepdim=True) / x.norm(dim=-1, keepdim=True).clamp_min(1e-12))
@@ -314,10 +317,18 @@ class LoopedGPT(nn.Module):
             x = self.blocks[layer](x)
         return x
 
-    def apply_group(self, segment: Segment, x: torch.Tensor, group_input: torch.Tensor) -> torch.Tensor:
-        """One application of a looped group: x^(k-1) -> x^(k)."""
+    def apply_group(self, segment: Segment, x: torch.Tensor, group_input: torch.Tensor,
+                    run_layer: LayerRunner | None = None) -> torch.Tensor:
+        """One loop step of a looped group, x^(k-1) -> x^(k): the group input injected, the segment's layers in
+        order, each through `run_layer(layer, h)` (the plain block by default; a cached, recorded or windowed one
+        where the caller keeps keys and values or states), the group's norm. The one loop step: forward, the
+        recorded pass, cached decoding, per-token exits, the parallel sampler, the spectrum and the benchmark all
+        run theirs here."""
         step = self.group_steps[segment.group]
-        return step.leave(self.apply_segment(segment, step.enter(x, group_input)), group_input)
+        h = step.enter(x, group_input)
+        for layer in segment.layers:
+            h = self.blocks[layer](h) if run_layer is None else run_layer(layer, h)
+        return step.leave(h, group_input)
 
     def loop_group(
         self,
@@ -392,25 +403,26 @@ class LoopedGPT(nn.Module):
             return self.lm_head(self.ln_f(x.to(self.lm_head.weight.dtype)))
 
     def _run_recorded(self, x: torch.Tensor, loops: Sequence[int], out: ModelOutput) -> torch.Tensor:
-        """The same computation, keeping every group's trajectory and the state after every layer run."""
+        """The same computation, keeping every group's trajectory and the state after every layer run (in a
+        looped group, its last layer's state is the step's output, after the group's norm)."""
         out.depth_states, out.depth_positions = [x], [DepthPosition(None)]
+
+        def record(layer: int, state: torch.Tensor, group: int | None, k: int | None) -> torch.Tensor:
+            out.depth_states.append(state)
+            out.depth_positions.append(DepthPosition(layer, group, k))
+            return state
+
         for segment in self.segments:
-            applications = 1 if segment.group is None else loops[segment.group]
+            if segment.group is None:
+                for layer in segment.layers:
+                    x = record(layer, self.blocks[layer](x), None, None)
+                continue
             trajectory = [x]
             group_input = x
-            step = None if segment.group is None else self.group_steps[segment.group]
-            for k in range(1, applications + 1):
-                if step is not None:
-                    x = step.enter(x, group_input)
-                for layer in segment.layers:
-                    x = self.blocks[layer](x)
-                    if step is not None and layer == segment.layers[-1]:
-                        x = step.leave(x, group_input)  # the group step's output is its last depth state
-                    out.depth_states.append(x)
-                    out.depth_positions.append(
-                        DepthPosition(layer, segment.group, None if segment.group is None else k)
-                    )
-                trajectory.append(x)
-            if segment.group is not None:
-                out.trajectories.append(torch.stack(trajectory))
+            *inner, last = segment.layers
+            for k in range(1, loops[segment.group] + 1):
+                x = self.apply_group(segment, x, group_input, lambda layer, h, k=k, group=segment.group, inner=inner: (
+                    record(layer, self.blocks[layer](h), group, k) if layer in inner else self.blocks[layer](h)))
+                trajectory.append(record(last, x, segment.group, k))
+            out.trajectories.append(torch.stack(trajectory))
         return x

@@ -192,12 +192,9 @@ def run_once(model: LoopedGPT, segment: Segment, x: Tensor, caches: list[LayerCa
 def iterate_group(model: LoopedGPT, segment: Segment, state: Tensor, group_input: Tensor, caches: list[LayerCache],
                   start: int, iterations: Tensor, inner_loops: int, fresh_from: Tensor) -> Tensor:
     """`inner_loops` applications of a looped group to every window position; iterations (W,) before them."""
-    step = model.group_steps[segment.group]
     for j in range(1, inner_loops + 1):
-        x = step.enter(state, group_input)
-        for layer in segment.layers:
-            x = window_block(model.blocks[layer], x, caches[layer], iterations + j, start, fresh_from)
-        state = step.leave(x, group_input)
+        state = model.apply_group(segment, state, group_input, lambda layer, x, j=j: window_block(
+            model.blocks[layer], x, caches[layer], iterations + j, start, fresh_from))
     return state
 
 
