@@ -103,6 +103,16 @@ def sources(stage):
     return dependencies.sources(stage)
 
 
+def ancestor(files, levels, empty=None):
+    """The folder `levels` above a rule's file (of a list, the shallowest): the folders the commands name, derived
+    from the rules' own files, as Snakemake's linter asks. An empty list (a folder input that no job of the
+    parameter set writes into) gives `empty`."""
+    if not files and empty is not None:
+        return empty
+    file = files if isinstance(files, str) else min(files, key=lambda path: len(Path(path).parts))
+    return Path(file).parents[levels - 1].as_posix()
+
+
 def one_of(values):
     """A wildcard constraint matching exactly these values (none: matching nothing)."""
     return "|".join(re.escape(str(value)) for value in values) if values else "(?!)"
