@@ -20,24 +20,26 @@ from twoscale.pipeline.errors import Stopped, TwoscaleError
 from twoscale.pipeline.io import outputs_land_together, recover
 from twoscale.pipeline.params import ParamsError, changed_keys, parse_params, read_raw, shown_keys
 
-STAGE_DIR = Path(__file__).with_name("stages")
+COMMAND_PACKAGES = ("stages", "tools")  # the pipeline's stages; the other commands
 
 
 @functools.cache
-def stage_commands() -> dict[str, str]:
-    """Every command and its help line: each module of twoscale.stages that declares HELP, read without importing
-    it (an import would load its stage's libraries), in the pipeline's order (stages.yaml), the others after. A new
-    stage is a new module: this file, which every stage's job runs, stays as it is."""
+def commands() -> dict[str, tuple[str, str]]:
+    """Every command, its module and its help line: each module of twoscale.stages and twoscale.tools that declares
+    HELP, read without importing it (an import would load its libraries), the stages in the pipeline's order
+    (stages.yaml), the others after. A new command is a new module: this file, which every stage's job runs, stays
+    as it is."""
     found = {}
-    for path in sorted(STAGE_DIR.glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-                node, ast.AnnAssign) and node.value is not None else []
-            if [getattr(target, "id", None) for target in targets] == ["HELP"]:
-                try:
-                    found[path.stem] = ast.literal_eval(node.value)
-                except ValueError:
-                    raise TwoscaleError(f"{path}: HELP must be a plain string (read without importing the stage)")
+    for package in COMMAND_PACKAGES:
+        for path in sorted(Path(__file__).with_name(package).glob("*.py")):
+            for node in ast.parse(path.read_text()).body:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                    node, ast.AnnAssign) and node.value is not None else []
+                if [getattr(target, "id", None) for target in targets] == ["HELP"]:
+                    try:
+                        found[path.stem] = (f"twoscale.{package}.{path.stem}", ast.literal_eval(node.value))
+                    except ValueError:
+                        raise TwoscaleError(f"{path}: HELP must be a plain string (read without importing it)")
     order = [name for name in dependencies.STAGES if name in found]
     return {name: found[name] for name in [*order, *sorted(set(found) - set(order))]}
 
@@ -47,18 +49,18 @@ def build_parser(stage: str | None = None) -> argparse.ArgumentParser:
     importing every stage, plotting libraries included, would add seconds to each)."""
     parser = argparse.ArgumentParser(prog="twoscale", description=__doc__)
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
-    for name, help_text in stage_commands().items():
+    for name, (module, help_text) in commands().items():
         stage_parser = sub.add_parser(name, help=help_text, description=help_text)
         stage_parser.add_argument("--log", type=Path, help="write the stage's log and progress to this file, and "
                                   "only its start, end and errors to the console (a workflow's job)")
         if name == stage:
-            importlib.import_module(f"twoscale.stages.{name}").add_arguments(stage_parser)
+            importlib.import_module(module).add_arguments(stage_parser)
     return parser
 
 
 def stage_named(argv: list[str]) -> str | None:
     """The stage a command line names: its first word (the top-level parser has no options but --help)."""
-    return argv[0] if argv and argv[0] in stage_commands() else None
+    return argv[0] if argv and argv[0] in commands() else None
 
 
 def setup_logging(log_file: Path | None) -> None:
@@ -159,7 +161,7 @@ def run_stage(args: argparse.Namespace) -> int:
         params_file = getattr(args, "params", None)
         before = read_raw(params_file) if params_file is not None else None
         with outputs_land_together(recording(args, params_file, before)):
-            importlib.import_module(f"twoscale.stages.{args.stage}").run(args)
+            importlib.import_module(commands()[args.stage][0]).run(args)
             if params_file is not None:
                 check_unchanged(params_file, before)
     except TwoscaleError as exc:

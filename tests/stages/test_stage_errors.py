@@ -307,7 +307,7 @@ def test_a_parameter_file_edited_while_a_stage_runs_leaves_no_output(tmp_path, m
 
 
 def test_a_file_a_stage_cannot_write_is_one_line_with_the_traceback_in_its_log(tmp_path, monkeypatch, capsys):
-    import twoscale.stages.schema as schema_stage
+    import twoscale.tools.schema as schema_stage
     from twoscale.__main__ import main
 
     def denied(path, text):
