@@ -6,7 +6,8 @@ BEFORE and AFTER are run folders (`runs/smoke` of two checkouts, one at each com
 and results/ is compared, but logs, Snakemake's benchmark files and the hash caches beside the build records. A file
 is one of:
 - the same byte for byte;
-- different in clock readings only: table columns or JSON keys that time something (CLOCK);
+- different in clock readings only: table columns or JSON keys that time something (CLOCK), or rows chosen by
+  one (CHOSEN_BY_CLOCK: the sampler's fastest setting);
 - following its inputs: it or an input its build record names differs, each such input in clock readings or
   following its own inputs (a record then differs in those inputs' hashes, and its output's). Whether the change
   left it alone is decided by running its stage at AFTER from BEFORE's inputs: the command is printed;
@@ -29,6 +30,9 @@ CLOCK = frozenset({
     "seconds", "tokens_per_s", "model_tflops_per_s", "peak_tflops", "mfu", "mfu_datasheet",  # training
     "ms_per_token", "ms_per_token_q1", "ms_per_token_q3", "speedup", "speedup_low", "speedup_high",  # latency
 })
+# outputs whose rows are chosen by a clock reading: which sampler setting is the fastest of equal quality (by its
+# measured tokens/s); any column may differ where the speed does
+CHOSEN_BY_CLOCK = {"speed.csv": "tokens_per_s"}
 LEFT_OUT = ("logs/", "results/benchmarks/")
 
 
@@ -97,8 +101,11 @@ def compare(before_run: Path, after_run: Path) -> dict[str, dict[str, str]]:
             kinds["same"][name] = ""
         elif before.suffix in (".parquet", ".csv", ".json"):
             keys = differing(before, after)
+            chosen_by = CHOSEN_BY_CLOCK.get(before.name)
             if {last_name(key) for key in keys} <= CLOCK:
                 kinds["clock"][name] = ", ".join(sorted({last_name(key) for key in keys}))
+            elif chosen_by in keys:
+                kinds["clock"][name] = f"rows chosen by {chosen_by}: " + ", ".join(sorted(keys))
             else:
                 unexplained[name] = sorted(keys)
         else:

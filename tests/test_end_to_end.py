@@ -27,8 +27,8 @@ import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
 from twoscale.__main__ import main
+from twoscale.config.params import read_raw
 from twoscale.pipeline import jobs
-from twoscale.pipeline.params import read_raw
 
 pytestmark = pytest.mark.e2e
 

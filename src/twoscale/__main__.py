@@ -15,10 +15,11 @@ import time
 import traceback
 from pathlib import Path
 
-from twoscale.pipeline import dependencies, progress, provenance
-from twoscale.pipeline.errors import Stopped, TwoscaleError
-from twoscale.pipeline.io import outputs_land_together, recover
-from twoscale.pipeline.params import ParamsError, changed_keys, parse_params, read_raw, shown_keys
+from twoscale.config import progress
+from twoscale.config.errors import Stopped, TwoscaleError
+from twoscale.config.io import outputs_land_together, recover
+from twoscale.config.params import ParamsError, changed_keys, parse_params, read_raw, shown_keys
+from twoscale.pipeline import dependencies, provenance
 
 COMMAND_PACKAGES = ("stages", "tools")  # the pipeline's stages; the other commands
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from twoscale.config.params import TrainParams
 from twoscale.decoding.engine import (
     CriterionClock,
     LayerCache,
@@ -26,7 +27,6 @@ from twoscale.decoding.engine import (
 from twoscale.decoding.rules import head_decode
 from twoscale.exits.sweep import latency_ms_per_token, never_exit_setting, rules_at
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.pipeline.params import TrainParams
 from twoscale.sampler.comparison import sampler_throughput
 from twoscale.sampler.parallel import SamplerSettings
 from twoscale.training.batches import random_batch

@@ -14,9 +14,9 @@ from workspace import ROOT
 
 from twoscale.claims import by_recipe, table
 from twoscale.claims.by_recipe import summarise, to_markdown
+from twoscale.config.errors import TwoscaleError
 from twoscale.geometry import claims as geometry_claims
 from twoscale.geometry.verdicts import step_cosine_settles
-from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.claim import Claim, Headline, fmt, times
 from twoscale.report.verdicts import Verdict
 

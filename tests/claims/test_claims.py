@@ -11,11 +11,11 @@ import pytest
 from sweeps import latency_rounds
 
 from twoscale.claims.table import claims_table
+from twoscale.config.errors import TwoscaleError
 from twoscale.exits import claims as exit_claims
 from twoscale.exits import tables as exit_tables
 from twoscale.geometry import claims as geometry_claims
 from twoscale.geometry import thresholds
-from twoscale.pipeline.errors import TwoscaleError
 
 K = 30
 

@@ -23,8 +23,8 @@ from twoscale.claims.by_recipe import (
     with_verdict_table,
 )
 from twoscale.claims.table import REGISTRY
+from twoscale.config.errors import TwoscaleError
 from twoscale.geometry import claims as geometry_claims
-from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.tables import origins
 
 

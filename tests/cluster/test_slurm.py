@@ -23,9 +23,9 @@ import pytest
 import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
+from twoscale.config.params import read_raw
 from twoscale.pipeline import jobs
 from twoscale.pipeline.dependencies import declaration, lookup
-from twoscale.pipeline.params import read_raw
 
 pytestmark = pytest.mark.cluster
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from workspace import smoke_params
 
-from twoscale.pipeline.io import load_token_array
+from twoscale.config.io import load_token_array
 
 SIZES_MB = (20, 60)
 DOCUMENTS_PER_MB = 20  # of about 50 KB: the BPE trainer pulls a few hundred documents at a time, whatever their size

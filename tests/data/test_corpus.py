@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.params import DataParams, HuggingfaceSource
 from twoscale.data import corpus
 from twoscale.data.corpus import Document, build_corpus, join_documents, load_huggingface, read_text_files
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.params import DataParams, HuggingfaceSource
 
 
 def sha(text: str) -> str:

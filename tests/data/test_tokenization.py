@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from twoscale.config.errors import TwoscaleError
 from twoscale.data.tokenization import (
     EOT,
     batched,
@@ -23,7 +24,6 @@ from twoscale.data.tokenization import (
     train_bpe,
     unigram_cross_entropy,
 )
-from twoscale.pipeline.errors import TwoscaleError
 
 # --- split -------------------------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from twoscale.config.errors import TwoscaleError
 from twoscale.exits import figures as exit_figures
-from twoscale.pipeline.errors import TwoscaleError
 
 RUNS = [("paper", 1), ("paper", 2), ("huginn", 1)]
 

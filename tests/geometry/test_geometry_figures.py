@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from twoscale.config.errors import TwoscaleError
 from twoscale.geometry import figures as geometry_figures
-from twoscale.pipeline.errors import TwoscaleError
 
 STEPS = [50, 400]
 GROUPS = [0, 1]

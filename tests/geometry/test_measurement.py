@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from twoscale.config.params import MeasureParams
 from twoscale.geometry.measurement import (
     MEASURE_DTYPE,
     PRECISIONS,
@@ -18,7 +19,6 @@ from twoscale.geometry.measurement import (
     measure_checkpoint,
 )
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.pipeline.params import MeasureParams
 from twoscale.training.batches import evaluate_loss, held_out_batches
 
 

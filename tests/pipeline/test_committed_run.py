@@ -11,9 +11,9 @@ import sys
 from dvc.utils.serialize._yaml import parse_yaml
 from workspace import ROOT, copy_repository, run
 
+from twoscale.config.params import read_raw
 from twoscale.pipeline.dependencies import lookup, sources
 from twoscale.pipeline.orchestrators import drop_stages_gone, dvc_stage_names
-from twoscale.pipeline.params import read_raw
 
 RERUN = "rerun the default run (make reproduce in a git worktree) and commit its results and dvc.lock"
 

@@ -86,3 +86,14 @@ def test_a_missing_folder_is_a_usage_error(tmp_path):
     (tmp_path / "before").mkdir()
     done = compare(tmp_path)
     assert done.returncode == 2 and "usage:" in done.stderr
+
+
+def test_rows_chosen_by_a_clock_reading_differ_in_clock_readings(tmp_path):
+    """The sampler's speed.csv keeps its fastest setting of equal quality: a slower machine may pick another."""
+    for run, (speed, inner_loops) in {"before": (74.1, 1), "after": (221.3, 2)}.items():
+        write_output(tmp_path / run / "results/sample/speed.csv",
+                     f"method,tokens_per_s,inner_loops\nsampler,{speed},{inner_loops}\n".encode(), "sample")
+    done = compare(tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert "  clock     results/sample/speed.csv: rows chosen by tokens_per_s: inner_loops, tokens_per_s" in (
+        done.stdout.splitlines())

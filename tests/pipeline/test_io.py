@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import (
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import (
     atomic_path,
     interrupted,
     once_landed,
@@ -213,7 +213,7 @@ def test_a_move_that_fails_half_way_puts_the_old_set_back_and_names_the_output(t
 LANDING_SCRIPT = """
 import os, signal, sys
 from pathlib import Path
-from twoscale.pipeline.io import outputs_land_together, write_text
+from twoscale.config.io import outputs_land_together, write_text
 
 folder, kill_at = Path(sys.argv[1]), int(sys.argv[2])
 new = {new!r}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.pipeline.job_times import (
     USAGE_LINE,
     JobTime,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from twoscale.config.params import read_raw
 from twoscale.pipeline import jobs
-from twoscale.pipeline.params import read_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from workspace import BIN, ROOT, attempt, copy_repository, environment
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.pipeline.orchestrators import override_command, params_snapshot, written_by
 
 HOLD_REPO_LOCK = """

@@ -14,8 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from twoscale.exits.sweep import check_strategies
-from twoscale.pipeline.params import (
+from twoscale.config.params import (
     ParamsError,
     changed_keys,
     load_params,
@@ -24,6 +23,7 @@ from twoscale.pipeline.params import (
     read_raw,
     results_root,
 )
+from twoscale.exits.sweep import check_strategies
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "workflow/schemas/params.schema.json"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from dvc.repo import Repo
 
+from twoscale.config.params import SweepParams, SweepStrategy, load_params, read_raw
 from twoscale.pipeline import dependencies
-from twoscale.pipeline.params import SweepParams, SweepStrategy, load_params, read_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

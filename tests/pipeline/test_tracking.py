@@ -23,9 +23,9 @@ import pytest
 from workspace import smoke_params
 
 from twoscale.__main__ import main
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.params import load_params, params_hash
 from twoscale.pipeline import mlflow_store, tracking
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.params import load_params, params_hash
 from twoscale.training.trainer import read_checkpoint
 
 
@@ -377,7 +377,7 @@ def test_a_server_whose_health_page_answers_while_its_api_stalls_is_given_up_aft
 
 
 def test_a_long_error_is_cut_at_a_word_and_says_so():
-    from twoscale.pipeline.errors import first_line
+    from twoscale.config.errors import first_line
 
     text = "API request to endpoint /api/2.0/mlflow/runs/create failed with exception " * 8
     line = first_line(RuntimeError(text + "\nmore"), limit=100)

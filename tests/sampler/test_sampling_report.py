@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.sampler.claims import C7, C7B
 from twoscale.sampler.figures import fig_sampler_tradeoff
 from twoscale.sampler.tables import matched_decoding, sampling_summary

@@ -10,9 +10,9 @@ import yaml
 from workspace import ROOT
 
 from twoscale.__main__ import main
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import run_subdir
 from twoscale.pipeline.dependencies import DECLARATION
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import run_subdir
 from twoscale.stages.claims import (
     BUNDLE,
     RUNS_SCHEMA,

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from workspace import ROOT
 
+from twoscale.config.params import ParamsError, load_params, read_raw
 from twoscale.exits import sweep
 from twoscale.pipeline import dependencies, orchestrators
-from twoscale.pipeline.params import ParamsError, load_params, read_raw
 from twoscale.stages.validation import CHECKER, read_params, strategies_key
 from twoscale.training.gpu import GPU_DEVICE_FILES
 
@@ -85,4 +85,4 @@ def test_a_snakemake_call_planning_a_checked_set_does_not_load_torch(tmp_path):
                          if line.startswith("import time:")})
     assert mark.is_file()
     assert "torch" in imported[0] and "torch" not in imported[1]
-    assert "twoscale.pipeline.params" in imported[1]
+    assert "twoscale.config.params" in imported[1]

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.params import LoopSchedule, TrainParams
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.params import LoopSchedule, TrainParams
 from twoscale.surrogates.distillation import (
     cosine_lr,
     distill,

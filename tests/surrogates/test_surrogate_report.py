@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from twoscale.claims.table import computations, surrogate_claims
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.surrogates import figures as surrogate_figures
 from twoscale.surrogates.claims import C8, C8B
 from twoscale.surrogates.tables import recovery_table

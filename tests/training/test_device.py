@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.stages.train import WARMUP_STEPS, utilisation
 from twoscale.training import device as device_module
 from twoscale.training import gpu

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.params import load_params
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.params import load_params
 from twoscale.training import memory
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,11 +19,11 @@ import torch
 import yaml
 
 from twoscale.__main__ import main
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import sha256_file
+from twoscale.config.params import LoopSchedule, TrainParams, params_hash, read_raw
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import sha256_file
-from twoscale.pipeline.params import LoopSchedule, TrainParams, params_hash, read_raw
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows
 from twoscale.training.device import training_dtype
 from twoscale.training.trainer import (

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twoscale.claims.table import claim as claim_record
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.report.claim import Claim
 
 Runs = Mapping[tuple[str, int], Sequence[Mapping[str, Any]]]

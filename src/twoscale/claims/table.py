@@ -14,9 +14,9 @@ from typing import Any
 
 import polars as pl
 
+from twoscale.config.errors import TwoscaleError
 from twoscale.exits import claims as exits
 from twoscale.geometry import claims as geometry
-from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.claim import Claim
 from twoscale.report.tables import origins
 from twoscale.sampler import claims as sampler

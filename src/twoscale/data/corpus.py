@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path, sha256_file
-from twoscale.pipeline.params import DataParams, HuggingfaceSource
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import atomic_path, sha256_file
+from twoscale.config.params import DataParams, HuggingfaceSource
 
 SEPARATOR = "\n\n"  # between documents in the corpus text
 

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 
 EOT = "<|endoftext|>"
 PAIRWISE_LEAF = 1 << 16  # validation log-probabilities gathered at a time for the unigram baseline

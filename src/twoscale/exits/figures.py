@@ -19,8 +19,8 @@ import polars as pl
 import seaborn as sns
 from matplotlib.lines import Line2D
 
+from twoscale.config.errors import TwoscaleError
 from twoscale.exits.tables import FULL_DEPTH, SWEEP_COLUMNS, best_within, full_depth_rows
-from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.figures import figure_style, panel_grid, plain_log_ticks, save_figure, seed_note
 from twoscale.report.tables import of_run, recipes_in, require, runs_in
 

@@ -23,12 +23,12 @@ import numpy as np
 import polars as pl
 import torch
 
+from twoscale.config.params import ParamsError, SweepParams
+from twoscale.config.progress import progress_bar
 from twoscale.decoding.engine import CriterionClock, PromptState, cache_bytes, decode_prompt, generate
 from twoscale.decoding.rules import ExitRule, make_rule
 from twoscale.exits.teacher_forced import evaluate_settings
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline.params import ParamsError, SweepParams
-from twoscale.pipeline.progress import progress_bar
 
 SWEPT_KEYS = {"fixed": "loops", "argmax": "hits"}
 

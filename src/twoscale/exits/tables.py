@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.report.tables import finite, require
 
 FULL_DEPTH = "fixed"  # the reference strategy: full depth = "fixed" at setting == max_loops (every group that often)

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from twoscale.config.progress import progress_bar
 from twoscale.decoding.cost import token_costs
 from twoscale.decoding.engine import new_cache, step_tokens
 from twoscale.decoding.rules import ExitRule, head_decode
 from twoscale.models.looped_gpt import Context, LoopedGPT, Segment, at_least_float32
-from twoscale.pipeline.progress import progress_bar
 from twoscale.training.batches import held_out_batches
 
 Tensor = torch.Tensor

@@ -23,9 +23,9 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from twoscale.config.errors import TwoscaleError
 from twoscale.geometry.tables import FLOOR_EPS, REGIMES, dlr_loops, metric_rows
 from twoscale.geometry.thresholds import C4_MIN_DLR
-from twoscale.pipeline.errors import TwoscaleError
 from twoscale.report.figures import (
     checkpoint_key,
     figure_recipes,

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from twoscale.analysis.phases import SimilarityAccumulator, segment_phases
+from twoscale.config.params import MeasureParams
 from twoscale.geometry.metrics import MetricAccumulator, measure_trajectories, pca_2d, token_path
 from twoscale.models.looped_gpt import DepthPosition, LoopedGPT, ModelOutput, at_least_float32
-from twoscale.pipeline.params import MeasureParams
 from twoscale.training.batches import held_out_batches
 
 MEASURE_DTYPE = torch.float64

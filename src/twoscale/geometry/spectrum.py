@@ -28,9 +28,9 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from twoscale.config.progress import progress_bar
 from twoscale.geometry.metrics import step_cosine, step_size, steps
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline.progress import progress_bar
 
 StepMap = Callable[[Tensor], Tensor]
 

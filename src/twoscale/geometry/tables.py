@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.report.tables import require
 
 GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from twoscale.pipeline.params import parse_yaml
+from twoscale.config.params import parse_yaml
 
 PACKAGE = "twoscale"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # src/, which holds the package
@@ -127,7 +127,7 @@ def _tracked(out: str | dict[str, Any]) -> str | dict[str, Any]:
 
 def _persisting(out: str | dict[str, Any]) -> str | dict[str, Any]:
     """A declared output that git keeps (`cache: false`), left in place by DVC while its stage runs (persist): a
-    stage replaces its outputs itself, all at once when it succeeds (twoscale.pipeline.io), so one that fails or
+    stage replaces its outputs itself, all at once when it succeeds (twoscale.config.io), so one that fails or
     refuses its inputs leaves it as it was, where DVC would have deleted it first. Not the outputs in DVC's cache,
     which DVC would copy out of it before every run (a checkpoint can be gigabytes) and restores from it."""
     if isinstance(out, str) or next(iter(out.values())).get("cache") is not False:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 
 SHORT_INTERVAL_S, SHORT_SAMPLES, LONG_INTERVAL_S = 0.5, 30, 30.0  # Snakemake's sampling of a job's resources
 USAGE_LINE = re.compile(r"resources used: cpu_s=(?P<cpu_s>[0-9.]+) max_rss_mb=(?P<max_rss_mb>[0-9.]+)$")

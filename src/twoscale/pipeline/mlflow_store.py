@@ -20,7 +20,7 @@ import mlflow
 import psutil
 from mlflow.entities import DatasetInput, InputTag, Metric
 
-from twoscale.pipeline.errors import TwoscaleError, first_line
+from twoscale.config.errors import TwoscaleError, first_line
 from twoscale.pipeline.tracking import (
     EXPERIMENT,
     HOST_TAG,

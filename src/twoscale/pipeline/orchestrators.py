@@ -23,10 +23,10 @@ from pathlib import Path
 
 import yaml
 
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path, interrupted
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import atomic_path, interrupted
+from twoscale.config.params import HASH_CHARS, ParamsError, is_overlay, parse_yaml, resolved_from
 from twoscale.pipeline.jobs import stages
-from twoscale.pipeline.params import HASH_CHARS, ParamsError, is_overlay, parse_yaml, resolved_from
 from twoscale.pipeline.provenance import BuildCheck, Record, record_path
 
 WRITTEN = ("data", "results")  # what the pipeline writes

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import atomic_path, finite_or_null, once_landed, sha256_file, write_json
+from twoscale.config.params import changed_keys, shown_keys
 from twoscale.pipeline.dependencies import (
     STAGES,
     holds_job,
@@ -37,16 +40,12 @@ from twoscale.pipeline.dependencies import (
     param_values,
     stage_module,
 )
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path, finite_or_null, once_landed, sha256_file, write_json
 from twoscale.pipeline.jobs import ITEM, WILDCARD, stages
-from twoscale.pipeline.params import changed_keys, shown_keys
 
 log = logging.getLogger(__name__)
 
 RECORDS = ".built"  # the folder, beside the outputs, of their build records
 JOB_KEYS = ("recipe", "seed", "strategy", "blocks")  # a stage's options that name its job
-NUMBERS_ORIGIN = ("precision", "machine", "torch")  # what a stage records of the arithmetic behind its numbers
 
 
 def record_path(output: Path) -> Path:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twoscale.config.errors import TwoscaleError
 from twoscale.pipeline.dependencies import declaration
-from twoscale.pipeline.errors import TwoscaleError
 from twoscale.pipeline.jobs import ITEM, benchmark_path, rooted, stages
 from twoscale.pipeline.provenance import BuildCheck, Record, record_path
 from twoscale.pipeline.snakemake_rules import log_path

@@ -43,9 +43,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from twoscale.pipeline.errors import Stopped, TwoscaleError
-from twoscale.pipeline.io import waiting_file
-from twoscale.pipeline.params import params_hash
+from twoscale.config.errors import Stopped, TwoscaleError
+from twoscale.config.io import waiting_file
+from twoscale.config.params import params_hash
 from twoscale.pipeline.preload import COMMAND_PID_ENV
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

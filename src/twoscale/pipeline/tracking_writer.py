@@ -28,7 +28,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
-from twoscale.pipeline.errors import TwoscaleError, first_line
+from twoscale.config.errors import TwoscaleError, first_line
 from twoscale.pipeline.preload import user_folder
 
 IDLE_ENV = "TWOSCALE_MLFLOW_WRITER_IDLE_S"

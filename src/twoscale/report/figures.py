@@ -27,7 +27,7 @@ import seaborn as sns
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.lines import Line2D
 
-from twoscale.pipeline.io import atomic_path
+from twoscale.config.io import atomic_path
 from twoscale.report.tables import RUN_KEYS, of_run, recipes_in, require, runs_in, training_steps
 
 DPI = 150

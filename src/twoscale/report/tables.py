@@ -9,8 +9,8 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.provenance import NUMBERS_ORIGIN
+from twoscale.config.errors import TwoscaleError
+from twoscale.training.device import NUMBERS_ORIGIN
 
 RUN_KEYS = ("recipe", "seed")  # every table after train says which training run its rows come from
 

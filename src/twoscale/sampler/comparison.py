@@ -19,9 +19,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from twoscale.config.params import SampleParams
 from twoscale.decoding.cost import TokenCost, token_costs
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline.params import SampleParams
 from twoscale.sampler.parallel import (
     Prefill,
     Sampled,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.report.tables import RUN_KEYS, require
 
 # the sample stage's table: one row per prompt and setting, method "sampler" or "autoregressive" (ordinary

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import MEASURE_DTYPE, geometry_in
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import write_parquet
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
 from twoscale.stages.common import load_run, log_geometry_curves, origin_columns, run_columns
 from twoscale.training.device import provenance

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from twoscale.config.io import load_token_array, read_json, run_subdir
+from twoscale.config.params import Params, RunParams
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline.io import load_token_array, read_json, run_subdir
-from twoscale.pipeline.params import Params, RunParams
 from twoscale.stages.common import add_run_arguments
 from twoscale.training.device import configure_torch, resolve_device
 from twoscale.training.trainer import checkpoint_name, load_model_matching, run_fingerprint

@@ -14,11 +14,11 @@ import polars as pl
 
 from twoscale.claims.by_recipe import summarise, to_json, to_markdown
 from twoscale.claims.table import claim, claims_table, computations, surrogate_claims
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import read_csv, read_parquet, run_subdir, write_parquet, write_text
+from twoscale.config.params import Params
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import read_csv, read_parquet, run_subdir, write_parquet, write_text
-from twoscale.pipeline.params import Params
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
 from twoscale.stages.common import add_params_argument, load, per_checkpoint_tables

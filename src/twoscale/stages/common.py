@@ -12,9 +12,9 @@ from typing import Any
 
 import polars as pl
 
+from twoscale.config.io import read_parquet, run_subdir
+from twoscale.config.params import Params, ParamsError, RunParams, load_params
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import read_parquet, run_subdir
-from twoscale.pipeline.params import Params, ParamsError, RunParams, load_params
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:

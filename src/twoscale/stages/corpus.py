@@ -6,9 +6,9 @@ import argparse
 import logging
 from pathlib import Path
 
+from twoscale.config.io import atomic_path, write_json
 from twoscale.data.corpus import build_corpus
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import atomic_path, write_json
 from twoscale.stages.common import add_params_argument, load
 
 HELP = "fetch or read the raw text and write it with a manifest"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.config.io import read_parquet, run_subdir
 from twoscale.exits import figures
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import read_parquet, run_subdir
 from twoscale.stages.common import add_params_argument, draw_figures, load
 
 HELP = "draw Figure 4, the exit trade-off and the per-token depth map from the sweep's tables"

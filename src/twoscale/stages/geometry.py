@@ -10,9 +10,9 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.config.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
 from twoscale.stages.common import add_params_argument, load
 
 HELP = "gather the measurements across training into tables"

@@ -9,10 +9,10 @@ import functools
 import logging
 from pathlib import Path
 
+from twoscale.config.io import read_parquet
 from twoscale.geometry import figures
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import read_parquet
 from twoscale.stages.common import add_params_argument, draw_figures, load
 
 HELP = "draw Figures 1-3 and the loop diagnostics from the geometry tables"

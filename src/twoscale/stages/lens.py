@@ -11,9 +11,9 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.config.io import write_parquet
 from twoscale.geometry.lens import lens_means
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import write_parquet
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
 from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches

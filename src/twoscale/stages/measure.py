@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from twoscale.config.io import read_json, write_json, write_parquet
+from twoscale.config.params import RunParams
 from twoscale.geometry.measurement import (
     MEASURE_DTYPE,
     CheckpointMeasurement,
@@ -18,8 +20,6 @@ from twoscale.geometry.measurement import (
 from twoscale.geometry.metrics import precision_floor
 from twoscale.geometry.tables import DLR_SHOWN_LOOPS, FLOOR_EPS
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import read_json, write_json, write_parquet
-from twoscale.pipeline.params import RunParams
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_run, origin_columns, run_columns
 from twoscale.training.device import provenance, recorded_provenance

@@ -8,8 +8,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from twoscale.config.io import read_json, read_parquet
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import read_json, read_parquet
 from twoscale.stages.common import add_run_arguments, load_teacher_run
 from twoscale.surrogates import figures
 

@@ -16,10 +16,10 @@ import polars as pl
 import torch
 
 from twoscale.analysis.phases import SimilarityAccumulator, cut_value, segment_phases
+from twoscale.config.io import write_json, write_parquet
+from twoscale.config.params import DistillParams
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import write_json, write_parquet
-from twoscale.pipeline.params import DistillParams
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import add_run_arguments, load_teacher_run
 from twoscale.surrogates.distillation import teacher_states

@@ -12,9 +12,9 @@ from pathlib import Path
 import polars as pl
 import torch
 
+from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import PRECISIONS, geometry_in
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import write_parquet
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
 from twoscale.stages.common import load_run, log_geometry_curves, run_columns
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import polars as pl
 
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import write_parquet, write_text
+from twoscale.config.params import SampleParams
+from twoscale.config.progress import progress_bar
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import write_parquet, write_text
-from twoscale.pipeline.params import SampleParams
-from twoscale.pipeline.progress import progress_bar
 from twoscale.sampler.comparison import (
     SAMPLER,
     measure_prompt,

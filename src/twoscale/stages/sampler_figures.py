@@ -8,8 +8,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from twoscale.config.io import read_csv
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import read_csv
 from twoscale.sampler import figures
 from twoscale.stages.common import add_run_arguments, load_run
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import MEASURE_DTYPE
 from twoscale.geometry.spectrum import token_spectra
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import write_parquet
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
 from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches

@@ -8,8 +8,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from twoscale.config.io import read_csv, read_parquet
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import read_csv, read_parquet
 from twoscale.stages.common import add_params_argument, draw_figures, load
 from twoscale.surrogates import figures
 from twoscale.surrogates.tables import read_recovery

@@ -12,10 +12,10 @@ from pathlib import Path
 import polars as pl
 import torch
 
+from twoscale.config.io import atomic_path, load_token_array, read_json, run_subdir, write_parquet
+from twoscale.config.params import Params
+from twoscale.config.progress import progress_bar
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import atomic_path, load_token_array, read_json, run_subdir, write_parquet
-from twoscale.pipeline.params import Params
-from twoscale.pipeline.progress import progress_bar
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument, load
 from twoscale.surrogates.distillation import load_surrogate

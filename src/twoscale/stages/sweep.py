@@ -10,11 +10,11 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import write_parquet
+from twoscale.config.params import Params
 from twoscale.exits.sweep import sweep_settings, swept_key
 from twoscale.pipeline import tracking
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import write_parquet
-from twoscale.pipeline.params import Params
 from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
 from twoscale.stages.common import origin_columns, run_columns
 from twoscale.stages.validation import read_params

@@ -8,6 +8,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import (
+    atomic_path,
+    load_token_array,
+    read_json,
+    read_token_blocks,
+    write_json,
+    write_text,
+    write_token_array,
+)
 from twoscale.data.tokenization import (
     batched,
     encode_documents,
@@ -19,16 +29,6 @@ from twoscale.data.tokenization import (
     unigram_cross_entropy,
 )
 from twoscale.pipeline import tracking
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import (
-    atomic_path,
-    load_token_array,
-    read_json,
-    read_token_blocks,
-    write_json,
-    write_text,
-    write_token_array,
-)
 from twoscale.stages.common import add_params_argument, load
 
 HELP = "train the byte-level BPE and write train/validation token arrays"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.config.io import atomic_path, read_parquet, run_subdir, write_parquet
 from twoscale.exits.tables import WITHIN, best_fixed_depth, best_within, full_depth, with_latency
 from twoscale.pipeline import tracking
-from twoscale.pipeline.io import atomic_path, read_parquet, run_subdir, write_parquet
 from twoscale.report.tables import of_run, runs_in
 from twoscale.stages.common import add_params_argument, load
 

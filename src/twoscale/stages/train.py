@@ -17,10 +17,8 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from twoscale.data.corpus import describe_source
-from twoscale.pipeline import tracking
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import (
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import (
     atomic_path,
     load_token_array,
     once_landed,
@@ -30,8 +28,10 @@ from twoscale.pipeline.io import (
     write_json,
     write_parquet,
 )
-from twoscale.pipeline.params import Params, RunParams, parameter_set_of
-from twoscale.pipeline.progress import progress_bar
+from twoscale.config.params import Params, RunParams, parameter_set_of
+from twoscale.config.progress import progress_bar
+from twoscale.data.corpus import describe_source
+from twoscale.pipeline import tracking
 from twoscale.pipeline.provenance import remove_record
 from twoscale.stages.common import add_run_arguments, load_run
 from twoscale.training.device import (

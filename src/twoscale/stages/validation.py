@@ -11,8 +11,8 @@ import contextlib
 import hashlib
 from pathlib import Path
 
+from twoscale.config.params import Params, ParamsError, SweepParams, load_params
 from twoscale.pipeline import dependencies
-from twoscale.pipeline.params import Params, ParamsError, SweepParams, load_params
 
 CHECKER = "twoscale.exits.sweep"  # the module of check_strategies
 

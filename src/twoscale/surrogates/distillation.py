@@ -25,8 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from twoscale.config.params import TrainParams
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.pipeline.params import TrainParams
 from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.training.batches import random_batch
 from twoscale.training.device import autocast

@@ -13,7 +13,7 @@ import polars as pl
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 from twoscale.report.figures import figure_style, panel_grid, save_figure
 from twoscale.report.tables import require
 from twoscale.surrogates.thresholds import C8_RECOVERY

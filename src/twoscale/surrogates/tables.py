@@ -7,8 +7,8 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.pipeline.io import read_csv
-from twoscale.pipeline.provenance import NUMBERS_ORIGIN
+from twoscale.config.io import read_csv
+from twoscale.training.device import NUMBERS_ORIGIN
 
 
 def recovery_table(evaluations: Sequence[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -17,11 +17,11 @@ import polars as pl
 import torch
 
 from twoscale.benchmark import sampler_medians, step_costs, strategy_latency, training_throughput
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import load_token_array, read_json, run_subdir, write_json
+from twoscale.config.params import Params, RunParams, results_root
+from twoscale.config.progress import progress_bar
 from twoscale.exits.sweep import never_exit_setting
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import load_token_array, read_json, run_subdir, write_json
-from twoscale.pipeline.params import Params, RunParams, results_root
-from twoscale.pipeline.progress import progress_bar
 from twoscale.report.tables import markdown_table
 from twoscale.sampler.comparison import FULL_RECURRENCE, MATCHED, SAMPLER, settings_of
 from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding

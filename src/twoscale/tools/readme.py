@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from twoscale.claims.by_recipe import VERDICTS_MARK, verdict_sources, verdict_table, with_verdict_table
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import write_text
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import write_text
 from twoscale.report.claim import CLAIMS_DOC
 
 HELP = "write the README's tables of verdicts from the claims.json files its marks name"

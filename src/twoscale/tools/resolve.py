@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from twoscale.pipeline.io import write_text
-from twoscale.pipeline.params import parse_params, read_raw
+from twoscale.config.io import write_text
+from twoscale.config.params import parse_params, read_raw
 
 HELP = "write the whole parameter set that a parameter file (an overlay of params.yaml) resolves to"
 

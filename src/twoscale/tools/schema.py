@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from twoscale.pipeline.io import write_text
-from twoscale.pipeline.params import params_schema
+from twoscale.config.io import write_text
+from twoscale.config.params import params_schema
 
 HELP = "write the JSON schema of params.yaml"
 

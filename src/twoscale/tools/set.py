@@ -14,9 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import write_text
-from twoscale.pipeline.params import ParamsError, parse_params, parse_yaml, resolved_from
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import write_text
+from twoscale.config.params import ParamsError, parse_params, parse_yaml, resolved_from
 
 HELP = "set values of a parameter file in place, keeping the rest as written (then: dvc exp run)"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from twoscale.config.io import write_text
 from twoscale.pipeline.dependencies import declaration, dvc_yaml
-from twoscale.pipeline.io import write_text
 from twoscale.pipeline.orchestrators import relock_sources
 from twoscale.pipeline.snakemake_rules import rule_files
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from twoscale.config.errors import TwoscaleError
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline.errors import TwoscaleError
 
 
 def random_batch(

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.provenance import NUMBERS_ORIGIN
+from twoscale.config.errors import TwoscaleError
 
 log = logging.getLogger(__name__)
+NUMBERS_ORIGIN = ("precision", "machine", "torch")  # what a stage records of the arithmetic behind its numbers
 
 # Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, by the model in the device's name (the
 # longest key that is a whole word of the name: "H200 NVL" before "H200"; "L4" is not "L40S")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import psutil
 import torch
 
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.params import TrainParams
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.params import TrainParams
 
 GIB = 2**30
 OPTIMIZER_BYTES_PER_PARAMETER = 16  # float32 weight, gradient, AdamW first and second moment

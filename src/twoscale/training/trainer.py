@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
-from twoscale.pipeline.errors import TwoscaleError
-from twoscale.pipeline.io import atomic_path
-from twoscale.pipeline.params import (
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import atomic_path
+from twoscale.config.params import (
     HASH_CHARS,
     LoopSchedule,
     ModelParams,
@@ -32,6 +31,7 @@ from twoscale.pipeline.params import (
     TrainParams,
     params_hash,
 )
+from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch
 from twoscale.training.device import autocast, clock
 from twoscale.training.flops import training_step_flops

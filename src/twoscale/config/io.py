@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 
 
 class _Landing:

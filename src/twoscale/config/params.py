@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from twoscale.pipeline.errors import TwoscaleError
+from twoscale.config.errors import TwoscaleError
 
 # Whole numbers and switches are taken as written, never converted: 5.0, "5" or true where a count belongs would
 # otherwise pass validation as 5 while the orchestrators write "5.0" into paths (step_5.0.pt, seed_1.0).
