@@ -157,10 +157,8 @@ def test_a_training_run_records_its_machine_use_its_corpus_as_a_dataset_and_its_
         assert main([argv[0], "--params", str(params), *argv[1:]]) == 0
     manifest = json.loads((store / "raw/manifest.json").read_text())
 
-    [train] = stage_runs(store, "train")
+    [train] = stage_runs(store, "train")  # every stage samples; the training runs long enough to keep samples
     assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(train.data.metrics)
-    for stage in ("corpus", "tokenize"):  # untimed and short: no sampler
-        assert not [key for run in stage_runs(store, stage) for key in run.data.metrics if key.startswith("system/")]
 
     [corpus] = train.inputs.dataset_inputs
     assert corpus.dataset.digest == manifest["sha256"][:36]  # as much of the hash as an MLflow store keeps
