@@ -185,6 +185,11 @@ def output_options(stage: str) -> dict[str, str]:
     return {option: value for option, value in _options(declared).items() if _holds(output_paths(declared), value)}
 
 
+def command_options(stage: str) -> dict[str, str]:
+    """The options of a stage's command but --params and --log, in its order, with their declared values."""
+    return _options(declaration()[stage])
+
+
 def _options(declared: dict[str, Any]) -> dict[str, str]:
     words = declared["cmd"].split()
     return {option: value for option, value in zip(words, words[1:])

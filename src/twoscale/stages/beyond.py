@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import polars as pl
 
 from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import MEASURE_DTYPE, geometry_in
 from twoscale.pipeline import tracking
-from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, log_geometry_curves, origin_columns, run_columns
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import (
+    add_declared_arguments,
+    load_run,
+    log_geometry_curves,
+    origin_columns,
+    run_columns,
+)
 from twoscale.training.device import provenance
 
 HELP = "measure the final checkpoint's loop geometry looped beyond the trained range"
@@ -24,8 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_checkpoint_arguments(parser, "the run's final checkpoint")
-    parser.add_argument("--out", type=Path, required=True, help="the geometry table (Parquet)")
+    add_declared_arguments(parser, "beyond")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -11,18 +11,8 @@ import torch
 from twoscale.config.io import load_token_array, read_json, run_subdir
 from twoscale.config.params import Params, RunParams
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.stages.common import add_run_arguments
 from twoscale.training.device import configure_torch, resolve_device
 from twoscale.training.trainer import checkpoint_name, load_model_matching, run_fingerprint
-
-
-def add_checkpoint_arguments(parser: argparse.ArgumentParser,
-                             checkpoint: str = "a checkpoint written by the train stage") -> None:
-    """The arguments of a stage on one trained checkpoint: the run (--params, --recipe, --seed), --checkpoint and
-    --data-dir, which `open_checkpoint` reads."""
-    add_run_arguments(parser)
-    parser.add_argument("--checkpoint", type=Path, required=True, help=checkpoint)
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
 
 
 def open_checkpoint(args: argparse.Namespace, params: Params, run: RunParams, threads: int

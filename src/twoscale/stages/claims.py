@@ -19,9 +19,10 @@ from twoscale.config.io import read_csv, read_parquet, run_subdir, write_parquet
 from twoscale.config.params import Params
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
+from twoscale.pipeline.dependencies import input_options
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
-from twoscale.stages.common import add_params_argument, load, per_checkpoint_tables
+from twoscale.stages.common import add_declared_arguments, load, per_checkpoint_tables
 from twoscale.surrogates.tables import read_recovery
 
 HELP = "put the paper's findings beside our numbers, with verdicts"
@@ -40,28 +41,13 @@ OPTIONAL_INPUTS = ("sweep", "latency")  # left out together: the exit claims are
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
+    """Every input optional: a run without sweeps (or samples, ...) reports those claims as not measured, and
+    --from-tables reads none of them."""
+    add_declared_arguments(parser, "claims", optional=tuple(input_options("claims")),
+                           when_left_out="left out, the claims it feeds are reported as not measured")
     parser.add_argument("--from-tables", type=Path,
                         help=f"recompute the report from a {BUNDLE_DIR} folder that this stage wrote (no parameter "
                         "file, no other input: what a reader of the repository can check)")
-    parser.add_argument("--geometry-dir", type=Path, help="reads the tables across training")
-    parser.add_argument("--sweep", type=Path,
-                        help="the early-exit sweep table of every run; left out (with --latency), the exit claims "
-                        "(C6) are not measured: for a run whose sweeps did not run")
-    parser.add_argument("--latency", type=Path,
-                        help="the paired latency rounds of every run (latency.parquet of the tradeoff stage)")
-    parser.add_argument("--sample-dir", type=Path,
-                        help="reads <recipe>/seed_<seed>/summary.csv and speed.csv of the sample stage (the recipes "
-                        "it ran on)")
-    parser.add_argument("--beyond-dir", type=Path,
-                        help="reads <recipe>/seed_<seed>/geometry.parquet of the beyond stage (S: the geometry "
-                        "looped past the trained range)")
-    parser.add_argument("--spectrum-dir", type=Path,
-                        help="reads <recipe>/seed_<seed>/step_<step>.parquet of the spectrum stage (beside C1, C3)")
-    parser.add_argument("--recovery", type=Path,
-                        help="recovery.csv of the surrogates stage (every teacher, seed and k)")
-    parser.add_argument("--out-dir", type=Path, required=True,
-                        help=f"writes claims.md and claims.json, and (from the stages' tables) {BUNDLE_DIR}/")
 
 
 def read_tables(directory: Path, sweep: Path | None, latency: Path | None) -> dict[str, pl.DataFrame]:

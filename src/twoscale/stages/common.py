@@ -1,11 +1,13 @@
-"""What every stage module shares: the --params argument (and --recipe/--seed for the stages that run once per
-training run, a recipe's or a teacher's), MLflow logging of parameters, the columns that name a table's run and
-origin, drawing figures into a folder and reading a per-checkpoint stage's tables. It imports nothing of the cores, so that a stage's source files (what its module
+"""What every stage module shares: its command line, derived from its command in stages.yaml (--params, the options
+that name its job, one option per file or folder it reads or writes, described by the declaration), MLflow logging
+of parameters, the columns that name a table's run and origin, drawing figures into a folder and reading a
+per-checkpoint stage's tables. It imports nothing of the cores, so that a stage's source files (what its module
 imports) are its own."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,17 +17,18 @@ import polars as pl
 from twoscale.config.io import read_parquet, run_subdir
 from twoscale.config.params import Params, ParamsError, RunParams, load_params
 from twoscale.pipeline import tracking
+from twoscale.pipeline.dependencies import (
+    command_options,
+    declaration,
+    input_options,
+    inside,
+    output_options,
+    output_paths,
+)
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=Path, default=Path("params.yaml"), help="parameter file (params.yaml)")
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """--params, and the training run a per-run stage works on."""
-    add_params_argument(parser)
-    parser.add_argument("--recipe", required=True, help="a recipe name under recipes")
-    parser.add_argument("--seed", type=int, required=True, help="one of runtime.seeds")
 
 
 def load(args: argparse.Namespace) -> Params:
@@ -83,3 +86,61 @@ def per_checkpoint_tables(params: Params, directory: Path, stage: str) -> pl.Dat
     return pl.concat([read_parquet(directory / run_subdir(recipe, seed) / f"step_{step}.parquet", stage)
                       for recipe, seed in params.explained_runs() for step in params.train.checkpoint_steps],
                      how="diagonal_relaxed")
+
+
+JOB_OPTIONS: dict[str, dict[str, Any]] = {  # the options of a stage's command that name its job, not a file
+    "--recipe": {"help": "a recipe name under recipes (a teacher's under teachers)"},
+    "--seed": {"type": int, "help": "one of runtime.seeds"},
+    "--strategy": {"help": "a name under sweep.strategies"},
+    "--blocks": {"type": int, "help": "k: the surrogate's shared blocks (distill.blocks)"},
+}
+
+
+def readable(path: str) -> str:
+    """A declared path as a user reads it: results/train/<recipe>/seed_<seed>/checkpoints/step_<step>.pt."""
+    return re.sub(r"\$\{item\.(\w+)\}|\{(\w+)\}|\$\{[\w.]+\.(\w+)\}", lambda m: f"<{next(filter(None, m.groups()))}>",
+                  path)
+
+
+def _same_files(path: str, folder: str) -> bool:
+    """Whether a declared output is `folder` or inside it, whatever its placeholders are called ({step},
+    ${item.step} and ${train.steps} alike)."""
+    def pattern(text: str) -> str:
+        return re.sub(r"<\w+>", "<>", readable(text))
+    return pattern(path) == pattern(folder) or pattern(path).startswith(pattern(folder) + "/")
+
+
+def described(stage: str, option: str) -> str:
+    """What an option of the stage's command names, from the declaration: the files it writes (a folder's named,
+    those in a subfolder counted), or what it reads and the stages that write it."""
+    declared = declaration()[stage]
+    reads, writes = input_options(stage), output_options(stage)
+    if option in writes:
+        folder = readable(writes[option])
+        names = [readable(path).removeprefix(folder + "/") for path in output_paths(declared)
+                 if inside(path, writes[option])]
+        shown = [name for name in names if "/" not in name or name.endswith(".pt")]
+        subfolders = sorted({name.split("/")[0] for name in names if name not in shown})
+        shown += [f"{sub}/ ({sum(name.startswith(sub + '/') for name in names)} files)" for sub in subfolders]
+        return f"writes {folder}" + (f": {', '.join(shown)}" if shown else "")
+    folder = reads[option]
+    makers = sorted({name for name, other in declaration().items() if name != stage
+                     and any(_same_files(path, folder) for path in output_paths(other))})
+    named = makers[0] if len(makers) == 1 else f"{', '.join(makers[:-1])} and {makers[-1]} stages"
+    written = f" (from the {named}{'' if len(makers) > 1 else ' stage'})" if makers else ""
+    return f"reads {readable(folder)}{written}"
+
+
+def add_declared_arguments(parser: argparse.ArgumentParser, stage: str, optional: tuple[str, ...] = (),
+                           when_left_out: str = "") -> None:
+    """The stage's command line as stages.yaml declares its command, in its order: --params, the options that name
+    its job, and one option per file or folder it reads or writes, each required unless `optional` (whose help
+    then adds `when_left_out`)."""
+    add_params_argument(parser)
+    for option in command_options(stage):
+        if option in JOB_OPTIONS:
+            parser.add_argument(option, required=True, **JOB_OPTIONS[option])
+        elif option in optional:
+            parser.add_argument(option, type=Path, help=f"{described(stage, option)}; {when_left_out}")
+        else:
+            parser.add_argument(option, type=Path, required=True, help=described(stage, option))

@@ -9,7 +9,7 @@ from pathlib import Path
 from twoscale.config.io import atomic_path, write_json
 from twoscale.data.corpus import build_corpus
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_params_argument, load
+from twoscale.stages.common import add_declared_arguments, load
 
 HELP = "fetch or read the raw text and write it with a manifest"
 
@@ -17,8 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes corpus.txt and manifest.json here")
+    add_declared_arguments(parser, "corpus")
     parser.add_argument("--cache-dir", type=Path, default=Path("data/cache"), help="downloaded sources")
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import polars as pl
 import torch
@@ -21,7 +20,7 @@ from twoscale.config.io import load_token_array, read_json, write_json, write_pa
 from twoscale.config.progress import progress_bar
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_teacher_run
+from twoscale.stages.common import add_declared_arguments, load_teacher_run
 from twoscale.surrogates.distillation import distill, save_surrogate, train_plain_gpt
 from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.surrogates.recovery import evaluate_recovery
@@ -35,15 +34,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--blocks", type=int, required=True, help="k: the surrogate's shared blocks (distill.blocks)")
-    parser.add_argument("--checkpoint", type=Path, required=True, help="the teacher's final checkpoint")
-    parser.add_argument("--train-metrics", type=Path, required=True,
-                        help="the teacher's metrics.json of the train stage: the arithmetic and machine it trained on")
-    parser.add_argument("--phases", type=Path, required=True, help="phases.json of the phases stage")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads train.npy, val.npy and stats.json")
-    parser.add_argument("--out-dir", type=Path, required=True,
-                        help="writes surrogate.pt, control.pt, history.parquet and evaluation.json")
+    add_declared_arguments(parser, "distill")
 
 
 def run(args: argparse.Namespace) -> None:

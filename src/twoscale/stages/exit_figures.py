@@ -14,7 +14,7 @@ import polars as pl
 from twoscale.config.io import read_parquet, run_subdir
 from twoscale.exits import figures
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_params_argument, draw_figures, load
+from twoscale.stages.common import add_declared_arguments, draw_figures, load
 
 HELP = "draw Figure 4, the exit trade-off and the per-token depth map from the sweep's tables"
 log = logging.getLogger(__name__)
@@ -24,11 +24,7 @@ DEPTH_FIGURE = "exit_depth.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--sweep", type=Path, required=True, help="the sweep table of every run (sweep.parquet)")
-    parser.add_argument("--strategies-dir", type=Path, required=True,
-                        help="reads the sweep stage's depth tables, <recipe>/seed_<seed>/<strategy>.depth.parquet")
-    parser.add_argument("--figures-dir", type=Path, required=True, help="writes the figures here")
+    add_declared_arguments(parser, "exit_figures")
 
 
 def read_depth(strategies_dir: Path, sweep: pl.DataFrame) -> pl.DataFrame:

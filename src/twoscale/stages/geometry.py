@@ -13,17 +13,14 @@ import polars as pl
 from twoscale.config.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_params_argument, load
+from twoscale.stages.common import add_declared_arguments, load
 
 HELP = "gather the measurements across training into tables"
 
 log = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--measure-dir", type=Path, required=True,
-                        help="reads <recipe>/seed_<seed>/step_N/ for every run and checkpoint step")
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes the tables across training here")
+    add_declared_arguments(parser, "geometry")
 
 
 def checkpoint_dirs(measure_dir: Path, runs: list[tuple[str, int]], steps: list[int]

@@ -7,13 +7,12 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-from pathlib import Path
 
 from twoscale.config.io import read_parquet
 from twoscale.geometry import figures
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_params_argument, draw_figures, load
+from twoscale.stages.common import add_declared_arguments, draw_figures, load
 
 HELP = "draw Figures 1-3 and the loop diagnostics from the geometry tables"
 log = logging.getLogger(__name__)
@@ -32,9 +31,7 @@ FIGURES = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--geometry-dir", type=Path, required=True, help="reads the tables across training")
-    parser.add_argument("--figures-dir", type=Path, required=True, help="writes the figures here")
+    add_declared_arguments(parser, "geometry_figures")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -16,8 +16,8 @@ from twoscale.config.io import read_parquet, write_parquet
 from twoscale.exits.sweep import latency_ms_per_token, timed_rounds
 from twoscale.exits.tables import compared_points
 from twoscale.pipeline import tracking
-from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import origin_columns, run_columns
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_declared_arguments, origin_columns, run_columns
 from twoscale.stages.validation import read_params
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
@@ -28,10 +28,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_checkpoint_arguments(parser, "the final checkpoint of the train stage")
-    parser.add_argument("--strategies-dir", type=Path, required=True,
-                        help="the run's sweep tables, one per strategy: they name the points the verdicts compare")
-    parser.add_argument("--out", type=Path, required=True, help="the run's latency rounds (Parquet)")
+    add_declared_arguments(parser, "latency")
 
 
 def sweep_tables(folder: Path, strategies: list[str]) -> pl.DataFrame:

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import polars as pl
 
 from twoscale.config.io import write_parquet
 from twoscale.geometry.lens import lens_means
 from twoscale.pipeline import tracking
-from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, origin_columns, run_columns
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_declared_arguments, load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance
 
@@ -25,8 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_checkpoint_arguments(parser)
-    parser.add_argument("--out", type=Path, required=True, help="the checkpoint's table (Parquet)")
+    add_declared_arguments(parser, "lens")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -21,7 +20,12 @@ from twoscale.geometry.metrics import precision_floor
 from twoscale.geometry.tables import DLR_SHOWN_LOOPS, FLOOR_EPS
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_run, origin_columns, run_columns
+from twoscale.stages.common import (
+    add_declared_arguments,
+    load_run,
+    origin_columns,
+    run_columns,
+)
 from twoscale.training.device import provenance, recorded_provenance
 
 HELP = "measure the geometry of the loop iterates of one checkpoint"
@@ -30,12 +34,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by the train stage")
-    parser.add_argument("--train-metrics", type=Path, required=True,
-                        help="the train stage's metrics.json of the run: the arithmetic and machine it trained on")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes the per-checkpoint tables here")
+    add_declared_arguments(parser, "measure")
 
 
 AT_THE_LAST_LOOP = ("step_size", "step_cosine", "state_norm", "cross_token_cosine", "radial_fraction",

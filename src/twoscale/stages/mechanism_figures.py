@@ -6,24 +6,22 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from twoscale.geometry import mechanism_figures as figures
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_params_argument, draw_figures, load, per_checkpoint_tables
+from twoscale.stages.common import (
+    add_declared_arguments,
+    draw_figures,
+    load,
+    per_checkpoint_tables,
+)
 
 HELP = "draw the loop map's eigenvalues, its predictions against the measured steps, and the logit lens"
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--spectrum-dir", type=Path, required=True,
-                        help="reads <recipe>/seed_<seed>/step_<step>.parquet of the spectrum stage")
-    parser.add_argument("--lens-dir", type=Path, required=True,
-                        help="reads <recipe>/seed_<seed>/step_<step>.parquet of the lens stage")
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes spectrum.png, spectrum_agreement.png "
-                        "and lens.png")
+    add_declared_arguments(parser, "mechanism_figures")
 
 
 def run(args: argparse.Namespace) -> None:

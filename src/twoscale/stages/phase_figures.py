@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from twoscale.config.io import read_json, read_parquet
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_run_arguments, load_teacher_run
+from twoscale.stages.common import add_declared_arguments, load_teacher_run
 from twoscale.surrogates import figures
 
 HELP = "draw one plain GPT's phases figure from the phases stage's outputs"
@@ -18,10 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--distance", type=Path, required=True, help="the run's distance.parquet (the matrix)")
-    parser.add_argument("--phases", type=Path, required=True, help="the run's phases.json (the cuts)")
-    parser.add_argument("--out", type=Path, required=True, help="writes the figure (PNG) here")
+    add_declared_arguments(parser, "phase_figures")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import polars as pl
 import torch
@@ -21,7 +20,7 @@ from twoscale.config.params import DistillParams
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_run_arguments, load_teacher_run
+from twoscale.stages.common import add_declared_arguments, load_teacher_run
 from twoscale.surrogates.distillation import teacher_states
 from twoscale.surrogates.dynamics import sequence_summaries
 from twoscale.training.batches import held_out_batches
@@ -32,11 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="the teacher's final checkpoint")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
-    parser.add_argument("--out-dir", type=Path, required=True,
-                        help="writes distance.parquet (the matrix) and phases.json (the cuts)")
+    add_declared_arguments(parser, "phases")
 
 
 def layer_similarity(teacher: LoopedGPT, val_ids, distill: DistillParams, device: torch.device) -> torch.Tensor:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import polars as pl
 import torch
@@ -15,8 +14,8 @@ import torch
 from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import PRECISIONS, geometry_in
 from twoscale.pipeline import tracking
-from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, log_geometry_curves, run_columns
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_declared_arguments, load_run, log_geometry_curves, run_columns
 
 HELP = "measure one checkpoint's loop geometry in float64, float32 and bfloat16 (the precision question)"
 
@@ -24,8 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_checkpoint_arguments(parser)
-    parser.add_argument("--out", type=Path, required=True, help="the checkpoint's table, every precision (Parquet)")
+    add_declared_arguments(parser, "precision")
 
 
 def run(args: argparse.Namespace) -> None:

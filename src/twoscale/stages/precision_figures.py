@@ -6,21 +6,22 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from twoscale.geometry import figures
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_params_argument, draw_figures, load, per_checkpoint_tables
+from twoscale.stages.common import (
+    add_declared_arguments,
+    draw_figures,
+    load,
+    per_checkpoint_tables,
+)
 
 HELP = "draw the late step cosine against step size in each measuring precision"
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--precision-dir", type=Path, required=True,
-                        help="reads <recipe>/seed_<seed>/step_<step>.parquet of the precision stage")
-    parser.add_argument("--out", type=Path, required=True, help="the figure (PNG)")
+    add_declared_arguments(parser, "precision_figures")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -30,8 +29,8 @@ from twoscale.sampler.comparison import (
     speed_rows,
 )
 from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
-from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, origin_columns, run_columns
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_declared_arguments, load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
 
@@ -41,10 +40,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_checkpoint_arguments(parser, "the final checkpoint of the train stage")
-    parser.add_argument("--out-dir", type=Path, required=True,
-                        help="writes sample.parquet (per prompt), summary.csv (per setting) and speed.csv (the "
-                        "paired rounds)")
+    add_declared_arguments(parser, "sample")
 
 
 def paired_rounds(model: LoopedGPT, prompts: list[list[int]], sample: SampleParams, summary: pl.DataFrame

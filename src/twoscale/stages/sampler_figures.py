@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from twoscale.config.io import read_csv
 from twoscale.pipeline import tracking
 from twoscale.sampler import figures
-from twoscale.stages.common import add_run_arguments, load_run
+from twoscale.stages.common import add_declared_arguments, load_run
 
 HELP = "draw one run's sampler figure from the sample stage's summary"
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--summary", type=Path, required=True, help="the sample stage's summary.csv of the run")
-    parser.add_argument("--out", type=Path, required=True, help="writes the figure (PNG) here")
+    add_declared_arguments(parser, "sampler_figures")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -19,8 +18,8 @@ from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import MEASURE_DTYPE
 from twoscale.geometry.spectrum import token_spectra
 from twoscale.pipeline import tracking
-from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import load_run, origin_columns, run_columns
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_declared_arguments, load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance
 
@@ -30,9 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_checkpoint_arguments(parser)
-    parser.add_argument("--out", type=Path, required=True, help="the checkpoint's table, a row per token and group "
-                        "(Parquet)")
+    add_declared_arguments(parser, "spectrum")
 
 
 def run(args: argparse.Namespace) -> None:

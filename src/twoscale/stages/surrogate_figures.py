@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from twoscale.config.io import read_csv, read_parquet
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_params_argument, draw_figures, load
+from twoscale.stages.common import add_declared_arguments, draw_figures, load
 from twoscale.surrogates import figures
 from twoscale.surrogates.tables import read_recovery
 
@@ -19,10 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--surrogates-dir", type=Path, required=True,
-                        help="reads recovery.csv, layer_r2.csv and dynamics.parquet")
-    parser.add_argument("--figures-dir", type=Path, required=True, help="writes the figures here")
+    add_declared_arguments(parser, "surrogate_figures")
 
 
 def run(args: argparse.Namespace) -> None:

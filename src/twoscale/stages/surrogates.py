@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 import polars as pl
 import torch
@@ -17,7 +16,7 @@ from twoscale.config.params import Params
 from twoscale.config.progress import progress_bar
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import load_final_model
-from twoscale.stages.common import add_params_argument, load
+from twoscale.stages.common import add_declared_arguments, load
 from twoscale.surrogates.distillation import load_surrogate
 from twoscale.surrogates.dynamics import DepthDynamics
 from twoscale.surrogates.tables import recovery_table
@@ -32,13 +31,7 @@ StatesOf = Callable[[torch.Tensor], list[torch.Tensor]]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--train-dir", type=Path, required=True,
-                        help="reads <name>/seed_<seed>/checkpoints/step_<steps>.pt of every recipe and teacher")
-    parser.add_argument("--distill-dir", type=Path, required=True,
-                        help="reads <teacher>/seed_<seed>/k_<k>/ (evaluation.json, surrogate.pt)")
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads val.npy and stats.json")
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes recovery.csv, layer_r2.csv, dynamics.parquet")
+    add_declared_arguments(parser, "surrogates")
 
 
 @torch.no_grad()

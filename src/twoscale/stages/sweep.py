@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 import polars as pl
 
@@ -15,8 +14,8 @@ from twoscale.config.io import write_parquet
 from twoscale.config.params import Params
 from twoscale.exits.sweep import sweep_settings, swept_key
 from twoscale.pipeline import tracking
-from twoscale.stages.checkpoints import add_checkpoint_arguments, open_checkpoint
-from twoscale.stages.common import origin_columns, run_columns
+from twoscale.stages.checkpoints import open_checkpoint
+from twoscale.stages.common import add_declared_arguments, origin_columns, run_columns
 from twoscale.stages.validation import read_params
 from twoscale.training.device import provenance
 
@@ -26,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_checkpoint_arguments(parser, "the final checkpoint of the train stage")
-    parser.add_argument("--strategy", required=True, help="a name under sweep.strategies")
-    parser.add_argument("--out", type=Path, required=True, help="the strategy's table (Parquet)")
-    parser.add_argument("--depth-out", type=Path, required=True,
-                        help="the strategy's depth table: every token's exit step per group at every setting (Parquet)")
+    add_declared_arguments(parser, "sweep")
 
 
 def strategy_of(params: Params, name: str):

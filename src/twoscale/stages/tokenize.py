@@ -29,7 +29,7 @@ from twoscale.data.tokenization import (
     unigram_cross_entropy,
 )
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_params_argument, load
+from twoscale.stages.common import add_declared_arguments, load
 
 HELP = "train the byte-level BPE and write train/validation token arrays"
 
@@ -39,9 +39,7 @@ ENCODE_BATCH_CHARS = 1 << 20  # characters of documents encoded at a time: bound
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--corpus-dir", type=Path, required=True, help="reads corpus.txt and manifest.json")
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes tokenizer.json, train.npy, val.npy, stats.json")
+    add_declared_arguments(parser, "tokenize")
 
 
 def splits(corpus_path: Path, manifest: dict[str, Any], val_fraction: float) -> Iterator[tuple[str, str]]:

@@ -13,20 +13,14 @@ from twoscale.config.io import atomic_path, read_parquet, run_subdir, write_parq
 from twoscale.exits.tables import WITHIN, best_fixed_depth, best_within, full_depth, with_latency
 from twoscale.pipeline import tracking
 from twoscale.report.tables import of_run, runs_in
-from twoscale.stages.common import add_params_argument, load
+from twoscale.stages.common import add_declared_arguments, load
 
 HELP = "gather the sweeps and summarise each strategy's trade-off"
 
 log = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_params_argument(parser)
-    parser.add_argument("--strategies-dir", type=Path, required=True,
-                        help="reads <recipe>/seed_<seed>/<strategy>.parquet for every run and strategy")
-    parser.add_argument("--latency-dir", type=Path, required=True,
-                        help="reads <recipe>/seed_<seed>.parquet of the latency stage for every run")
-    parser.add_argument("--out-dir", type=Path, required=True,
-                        help="writes sweep.parquet, latency.parquet (every round) and summary.csv")
+    add_declared_arguments(parser, "tradeoff")
 
 
 def gather(strategies_dir: Path, runs: list[tuple[str, int]], names: list[str]) -> pl.DataFrame:

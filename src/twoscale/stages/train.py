@@ -33,7 +33,7 @@ from twoscale.config.progress import progress_bar
 from twoscale.data.corpus import describe_source
 from twoscale.pipeline import tracking
 from twoscale.pipeline.provenance import remove_record
-from twoscale.stages.common import add_run_arguments, load_run
+from twoscale.stages.common import add_declared_arguments, load_run
 from twoscale.training.device import (
     configure_torch,
     datasheet_tflops,
@@ -65,9 +65,7 @@ MODEL_NAME = "twoscale-{recipe}"  # a recipe's final models in the MLflow model 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser)
-    parser.add_argument("--data-dir", type=Path, required=True, help="reads train.npy, val.npy, stats.json")
-    parser.add_argument("--out-dir", type=Path, required=True, help="writes checkpoints/, history.*, metrics.json")
+    add_declared_arguments(parser, "train")
     parser.add_argument("--resume-dir", type=Path, default=Path("results/.resume"),
                         help="keeps unfinished runs' checkpoints, in <recipe>/seed_<seed>/<fingerprint of "
                         "everything the run depends on>/ (default: results/.resume)")
