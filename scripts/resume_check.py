@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 from twoscale.training.trainer import read_checkpoint
 
 

@@ -14,7 +14,7 @@ import torch
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-from twoscale.config.params import load_params, read_raw
+from twoscale.config.parameter_files import load_params, read_raw
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.training.flops import training_step_flops
 from twoscale.training.trainer import build_state, train_step

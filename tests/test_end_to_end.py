@@ -27,7 +27,7 @@ import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
 from twoscale.__main__ import main
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline import jobs
 
 pytestmark = pytest.mark.e2e

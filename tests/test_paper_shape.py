@@ -12,7 +12,7 @@ import pytest
 import yaml
 from workspace import ROOT, copy_repository, run
 
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -18,7 +18,8 @@ from pathlib import Path
 from twoscale.config import progress
 from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import outputs_land_together, recover
-from twoscale.config.params import ParamsError, changed_keys, parse_params, read_raw, shown_keys
+from twoscale.config.parameter_files import changed_keys, read_raw, shown_keys
+from twoscale.config.params import ParamsError, parse_params
 from twoscale.pipeline import dependencies, provenance
 
 COMMAND_PACKAGES = ("stages", "tools")  # the pipeline's stages; the other commands

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline import jobs
 from twoscale.pipeline.dependencies import declaration, lookup
 

@@ -11,7 +11,7 @@ import sys
 from dvc.utils.serialize._yaml import parse_yaml
 from workspace import ROOT, copy_repository, run
 
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline.dependencies import lookup, sources
 from twoscale.pipeline.orchestrators import drop_stages_gone, dvc_stage_names
 

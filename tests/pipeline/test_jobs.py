@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline import jobs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,15 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from twoscale.config.params import (
-    ParamsError,
-    changed_keys,
-    load_params,
-    params_schema,
-    parse_params,
-    read_raw,
-    results_root,
-)
+from twoscale.config.parameter_files import changed_keys, load_params, read_raw, results_root
+from twoscale.config.params import ParamsError, params_schema, parse_params
 from twoscale.exits.sweep import check_strategies
 
 ROOT = Path(__file__).resolve().parents[2]

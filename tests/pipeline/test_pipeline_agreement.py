@@ -11,7 +11,8 @@ import pytest
 import yaml
 from dvc.repo import Repo
 
-from twoscale.config.params import SweepParams, SweepStrategy, load_params, read_raw
+from twoscale.config.parameter_files import load_params, read_raw
+from twoscale.config.params import SweepParams, SweepStrategy
 from twoscale.pipeline import dependencies
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import yaml
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import outputs_land_together, write_text
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline import provenance
 from twoscale.pipeline.dependencies import declaration, input_options
 from twoscale.pipeline.provenance import Job, check_inputs, job_of, record_path, write_records

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from twoscale.config.io import outputs_land_together, write_text
-from twoscale.config.params import read_raw
+from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline.provenance import Job, record_path, write_records
 from twoscale.pipeline.reuse import copy_jobs, shared_jobs
 

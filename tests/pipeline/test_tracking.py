@@ -24,7 +24,8 @@ from workspace import smoke_params
 
 from twoscale.__main__ import main
 from twoscale.config.errors import TwoscaleError
-from twoscale.config.params import load_params, params_hash
+from twoscale.config.parameter_files import load_params
+from twoscale.config.params import params_hash
 from twoscale.pipeline import mlflow_store, tracking
 from twoscale.training.trainer import read_checkpoint
 

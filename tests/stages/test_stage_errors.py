@@ -138,7 +138,7 @@ def test_measure_with_corrupt_checkpoint(tmp_path, tiny_data):
 
 
 def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
-    from twoscale.config.params import load_params
+    from twoscale.config.parameter_files import load_params
     from twoscale.training.trainer import build_state, model_config, save_checkpoint
 
     trained = load_params(smoke_params(tmp_path, model={"n_embd": 16}))
@@ -152,7 +152,7 @@ def test_measure_with_checkpoint_of_other_model_parameters(tmp_path, tiny_data):
 def save_trained(path: Path, params: Path, data: Path, step: int, seed: int = 1337, **train) -> None:
     """A checkpoint at `step` of run paper/`seed` as the train stage would save it from `params` (with `train`
     changed) and the data in `data`, under `path`."""
-    from twoscale.config.params import load_params
+    from twoscale.config.parameter_files import load_params
     from twoscale.training.trainer import build_state, model_config, run_fingerprint, save_checkpoint
 
     trained = load_params(params)

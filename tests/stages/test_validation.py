@@ -13,7 +13,8 @@ import pytest
 import yaml
 from workspace import ROOT
 
-from twoscale.config.params import ParamsError, load_params, read_raw
+from twoscale.config.parameter_files import load_params, read_raw
+from twoscale.config.params import ParamsError
 from twoscale.exits import sweep
 from twoscale.pipeline import dependencies, orchestrators
 from twoscale.stages.validation import CHECKER, read_params, strategies_key

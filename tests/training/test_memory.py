@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from twoscale.config.errors import TwoscaleError
-from twoscale.config.params import load_params
+from twoscale.config.parameter_files import load_params
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.training import memory
 

@@ -21,7 +21,8 @@ import yaml
 from twoscale.__main__ import main
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import sha256_file
-from twoscale.config.params import LoopSchedule, TrainParams, params_hash, read_raw
+from twoscale.config.parameter_files import read_raw
+from twoscale.config.params import LoopSchedule, TrainParams, params_hash
 from twoscale.models.looped_gpt import ModelConfig
 from twoscale.pipeline import tracking
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows

@@ -17,7 +17,8 @@ from twoscale.pipeline import jobs
 from twoscale.pipeline import orchestrators
 from twoscale.pipeline import tracking
 from twoscale.config.errors import TwoscaleError
-from twoscale.config.params import ParamsError, read_raw, results_root
+from twoscale.config.params import ParamsError
+from twoscale.config.parameter_files import read_raw, results_root
 from twoscale.stages.validation import read_params
 from twoscale.training.gpu import uses_cuda
 

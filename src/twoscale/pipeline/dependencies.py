@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from twoscale.config.params import parse_yaml
+from twoscale.config.parameter_files import parse_yaml
 
 PACKAGE = "twoscale"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # src/, which holds the package

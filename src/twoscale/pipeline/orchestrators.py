@@ -25,7 +25,8 @@ import yaml
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import atomic_path, interrupted
-from twoscale.config.params import HASH_CHARS, ParamsError, is_overlay, parse_yaml, resolved_from
+from twoscale.config.parameter_files import is_overlay, parse_yaml, resolved_from
+from twoscale.config.params import HASH_CHARS, ParamsError
 from twoscale.pipeline.jobs import stages
 from twoscale.pipeline.provenance import BuildCheck, Record, record_path
 

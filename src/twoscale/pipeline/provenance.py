@@ -30,7 +30,7 @@ from typing import Any
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import atomic_path, finite_or_null, once_landed, sha256_file, write_json
-from twoscale.config.params import changed_keys, shown_keys
+from twoscale.config.parameter_files import changed_keys, shown_keys
 from twoscale.pipeline.dependencies import (
     STAGES,
     holds_job,

@@ -15,7 +15,8 @@ from typing import Any
 import polars as pl
 
 from twoscale.config.io import read_parquet, run_subdir
-from twoscale.config.params import Params, ParamsError, RunParams, load_params
+from twoscale.config.parameter_files import load_params
+from twoscale.config.params import Params, ParamsError, RunParams
 from twoscale.pipeline import tracking
 from twoscale.pipeline.dependencies import (
     command_options,

@@ -28,7 +28,8 @@ from twoscale.config.io import (
     write_json,
     write_parquet,
 )
-from twoscale.config.params import Params, RunParams, parameter_set_of
+from twoscale.config.parameter_files import parameter_set_of
+from twoscale.config.params import Params, RunParams
 from twoscale.config.progress import progress_bar
 from twoscale.data.corpus import describe_source
 from twoscale.pipeline import tracking

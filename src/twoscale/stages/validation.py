@@ -11,7 +11,8 @@ import contextlib
 import hashlib
 from pathlib import Path
 
-from twoscale.config.params import Params, ParamsError, SweepParams, load_params
+from twoscale.config.parameter_files import load_params
+from twoscale.config.params import Params, ParamsError, SweepParams
 from twoscale.pipeline import dependencies
 
 CHECKER = "twoscale.exits.sweep"  # the module of check_strategies

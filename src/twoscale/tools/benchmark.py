@@ -19,7 +19,8 @@ import torch
 from twoscale.benchmark import sampler_medians, step_costs, strategy_latency, training_throughput
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import load_token_array, read_json, run_subdir, write_json
-from twoscale.config.params import Params, RunParams, results_root
+from twoscale.config.parameter_files import results_root
+from twoscale.config.params import Params, RunParams
 from twoscale.config.progress import progress_bar
 from twoscale.exits.sweep import never_exit_setting
 from twoscale.report.tables import markdown_table

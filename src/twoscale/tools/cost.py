@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from twoscale.config.params import results_root
+from twoscale.config.parameter_files import results_root
 from twoscale.pipeline.dependencies import declaration, stage_module
 from twoscale.pipeline.job_times import read_job_times, run_summary, stage_rows
 from twoscale.report.tables import markdown_table

@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 
 from twoscale.config.io import write_text
-from twoscale.config.params import parse_params, read_raw
+from twoscale.config.parameter_files import read_raw
+from twoscale.config.params import parse_params
 
 HELP = "write the whole parameter set that a parameter file (an overlay of params.yaml) resolves to"
 

@@ -7,7 +7,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from twoscale.config.params import load_params, read_raw, results_root
+from twoscale.config.parameter_files import load_params, read_raw, results_root
 from twoscale.pipeline.reuse import copy_jobs, shared_jobs, summary
 
 HELP = "copy into a parameter set's run the jobs another set's run has built as it would"

@@ -16,7 +16,8 @@ from typing import Any
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import write_text
-from twoscale.config.params import ParamsError, parse_params, parse_yaml, resolved_from
+from twoscale.config.parameter_files import parse_yaml, resolved_from
+from twoscale.config.params import ParamsError, parse_params
 
 HELP = "set values of a parameter file in place, keeping the rest as written (then: dvc exp run)"
 
