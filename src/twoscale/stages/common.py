@@ -114,18 +114,18 @@ def _same_files(path: str, folder: str) -> bool:
 def described(stage: str, option: str) -> str:
     """What an option of the stage's command names, from the declaration: the files it writes (a folder's named,
     those in a subfolder counted), or what it reads and the stages that write it."""
-    declared = declaration()[stage]
+    stages = declaration()
     reads, writes = input_options(stage), output_options(stage)
     if option in writes:
         folder = readable(writes[option])
-        names = [readable(path).removeprefix(folder + "/") for path in output_paths(declared)
+        names = [readable(path).removeprefix(folder + "/") for path in output_paths(stages[stage])
                  if inside(path, writes[option])]
         shown = [name for name in names if "/" not in name or name.endswith(".pt")]
         subfolders = sorted({name.split("/")[0] for name in names if name not in shown})
         shown += [f"{sub}/ ({sum(name.startswith(sub + '/') for name in names)} files)" for sub in subfolders]
         return f"writes {folder}" + (f": {', '.join(shown)}" if shown else "")
     folder = reads[option]
-    makers = sorted({name for name, other in declaration().items() if name != stage
+    makers = sorted({name for name, other in stages.items() if name != stage
                      and any(_same_files(path, folder) for path in output_paths(other))})
     named = makers[0] if len(makers) == 1 else f"{', '.join(makers[:-1])} and {makers[-1]} stages"
     written = f" (from the {named}{'' if len(makers) > 1 else ' stage'})" if makers else ""
