@@ -26,6 +26,8 @@ from pathlib import Path
 
 import polars as pl
 
+from twoscale.pipeline.provenance import RECORDS, record_path
+
 CLOCK = frozenset({
     "seconds", "tokens_per_s", "model_tflops_per_s", "peak_tflops", "mfu", "mfu_datasheet",  # training
     "ms_per_token", "ms_per_token_q1", "ms_per_token_q3", "speedup", "speedup_low", "speedup_high",  # latency
@@ -74,14 +76,14 @@ def last_name(key: str) -> str:
     return next(part for part in reversed(key.split(".")) if not part.isdigit())
 
 
-def record_of(name: str) -> str:
-    folder, _, file = name.rpartition("/")
-    return f"{folder}/.built/{file}.json"
+def output_of(record: str) -> str:
+    """The output a build record describes (`provenance.record_path` the other way)."""
+    return record.replace(f"/{RECORDS}/", "/").removesuffix(".json")
 
 
 def inputs_of(run: Path, name: str) -> set[str]:
     """The files, under the run folder, that the build record of output `name` says it was built from."""
-    record = run / record_of(name)
+    record = run / record_path(Path(name))
     if not record.is_file():
         return set()
     folder = posixpath.dirname(name)
@@ -116,8 +118,8 @@ def compare(before_run: Path, after_run: Path) -> dict[str, dict[str, str]]:
         explained = kinds["clock"].keys() | kinds["follows"].keys()
         for name, keys in list(unexplained.items()):
             kind = None
-            if "/.built/" in name:  # a record: its output's hash and size, its inputs' hashes
-                output = name.replace("/.built/", "/").removesuffix(".json")
+            if f"/{RECORDS}/" in name:  # a record: its output's hash and size, its inputs' hashes
+                output = output_of(name)
                 input_keys = [key for key in keys if key.startswith("inputs.")]
                 inputs = {posixpath.normpath(posixpath.join(posixpath.dirname(output), key.removeprefix("inputs.")))
                           for key in input_keys}
@@ -140,8 +142,8 @@ def stages_of(run: Path, names: list[str]) -> list[str]:
     """The stages that built these outputs, by their build records (a record's own stage for a record)."""
     found = set()
     for name in names:
-        output = name.replace("/.built/", "/").removesuffix(".json") if "/.built/" in name else name
-        record = run / record_of(output)
+        output = output_of(name) if f"/{RECORDS}/" in name else name
+        record = run / record_path(Path(output))
         if record.is_file():
             found.add(json.loads(record.read_text())["stage"])
     return sorted(found)
@@ -156,7 +158,7 @@ def main(argv: list[str]) -> int:
           f"only, {len(kinds['follows'])} following inputs that differ, {len(kinds['otherwise'])} different otherwise")
     for kind in ("clock", "follows", "otherwise"):
         for name, what in kinds[kind].items():
-            if not (kind == "clock" and "/.built/" in name):  # a record differing in hashes alone: counted, not listed
+            if not (kind == "clock" and f"/{RECORDS}/" in name):  # a record differing in hashes alone: counted, not listed
                 print(f"  {kind:9} {name}: {what}")
     if kinds["follows"]:
         rules = " ".join(stages_of(Path(argv[0]), list(kinds["follows"])))
