@@ -50,7 +50,8 @@ def flat(value, prefix: str = "") -> dict[str, str]:
     if isinstance(value, dict):
         return {name: text for key, item in value.items() for name, text in flat(item, f"{prefix}{key}.").items()}
     if isinstance(value, list):
-        return {name: text for index, item in enumerate(value) for name, text in flat(item, f"{prefix}{index}.").items()}
+        return {name: text for index, item in enumerate(value)
+                for name, text in flat(item, f"{prefix}{index}.").items()}
     return {prefix.removesuffix("."): json.dumps(value)}
 
 
@@ -158,7 +159,8 @@ def main(argv: list[str]) -> int:
           f"only, {len(kinds['follows'])} following inputs that differ, {len(kinds['otherwise'])} different otherwise")
     for kind in ("clock", "follows", "otherwise"):
         for name, what in kinds[kind].items():
-            if not (kind == "clock" and f"/{RECORDS}/" in name):  # a record differing in hashes alone: counted, not listed
+            # a record differing in hashes alone: counted, not listed
+            if not (kind == "clock" and f"/{RECORDS}/" in name):
                 print(f"  {kind:9} {name}: {what}")
     if kinds["follows"]:
         rules = " ".join(stages_of(Path(argv[0]), list(kinds["follows"])))

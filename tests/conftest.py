@@ -11,8 +11,9 @@ from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 # each module to one pytest-xdist worker in collection order: a long module collected late holds one worker after
 # the other has run out of work (longest-processing-time-first scheduling).
 LONGEST_FIRST = ["tests/test_end_to_end.py", "tests/test_paper_shape.py", "tests/data/test_bounded_memory.py",
-                 "tests/test_documentation.py", "tests/test_orchestrator_killed.py", "tests/stages/test_stage_errors.py",
-                 "tests/training/test_training.py", "tests/pipeline/test_tracking.py", "tests/test_mid_run_edit.py"]
+                 "tests/test_documentation.py", "tests/test_orchestrator_killed.py",
+                 "tests/stages/test_stage_errors.py", "tests/training/test_training.py",
+                 "tests/pipeline/test_tracking.py", "tests/test_mid_run_edit.py"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -285,7 +285,8 @@ def test_claims_have_a_verdict_per_recipe_and_every_run_s_rows(first_run, tmp_pa
         assert f"| {teacher}, seed {seed} | surrogate and control training (C8) | {trained['precision']} |" in origin
     # every table the verdicts read lands beside the report, and the report recomputes from them alone
     recomputed = tmp_path_factory.mktemp("claims")
-    assert main(["claims", "--from-tables", str(first_run / "results/claims_tables"), "--out-dir", str(recomputed)]) == 0
+    tables = first_run / "results/claims_tables"
+    assert main(["claims", "--from-tables", str(tables), "--out-dir", str(recomputed)]) == 0
     assert (recomputed / "claims.json").read_bytes() == (first_run / "results/claims.json").read_bytes()
 
 
@@ -485,7 +486,8 @@ def test_a_newer_checkpoint_plans_what_reads_it_by_mtime(first_run):
     """Snakemake judges files under 1 MB by checksum, so the smoke files show what a newer input reruns with mtimes
     alone, as full-size checkpoints do."""
     smoke = yaml.safe_load((first_run / "params.yaml").read_text())
-    checkpoint = first_run / f"results/train/paper/seed_1337/checkpoints/step_{smoke['train']['checkpoint_steps'][0]}.pt"
+    first_step = smoke["train"]["checkpoint_steps"][0]
+    checkpoint = first_run / f"results/train/paper/seed_1337/checkpoints/step_{first_step}.pt"
     stat = checkpoint.stat()
     os.utime(checkpoint)
     try:
@@ -675,13 +677,15 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert set(by_orchestrator) == {"snakemake", "dvc"}
     assert all(r.info.status == "FINISHED" for r in runs)
 
-    snakemake_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == by_orchestrator["snakemake"].info.run_id]
+    snakemake_run = by_orchestrator["snakemake"].info.run_id
+    snakemake_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == snakemake_run]
     smoke = read_raw(ROOT / "configs/smoke.yaml")  # the copy's own overlay would read the resolved set as its base
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
-    per_run = ["train", *["measure", "precision", "spectrum", "lens"] * n_checkpoints, "beyond", *["sweep"] * n_strategies, "latency"]
-    gathering = ["geometry", "geometry_figures", "precision_figures", "mechanism_figures", "tradeoff", "exit_figures", "surrogates",
-                 "surrogate_figures", "claims"]
+    per_run = ["train", *["measure", "precision", "spectrum", "lens"] * n_checkpoints, "beyond",
+               *["sweep"] * n_strategies, "latency"]
+    gathering = ["geometry", "geometry_figures", "precision_figures", "mechanism_figures", "tradeoff", "exit_figures",
+                 "surrogates", "surrogate_figures", "claims"]
     sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
     distilled = len(smoke["distill"]["blocks"]) + len(smoke["distill"]["curve_blocks"])  # distill_curve's tag: distill
     per_teacher = ["train", "phases", "phase_figures", *["distill"] * distilled]
@@ -712,7 +716,8 @@ def test_mlflow_holds_parent_and_nested_runs(first_run, after_recipe_change):
     assert "final_val_loss" in train.data.metrics
     artifacts = {a.path for a in client.list_artifacts(train.info.run_id)}
     assert "history.csv" in artifacts
-    assert client.search_logged_models([experiment.experiment_id], filter_string=f"source_run_id = '{train.info.run_id}'")
+    assert client.search_logged_models([experiment.experiment_id],
+                                       filter_string=f"source_run_id = '{train.info.run_id}'")
 
     geometry = next(r for r in snakemake_children if r.data.tags["stage"] == "geometry")
     dlr = client.get_metric_history(geometry.info.run_id, "paper/seed_1337/dlr_median_0_to_1_K10")

@@ -52,7 +52,8 @@ def test_the_worked_example_joins_the_claims_table_and_the_table_across_recipes(
     assert c3b["verdict"] == "reproduced" and c3b["measured"] == "g0 0.100, g1 0.100"  # cosine 0.1 for every k
     assert c3b["headline"] == {"late cosine g0": pytest.approx(0.1), "late cosine g1": pytest.approx(0.1)}
     markdown = to_markdown(summarise({("paper", 1): rows}), {("paper", 1): rows}, docs="docs/claims.md")
-    assert "| [C3b](docs/claims.md#c3) | Late consecutive steps are nearly orthogonal (ours). | **reproduced**" in markdown
+    assert ("| [C3b](docs/claims.md#c3) | Late consecutive steps are nearly orthogonal (ours). | **reproduced**"
+            in markdown)
 
 
 def test_every_registered_claim_is_complete_unique_and_has_its_section():
@@ -90,5 +91,5 @@ def test_every_reading_chosen_after_the_numbers_is_said_where_its_test_is_read()
         assert all(r.reading and r.replaced and r.why and r.when for r in claim.revisions)
     assert by_recipe.chosen_text(table.claim("C7")) == "before the numbers"
     c6b = by_recipe.chosen_text(table.claim("C6b"))
-    assert c6b.startswith("after the numbers: (1) the whole claim") and "replacing: K* = the fixed loop count with the " \
-        "lowest perplexity" in c6b and "(4) " in c6b
+    assert c6b.startswith("after the numbers: (1) the whole claim")
+    assert "replacing: K* = the fixed loop count with the lowest perplexity" in c6b and "(4) " in c6b

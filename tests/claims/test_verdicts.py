@@ -1,5 +1,5 @@
-"""The pure verdicts (each system's `verdicts` module) on small hand-built tables, each number computed by hand; the thresholds
-are read at their edges, where a claim passes or fails by the width of the comparison."""
+"""The pure verdicts (each system's `verdicts` module) on small hand-built tables, each number computed by hand;
+the thresholds are read at their edges, where a claim passes or fails by the width of the comparison."""
 
 from __future__ import annotations
 
@@ -160,7 +160,8 @@ def test_the_spectrum_reading_puts_predictions_beside_measurements_per_group():
     assert (g0["real_share"], g0["band_share"]) == (1.0, 0.0)
     assert (g1["real_share"], g1["band_share"]) == (0.5, 0.5)
     assert (g0["largest_angle_deg"], g1["largest_angle_deg"]) == (0.5, 55.0)  # 179.5° is 0.5° from the axis
-    assert g1["median_predicted_cosine"] == pytest.approx((math.cos(math.radians(55)) - math.cos(math.radians(0.5))) / 2)
+    expected = (math.cos(math.radians(55)) - math.cos(math.radians(0.5))) / 2
+    assert g1["median_predicted_cosine"] == pytest.approx(expected)
     assert g1["median_measured_cosine"] == pytest.approx((0.60 - 0.9) / 2)
     assert geometry.spectrum_reading(None, 500) == []
     assert geometry.spectrum_reading(spectrum, 600) == []

@@ -90,7 +90,8 @@ def test_the_smoke_workflow_through_slurm_gives_the_tables_of_a_local_run(throug
         assert digests(slurm, pattern) == digests(local, pattern) != {}
     for table in ["geometry/geometry.parquet", "geometry/loss_vs_loops.parquet", "sweep/sweep.parquet"]:
         assert untimed(slurm / "results" / table).equals(untimed(local / "results" / table)), table
-    assert (slurm / "results/surrogates/recovery.csv").read_text() == (local / "results/surrogates/recovery.csv").read_text()
+    recovery = "results/surrogates/recovery.csv"
+    assert (slurm / recovery).read_text() == (local / recovery).read_text()
     assert untimed_verdicts(slurm) == untimed_verdicts(local)
 
 

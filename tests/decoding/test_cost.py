@@ -18,7 +18,8 @@ C, V = 16, 40  # the tiny models' width and vocabulary; layout 0 | (1) | (2, 3) 
 def by_hand(loops, position, decode_layers=(0, 0, 0), decode_heads=(0, 0, 0), injection=0):
     layers = 2 + sum((n + d) * k for n, d, k in zip((1, 2, 1), decode_layers, loops, strict=True))
     heads = 1 + sum(h * k for h, k in zip(decode_heads, loops, strict=True))
-    return layers, layers * (24 * C * C + 4 * (position + 1) * C) + injection * 2 * C * C * sum(loops) + heads * 2 * C * V
+    per_layer = 24 * C * C + 4 * (position + 1) * C
+    return layers, layers * per_layer + injection * 2 * C * C * sum(loops) + heads * 2 * C * V
 
 
 def test_costs_by_hand(tiny_model):

@@ -107,7 +107,8 @@ def test_a_non_normal_map_grows_at_first_yet_its_late_steps_shrink_by_the_spectr
     first_step[1] = 1.0  # along e2, which the map sends to (10, 0.4)
     states = iterate(matrix, 80, start=torch.linalg.solve(matrix - torch.eye(WIDTH, dtype=torch.float64), first_step))
     sizes = (states[1:] - states[:-1]).norm(dim=-1)
-    assert float(sizes[1]) == pytest.approx(10 * float(sizes[0]), rel=1e-3)  # transient growth, which the spectrum does not show
+    # transient growth, which the spectrum does not show
+    assert float(sizes[1]) == pytest.approx(10 * float(sizes[0]), rel=1e-3)
     assert late_dynamics(states, first_late_k=41)["step_ratio"] == pytest.approx(0.5, abs=1e-3)
 
 

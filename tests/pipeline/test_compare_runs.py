@@ -21,7 +21,8 @@ def write_output(path: Path, content: bytes, stage: str, inputs: dict[str, str] 
     path.write_bytes(content)
     record = path.parent / ".built" / f"{path.name}.json"
     record.parent.mkdir(exist_ok=True)
-    record.write_text(json.dumps({"stage": stage, "job": {}, "params": {}, "sha256": hashlib.sha256(content).hexdigest(),
+    record.write_text(json.dumps({"stage": stage, "job": {}, "params": {},
+                                  "sha256": hashlib.sha256(content).hexdigest(),
                                   "size": len(content), "inputs": inputs or {}}))
 
 

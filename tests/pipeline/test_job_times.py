@@ -56,7 +56,8 @@ def test_each_stage_s_jobs_seconds_share_and_cores(folder):
 
 
 def test_time_alone_counts_only_stretches_with_one_job_running():
-    jobs = [JobTime("a", 10, 0, 10, 10), JobTime("b", 10, 0, 15, 10), JobTime("a", 2, 0, 30, 2), JobTime("c", 2, 0, 29, 2)]
+    jobs = [JobTime("a", 10, 0, 10, 10), JobTime("b", 10, 0, 15, 10),
+            JobTime("a", 2, 0, 30, 2), JobTime("c", 2, 0, 29, 2)]
     # a 0-10 and b 5-15 overlap for 5 s; a alone 0-5, b alone 10-15; then a 28-30 with c 27-29: c alone 27-28,
     # a alone 29-30
     assert alone_seconds(jobs) == {"a": 5 + 1, "b": 5, "c": 1}

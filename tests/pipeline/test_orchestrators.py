@@ -181,7 +181,8 @@ def test_config_key_value_is_refused_with_the_command_that_runs_the_same_set(rep
     assert result.returncode != 0
     line = (result.stdout + result.stderr).strip().splitlines()[-1]
     assert line == ("error: parameters come from a file, not --config KEY=VALUE; the same run, in a folder of its "
-                    "own: printf '%s\\n' 'base: ../params.yaml' 'data: {max_chars: 300000}' 'runtime: {seeds: [1337, 7]}' > "
+                    "own: printf '%s\\n' 'base: ../params.yaml' 'data: {max_chars: 300000}' "
+                    "'runtime: {seeds: [1337, 7]}' > "
                     "configs/override.yaml && snakemake --cores all --configfile configs/override.yaml")
     command = line.split("in a folder of its own: ", 1)[1]
     write, run_it = command.split(" && ")

@@ -17,6 +17,7 @@ from twoscale.pipeline import dependencies
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+FORCED_DRY_RUN = [SNAKEMAKE, "--forceall", "--dry-run", "--quiet", "progress", "--nolock"]
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +125,7 @@ def test_the_sweep_and_latency_jobs_together_depend_on_every_sweep_setting():
 
 def planned_resources(*options: str) -> dict[str, set[str]]:
     """Per rule, the resources of its jobs in a forced dry run."""
-    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--quiet", "progress", "--nolock", "--cores", "1", *options],
+    result = subprocess.run([*FORCED_DRY_RUN, "--cores", "1", *options],
                             cwd=ROOT, capture_output=True, text=True, check=True)
     found: dict[str, set[str]] = {}
     for block in re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]:
@@ -144,7 +145,7 @@ def test_every_job_that_loads_a_model_asks_for_the_gpu_of_a_cuda_run():
 
 
 def test_timed_jobs_take_every_core_so_that_nothing_runs_beside_them():
-    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--quiet", "progress", "--nolock", "--cores", "3"], cwd=ROOT,
+    result = subprocess.run([*FORCED_DRY_RUN, "--cores", "3"], cwd=ROOT,
                             capture_output=True, text=True, check=True)
     threads = {}
     for block in re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]:
@@ -170,7 +171,7 @@ def test_the_text_files_a_glob_names_are_the_corpus_job_s_inputs(tmp_path):
     raw = read_raw(ROOT / "configs/smoke.yaml")
     raw["data"] |= {"source": "text", "text_files": [str(tmp_path / "*.txt"), str(tmp_path / "none-*.txt")]}
     (tmp_path / "text.yaml").write_text(yaml.safe_dump(raw))
-    result = subprocess.run([SNAKEMAKE, "runs/text/data/raw/corpus.txt", "--forceall", "--dry-run", "--quiet", "progress", "--nolock", "--cores", "1",
+    result = subprocess.run([*FORCED_DRY_RUN, "runs/text/data/raw/corpus.txt", "--cores", "1",
                              "--configfile", str(tmp_path / "text.yaml")],
                             cwd=ROOT, capture_output=True, text=True, check=True)
     inputs = set(re.search(r"^    input: (.*)$", result.stdout, re.M).group(1).split(", "))

@@ -128,7 +128,8 @@ def test_a_folder_a_command_names_is_the_ancestor_of_one_of_the_rule_s_files():
     assert ('train_dir=lambda wildcards, input: ancestor(input.train_dir, 3, empty=f"{RESULTS}/train"),'
             in surrogates)
     assert ('strategies_dir=lambda wildcards, input: ancestor(input.strategies_dir, 1, '
-            'empty=f"{RESULTS}/sweep/strategies/{{recipe}}/seed_{{seed}}".format(**wildcards)),') in rule_text("latency")
+            'empty=f"{RESULTS}/sweep/strategies/{{recipe}}/seed_{{seed}}".format(**wildcards)),'
+            in rule_text("latency"))
 
 
 def test_a_folder_input_stands_for_whole_stages_only():
@@ -178,8 +179,9 @@ def test_a_name_that_reaches_the_shell_runs_nothing(tmp_path):
 def test_another_parameter_set_reads_and_writes_under_its_root():
     """A forced dry run of configs/smoke.yaml: every file a job reads, writes or logs to, and every path its command
     names, lies under runs/smoke/, but the stages' source files and the run's parameter snapshot."""
-    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--quiet", "progress", "--printshellcmds", "--nolock", "--cores", "1",
-                             "--configfile", "configs/smoke.yaml"], cwd=ROOT, capture_output=True, text=True,
+    result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--quiet", "progress", "--printshellcmds",
+                             "--nolock", "--cores", "1", "--configfile", "configs/smoke.yaml"],
+                            cwd=ROOT, capture_output=True, text=True,
                             check=True)
     blocks = re.split(r"^(?:local)?rule ", result.stdout, flags=re.M)[1:]
     assert len(blocks) > 20

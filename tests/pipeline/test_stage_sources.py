@@ -53,7 +53,8 @@ def closure(module: str) -> set[Path]:
 @pytest.mark.parametrize("stage", sorted(dependencies.STAGES))
 def test_sources_are_what_the_stage_module_imports(stage):
     module = dependencies.stage_module(stage)
-    expected = closure(f"twoscale.stages.{module}") | closure("twoscale.__main__") | closure("twoscale.pipeline.preload")
+    entry_points = closure("twoscale.__main__") | closure("twoscale.pipeline.preload")
+    expected = closure(f"twoscale.stages.{module}") | entry_points
     assert {ROOT / path for path in dependencies.sources(stage)} == expected
 
 

@@ -79,7 +79,8 @@ def tiny_data(tmp_path) -> Path:
     np.save(data / "train.npy", ids)
     np.save(data / "val.npy", ids[:100])
     (data / "tokenizer.json").write_text("{}")
-    (data / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.7, "corpus_sha256": "0" * 64}))
+    stats = {"vocab_size": 300, "unigram_val_loss": 5.7, "corpus_sha256": "0" * 64}
+    (data / "stats.json").write_text(json.dumps(stats))
     return data
 
 
@@ -257,7 +258,8 @@ def test_phases_of_a_looped_recipe(tmp_path):
 
 
 @pytest.mark.parametrize("blocks, phases, message", [
-    ("3", {"phases": {"1": [[0, 4]], "2": [[0, 0], [1, 4]]}}, "--blocks 3 is not distilled for seed 1337 (distill.blocks, curve_blocks: [1, 2])"),
+    ("3", {"phases": {"1": [[0, 4]], "2": [[0, 0], [1, 4]]}},
+     "--blocks 3 is not distilled for seed 1337 (distill.blocks, curve_blocks: [1, 2])"),
     ("2", {"phases": {"1": [[0, 4]]}}, "phases.json: no phases for k = 2"),
     ("2", None, "phases.json: not found"),
     ("2", '{"phases": ', "phases.json: not valid JSON (Expecting value at line 1)"),

@@ -66,8 +66,8 @@ def test_phase_loss_mixes_one_step_and_rollout_mse_per_phase():
     states = teacher_states(teacher, torch.from_numpy(tokens(16).astype(np.int64)).view(2, 8))
     with torch.no_grad():
         b0, b1 = surrogate.blocks
-        one_step = (sum(F.mse_loss(b0(states[l], l + 1), states[l + 1]) for l in (0, 1)) / 2
-                    + sum(F.mse_loss(b1(states[l], l + 1), states[l + 1]) for l in (2, 3)) / 2)
+        one_step = (sum(F.mse_loss(b0(states[i], i + 1), states[i + 1]) for i in (0, 1)) / 2
+                    + sum(F.mse_loss(b1(states[i], i + 1), states[i + 1]) for i in (2, 3)) / 2)
         x0, x2 = b0(states[0], 1), b1(states[2], 3)
         rollout = ((F.mse_loss(x0, states[1]) + F.mse_loss(b0(x0, 2), states[2])) / 2
                    + (F.mse_loss(x2, states[3]) + F.mse_loss(b1(x2, 4), states[4])) / 2)

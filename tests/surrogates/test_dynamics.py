@@ -24,7 +24,7 @@ def test_angular_speed_and_convergence_of_a_steady_rotation():
     dynamics.add(rotating_states(0.3, depth=5))
     result = dynamics.result()
     assert result["angular_speed"] == pytest.approx([0.3] * 4, abs=1e-12)
-    assert result["convergence"] == pytest.approx([math.cos(0.3 * (4 - l)) for l in range(5)], abs=1e-12)
+    assert result["convergence"] == pytest.approx([math.cos(0.3 * (4 - i)) for i in range(5)], abs=1e-12)
 
 
 def test_stable_rank_is_one_when_every_token_moves_the_same_way():

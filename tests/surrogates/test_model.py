@@ -26,7 +26,7 @@ def teacher_and_tokens(n_layer: int = 4) -> tuple[LoopedGPT, torch.Tensor]:
 def test_one_block_per_layer_with_the_teachers_weights_and_unit_gains_is_the_teacher():
     teacher, idx = teacher_and_tokens()
     L = teacher.config.n_layer
-    surrogate = RaptorSurrogate(SurrogateConfig(teacher.config, tuple((l, l) for l in range(L)), 8, 1.0)).double()
+    surrogate = RaptorSurrogate(SurrogateConfig(teacher.config, tuple((i, i) for i in range(L)), 8, 1.0)).double()
     for block, layer in zip(surrogate.blocks, teacher.blocks, strict=True):
         block.block.load_state_dict(layer.state_dict())
         gains = block.gains(3, torch.zeros(1))

@@ -22,7 +22,7 @@ def evaluation(k: int, surrogate_ce: float, control_ce: float, teacher_ce: float
             [[0, 1], [2, 4], [5, 7]], "teacher_layers": 8, "unigram_cross_entropy": unigram,
             "teacher": scores(teacher_ce), "surrogate": scores(surrogate_ce), "control": scores(control_ce),
             "teacher_parameters": 1000, "surrogate_parameters": 250 * k, "control_parameters": 300 * k,
-            "layer_r2": [0.9 + 0.01 * l for l in range(8)]}
+            "layer_r2": [0.9 + 0.01 * i for i in range(8)]}
 
 
 def recovery(*evaluations) -> pl.DataFrame:
@@ -87,10 +87,10 @@ def test_the_three_figures_are_drawn(tmp_path):
     distance = np.abs(np.subtract.outer(np.arange(8.0), np.arange(8.0))) / 10
     surrogate_figures.fig_teacher_phases(distance, {1: [(0, 7)], 2: [(0, 3), (4, 7)]}, "plain (seed 1)",
                                        tmp_path / "phases.png")
-    rows = [{"model": model, "name": name, "seed": 1, "blocks": k, "position": l, "relative_depth": l / 8,
-             "convergence": l / 8, "angular_speed": 0.1, "stable_rank": 2.0}
+    rows = [{"model": model, "name": name, "seed": 1, "blocks": k, "position": i, "relative_depth": i / 8,
+             "convergence": i / 8, "angular_speed": 0.1, "stable_rank": 2.0}
             for model, name, k in (("teacher", "plain", None), ("surrogate", "plain", 2), ("looped", "paper", None))
-            for l in range(9)]
+            for i in range(9)]
     surrogate_figures.fig_depth_dynamics(pl.DataFrame(rows), tmp_path / "dynamics.png")
     for name in ("recovery.png", "phases.png", "dynamics.png"):
         assert (tmp_path / name).stat().st_size > 10_000

@@ -207,7 +207,8 @@ def test_compiled_layers_give_the_eager_layers_loss_and_gradients_up_to_rounding
             compile_blocks(model, CPU)
         loss = model(x, [3], targets=y, backprop_depth=2).loss
         loss.backward()
-        results[compiled] = (loss.item(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results[compiled] = (loss.item(), gradient)
     assert results[True][0] == pytest.approx(results[False][0], rel=1e-6)
     assert torch.allclose(results[True][1], results[False][1], rtol=1e-4, atol=1e-7)
 
@@ -429,7 +430,8 @@ def write_data_dir(path: Path) -> None:
     np.save(path / "train.npy", markov_tokens(20_000, 300, seed=0))
     np.save(path / "val.npy", markov_tokens(3_000, 300, seed=1))
     (path / "tokenizer.json").write_text("{}")  # only hashed into the resume fingerprint
-    (path / "stats.json").write_text(json.dumps({"vocab_size": 300, "unigram_val_loss": 5.0, "corpus_sha256": "0" * 64}))
+    stats = {"vocab_size": 300, "unigram_val_loss": 5.0, "corpus_sha256": "0" * 64}
+    (path / "stats.json").write_text(json.dumps(stats))
 
 
 def write_params(path: Path, **train) -> None:
@@ -607,7 +609,8 @@ def test_training_writes_the_same_outputs_with_tracking_on_and_off(tmp_path, mon
             assert on.read_bytes() == off.read_bytes(), path
     history_on, history_off = (pl.read_parquet(tmp_path / setting / "history.parquet") for setting in ("on", "off"))
     assert history_on.drop(WALL_CLOCK).equals(history_off.drop(WALL_CLOCK))
-    metrics_on, metrics_off = (json.loads((tmp_path / setting / "metrics.json").read_text()) for setting in ("on", "off"))
+    metrics_on, metrics_off = (json.loads((tmp_path / setting / "metrics.json").read_text())
+                               for setting in ("on", "off"))
     assert {key for key in metrics_on if metrics_on[key] != metrics_off[key]} <= TIMED
     assert metrics_on.keys() == metrics_off.keys() and metrics_on["val_loss"] == metrics_off["val_loss"]
 

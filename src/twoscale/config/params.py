@@ -323,7 +323,8 @@ class SweepParams(Section):
     n_windows: PositiveInt = Field(description="held-out windows of model.block_size tokens for cross-entropy")
     batch_size: PositiveInt = Field(description="windows decoded together, teacher-forced")
     cache_mb: PositiveInt = Field(description="most memory of the KV cache of one teacher-forced batch: a strategy's "
-                                  "settings decode together as rows of a batch, as many at a time as fit (at least one)")
+                                  "settings decode together as rows of a batch, as many at a time as fit "
+                                  "(at least one)")
     n_prompts: PositiveInt = Field(description="held-out prompts generated from at batch size 1 to time tokens")
     prompt_tokens: PositiveInt = Field(description="tokens per prompt")
     new_tokens: PositiveInt = Field(description="tokens generated per prompt; a round's latency is the median over "

@@ -31,7 +31,7 @@ import torch
 
 from twoscale.decoding.graphed import READ_EVERY, GraphedDecoder, uses_graphs
 from twoscale.decoding.rules import ExitRule, head_decode
-from twoscale.models.looped_gpt import Block, LoopedGPT, Segment
+from twoscale.models.looped_gpt import Block, KeysPerQuery, LoopedGPT, Segment
 from twoscale.training.device import clock
 
 Tensor = torch.Tensor
@@ -118,7 +118,8 @@ def new_cache(model: LoopedGPT, max_loops: int, max_positions: int, rows: int = 
 
     def cache(steps: int) -> LayerCache:
         shape = (steps, rows, max_positions, config.n_head, head_dim)
-        return LayerCache(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
+        return LayerCache(torch.zeros(shape, device=device, dtype=dtype),
+                          torch.zeros(shape, device=device, dtype=dtype),
                           torch.zeros((rows, max_positions), dtype=torch.long, device=device))
 
     return [cache(steps) for steps in cache_steps(model, max_loops)]
@@ -130,12 +131,12 @@ def block_step(block: Block, x: Tensor, cache: LayerCache, step: int, position: 
 
     With `store` its own key and value become the cache entry of (step, position); without, the cache is only
     read (a look-ahead decode)."""
-    def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, None]:
+    def context(k: Tensor, v: Tensor) -> KeysPerQuery:
         if store:  # the position's own entry is then the last one read
             cache.store(step, position, rows, k, v)
-            return (*cache.visible(step, position + 1, rows), None)
+            return KeysPerQuery(*cache.visible(step, position + 1, rows))
         past_k, past_v = cache.visible(step, position, rows)
-        return torch.cat([past_k, k[:, None]], 1), torch.cat([past_v, v[:, None]], 1), None
+        return KeysPerQuery(torch.cat([past_k, k[:, None]], 1), torch.cat([past_v, v[:, None]], 1))
 
     return block.cached(x, context)
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from twoscale.decoding.rules import Criterion, ExitRule
-from twoscale.models.looped_gpt import LoopedGPT, Segment, at_least_float32
+from twoscale.models.looped_gpt import LoopedGPT, Segment, SharedKeys, at_least_float32
 
 if TYPE_CHECKING:
     from twoscale.decoding.engine import LayerCache
@@ -150,11 +150,11 @@ class GraphedDecoder:
         keys, values = self.keys[layer], self.values[layer]
         heads = keys.shape[2:]
 
-        def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        def context(k: Tensor, v: Tensor) -> SharedKeys:
             slot = (step * keys.shape[1] + self.position).view(1)
             keys.view(-1, *heads).index_copy_(0, slot, k)
             values.view(-1, *heads).index_copy_(0, slot, v)
-            return keys[step], values[step], (self.slots <= self.position)[None]
+            return SharedKeys(keys[step], values[step], (self.slots <= self.position)[None])
 
         return self.model.blocks[layer].cached(x, context)
 
@@ -163,9 +163,9 @@ class GraphedDecoder:
         nothing: the rest decode's layer (`engine.decode_rest`)."""
         keys, values = self.keys[layer], self.values[layer]
 
-        def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        def context(k: Tensor, v: Tensor) -> SharedKeys:
             visible = torch.cat([self.slots < self.position, self.slots.new_ones(1, dtype=torch.bool)])
-            return torch.cat([keys[0], k]), torch.cat([values[0], v]), visible[None]
+            return SharedKeys(torch.cat([keys[0], k]), torch.cat([values[0], v]), visible[None])
 
         return self.model.blocks[layer].cached(x, context)
 

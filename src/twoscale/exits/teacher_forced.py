@@ -28,7 +28,7 @@ from twoscale.config.progress import progress_bar
 from twoscale.decoding.cost import token_costs
 from twoscale.decoding.engine import new_cache, step_tokens
 from twoscale.decoding.rules import ExitRule, head_decode
-from twoscale.models.looped_gpt import Context, LoopedGPT, Segment, at_least_float32
+from twoscale.models.looped_gpt import Context, LoopedGPT, Segment, WholeSequences, at_least_float32
 from twoscale.training.batches import held_out_batches
 
 Tensor = torch.Tensor
@@ -96,11 +96,11 @@ def loop_all_positions(model: LoopedGPT, segment: Segment, x: Tensor, rule: Exit
     kept: dict[int, tuple[Tensor, Tensor]] = {}  # per layer: the keys and values each position serves, (B*T, H, D)
 
     def context(layer: int, running: Tensor) -> Context:
-        def keep(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        def keep(k: Tensor, v: Tensor) -> WholeSequences:
             if layer in kept:
                 k, v = (old.index_copy(0, running, new) for old, new in zip(kept[layer], (k, v), strict=True))
             kept[layer] = (k, v)  # the first step runs every position, in order
-            return k.view(B, T, *k.shape[1:]), v.view(B, T, *v.shape[1:]), running
+            return WholeSequences(k.view(B, T, *k.shape[1:]), v.view(B, T, *v.shape[1:]), running)
         return keep
 
     loop_step = 0

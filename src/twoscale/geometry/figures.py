@@ -522,7 +522,8 @@ DIAGNOSTICS = {  # metric: (title, y label, axis: "log" where the values span a 
 def fig_diagnostics(geometry: pl.DataFrame, path: Path) -> None:
     """What the loops do to the state, per recipe: its norm, the cosine between different tokens' states, the
     direction of each step relative to the state, and the fraction of tokens whose step is at the precision floor
-    (exact fixed points included), vs loop step; one colour per group, the last checkpoint solid and the first dashed, one line per seed."""
+    (exact fixed points included), vs loop step; one colour per group, the last checkpoint solid and the first
+    dashed, one line per seed."""
     name = "fig_diagnostics"
     recipes = figure_recipes(geometry, "geometry", name)
     rows = metric_rows(geometry, list(DIAGNOSTICS), name).filter(pl.col("k").is_not_null())

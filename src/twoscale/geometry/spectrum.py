@@ -30,7 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from twoscale.config.progress import progress_bar
 from twoscale.geometry.metrics import step_cosine, step_size, steps
-from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.models.looped_gpt import LoopedGPT, SharedKeys
 
 StepMap = Callable[[Tensor], Tensor]
 
@@ -66,12 +66,13 @@ def token_step(model: LoopedGPT, group: int, states: Tensor, group_input: Tensor
     if held is None:
         held = group_keys_values(model, group, states[:-1], group_input[:-1])
     earlier = states.shape[0] - 1
-    cache = {layer: (keys[:earlier], values[:earlier]) for layer, (keys, values) in zip(segment.layers, held, strict=True)}
+    cache = {layer: (keys[:earlier], values[:earlier])
+             for layer, (keys, values) in zip(segment.layers, held, strict=True)}
     token_input = group_input[-1:]
 
     def cached(layer: int, h: Tensor) -> Tensor:
         keys, values = cache[layer]
-        return model.blocks[layer].cached(h, lambda k, v: (torch.cat([keys, k]), torch.cat([values, v]), None))
+        return model.blocks[layer].cached(h, lambda k, v: SharedKeys(torch.cat([keys, k]), torch.cat([values, v])))
 
     def step(x: Tensor) -> Tensor:
         return model.apply_group(segment, x[None], token_input, cached)[0]

@@ -4,9 +4,10 @@ checkpoints.
 
 Statistics used: step sizes, relative step sizes, cosines and turning angles are the per-k *mean over tokens*
 (column `mean`); the drift-to-loop ratio is the *median over tokens* (column `median`), with q10/q90 reported,
-read by the paper's Eq. 2, at K = the loop count measured (`dlr_loops`, its row k = K). "First" and "last" checkpoint mean the smallest and largest
-training `step` in the frame. Cosines and turning angles exist only for steps above the precision floor (the
-measurement leaves the others out); C2, C3 and C5 report how many there were (`_above_floor`).
+read by the paper's Eq. 2, at K = the loop count measured (`dlr_loops`, its row k = K). "First" and "last"
+checkpoint mean the smallest and largest training `step` in the frame. Cosines and turning angles exist only for
+steps above the precision floor (the measurement leaves the others out); C2, C3 and C5 report how many there were
+(`_above_floor`).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -95,26 +96,51 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=-1)
         return tuple(t.view(N, self.n_head, C // self.n_head) for t in (q, k, v))
 
-    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-               visible: torch.Tensor | None = None) -> torch.Tensor:
-        """The attention output (N, C) of queries q (N, H, D) that read keys and values given once for all
-        queries, (S, H, D), or per query, (N, S, H, D), where `visible` (N, S) allows (all of them if None).
-        Keys and values of whole sequences, (B, T, H, D), come with `visible` the queries' own positions (N,)
-        as flat indices b * T + t: each query reads its sequence causally."""
-        N, H, D = q.shape
-        if visible is not None and visible.dtype == torch.long:
-            B, T = keys.shape[:2]
-            queries = q.new_zeros(B * T, H, D).index_copy(0, visible, q).view(B, T, H, D)
-            y = F.scaled_dot_product_attention(queries.transpose(1, 2), keys.transpose(1, 2),
-                                               values.transpose(1, 2), is_causal=True)
-            return self.proj(y.transpose(1, 2).reshape(B * T, H * D)[visible])
-        if keys.dim() == 3:
-            y = F.scaled_dot_product_attention(q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1),
-                                               attn_mask=visible)
-            return self.proj(y.transpose(0, 1).reshape(N, H * D))
-        y = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2),
-                                           attn_mask=None if visible is None else visible[:, None, None])
-        return self.proj(y.reshape(N, H * D))
+    def attend(self, q: torch.Tensor, kept: SharedKeys | KeysPerQuery | WholeSequences) -> torch.Tensor:
+        """The attention output (N, C) of queries q (N, H, D) reading the keys and values `kept`."""
+        return self.proj(kept.read(q).reshape(len(q), -1))
+
+
+class SharedKeys(NamedTuple):
+    """Keys and values (S, H, D) that every query reads; `visible` (N, S) the ones each query may read (all if
+    None)."""
+    keys: torch.Tensor
+    values: torch.Tensor
+    visible: torch.Tensor | None = None
+
+    def read(self, q: torch.Tensor) -> torch.Tensor:
+        """Queries (N, H, D) -> their attention outputs (N, H, D)."""
+        y = F.scaled_dot_product_attention(q.transpose(0, 1), self.keys.transpose(0, 1), self.values.transpose(0, 1),
+                                           attn_mask=self.visible)
+        return y.transpose(0, 1)
+
+
+class KeysPerQuery(NamedTuple):
+    """Keys and values of each query's own, (N, S, H, D); `visible` (N, S) the ones it may read (all if None)."""
+    keys: torch.Tensor
+    values: torch.Tensor
+    visible: torch.Tensor | None = None
+
+    def read(self, q: torch.Tensor) -> torch.Tensor:
+        mask = None if self.visible is None else self.visible[:, None, None]
+        y = F.scaled_dot_product_attention(q[:, :, None], self.keys.transpose(1, 2), self.values.transpose(1, 2),
+                                           attn_mask=mask)
+        return y[:, :, 0]
+
+
+class WholeSequences(NamedTuple):
+    """Keys and values of whole sequences, (B, T, H, D), and the queries' positions (N,) in them as flat indices
+    b * T + t: each query reads its own sequence causally."""
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+
+    def read(self, q: torch.Tensor) -> torch.Tensor:
+        B, T, H, D = self.keys.shape
+        queries = q.new_zeros(B * T, H, D).index_copy(0, self.positions, q).view(B, T, H, D)
+        y = F.scaled_dot_product_attention(queries.transpose(1, 2), self.keys.transpose(1, 2),
+                                           self.values.transpose(1, 2), is_causal=True)
+        return y.transpose(1, 2).reshape(B * T, H, D)[self.positions]
 
 
 def at_least_float32(x: torch.Tensor) -> torch.Tensor:
@@ -144,8 +170,8 @@ class MLP(nn.Module):
         return self.dropout(self.proj(F.gelu(self.fc(x))))
 
 
-# (own keys, own values) -> (keys, values, visibility) that the positions attend with
-Context = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+# (own keys, own values) -> the keys and values that the positions attend with
+Context = Callable[[torch.Tensor, torch.Tensor], SharedKeys | KeysPerQuery | WholeSequences]
 
 
 class Block(nn.Module):
@@ -177,12 +203,11 @@ class Block(nn.Module):
 
     def cached(self, x: torch.Tensor, context: Context) -> torch.Tensor:
         """The block on states x (N, C) of positions whose attention reads keys and values kept elsewhere (a KV
-        cache): `context` takes their own keys and values (N, H, D), stores what it keeps, and returns the keys,
-        values and visibility each position attends with (see `CausalSelfAttention.attend`). The one engine of
-        cached decoding, per-token exits, the parallel sampler and the benchmark."""
+        cache): `context` takes their own keys and values (N, H, D), stores what it keeps, and returns the keys
+        and values the positions attend with, laid out as one of SharedKeys, KeysPerQuery, WholeSequences. The
+        one engine of cached decoding, per-token exits, the parallel sampler and the benchmark."""
         q, k, v = self.attn.heads(self.ln_1(x))
-        keys, values, visible = context(k, v)
-        return self.feed_forward(self.add_attention(x, self.attn.attend(q, keys, values, visible)))
+        return self.feed_forward(self.add_attention(x, self.attn.attend(q, context(k, v))))
 
 
 def _init_linear_and_embedding(module: nn.Module) -> None:

@@ -107,7 +107,8 @@ class Store:
                 self._client = mlflow.MlflowClient(tracking_uri=self.uri)
             return self._find_or_create_experiment()
         except Exception as exc:  # MLflow, SQLAlchemy and requests raise many types; the first line says which
-            raise TwoscaleError(f"{store_name(self.uri)}: the MLflow store cannot be used ({first_line(exc)})") from None
+            raise TwoscaleError(f"{store_name(self.uri)}: the MLflow store cannot be used "
+                                f"({first_line(exc)})") from None
         finally:
             database_log.setLevel(level)
 

@@ -6,10 +6,10 @@ Each job was a fresh interpreter, and importing torch, polars, pydantic and the 
 3.5 CPU-s before its work starts: most of a smoke job's CPU. The first job of a run finds no server: it starts one,
 which imports the libraries of PRELOADED once and nothing of twoscale, and waits for it (as do the jobs that come
 while it imports); every job is then forked from it, and reads twoscale's modules from disk as it starts, so an edit
-is seen by the next job. A job that finds no server answering within START_TIMEOUT_S runs as a fresh interpreter. A forked job gets the command's arguments, working folder,
-environment, umask and standard streams; its exit status is the command's, a signal sent to the command is passed
-on to it, and a command killed outright has its job stopped (SIGTERM). The server leaves when no job has run for
-IDLE_S seconds.
+is seen by the next job. A job that finds no server answering within START_TIMEOUT_S runs as a fresh interpreter. A
+forked job gets the command's arguments, working folder, environment, umask and standard streams; its exit status is
+the command's, a signal sent to the command is passed on to it, and a command killed outright has its job stopped
+(SIGTERM). The server leaves when no job has run for IDLE_S seconds.
 
 One server per interpreter, module search path, environment and installed libraries (their files' times): a job is
 never forked from a process that imported its libraries differently. Under Slurm (SLURM_JOB_ID set) or with

@@ -250,8 +250,9 @@ class BuildCheck:
                                 f"delete {record_path(path)} to read it unchecked")
         expected = record.job.params(self.config)
         if expected is None:
-            raise TwoscaleError(f"{path}: built by a {record.job.stage} job ({record.job.keys}) that {self.params_file} "
-                                f"does not have{through}: give a file of this parameter set's run, or delete "
+            raise TwoscaleError(f"{path}: built by a {record.job.stage} job ({record.job.keys}) that "
+                                f"{self.params_file} does not have{through}: give a file of this parameter set's "
+                                f"run, or delete "
                                 f"{record_path(path)} to read it unchecked")
         changed = changed_keys(record.params, finite_or_null(expected))  # by value, as the orchestrators compare
         if changed:

@@ -50,13 +50,14 @@ class Revision:
 class Claim:
     """One claim of the sources (or of ours, said so in its statement), read from a run's tables.
 
-    `title` names it in a few words; `test` says how it is tested (a function of the verdict where the test reads parameters). `reads` names the
-    tables the verdict takes, in its argument order; the claim is read where the first of them is given (the others
-    may be missing: None). `verdict` is the pure verdict on them; `measured` puts the verdict (and the same tables)
-    in words: the measured text and the headline numbers. `premise`, given a run's tables by name, says whether the
-    model gives the checks something to decide (a claim on loop geometry needs a loop that does something); where it
-    is not met the claim is inconclusive, and its checks' reading is said beside. `revisions` are the readings
-    chosen after the numbers were seen (empty: every reading was fixed before them)."""
+    `title` names it in a few words; `test` says how it is tested (a function of the verdict where the test reads
+    parameters). `reads` names the tables the verdict takes, in its argument order; the claim is read where the
+    first of them is given (the others may be missing: None). `verdict` is the pure verdict on them; `measured` puts
+    the verdict (and the same tables) in words: the measured text and the headline numbers. `premise`, given a run's
+    tables by name, says whether the model gives the checks something to decide (a claim on loop geometry needs a
+    loop that does something); where it is not met the claim is inconclusive, and its checks' reading is said
+    beside. `revisions` are the readings chosen after the numbers were seen (empty: every reading was fixed before
+    them)."""
 
     id: str
     system: str

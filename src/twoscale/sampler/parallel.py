@@ -45,7 +45,7 @@ import torch
 
 from twoscale.decoding.engine import LayerCache, new_cache, step_token, token_stepper
 from twoscale.decoding.rules import make_rule
-from twoscale.models.looped_gpt import Block, LoopedGPT, Segment
+from twoscale.models.looped_gpt import Block, KeysPerQuery, LoopedGPT, Segment
 from twoscale.training.device import clock
 
 Tensor = torch.Tensor
@@ -164,7 +164,7 @@ def window_block(block: Block, x: Tensor, cache: LayerCache, steps: Tensor, star
     positions = torch.arange(start, start + W, device=x.device)
     slots = steps.clamp(max=cache.keys.shape[0])
 
-    def context(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def context(k: Tensor, v: Tensor) -> KeysPerQuery:
         cache.keys[slots - 1, positions] = k.to(cache.keys.dtype)
         cache.values[slots - 1, positions] = v.to(cache.values.dtype)
         cache.depth[positions] = slots
@@ -175,7 +175,7 @@ def window_block(block: Block, x: Tensor, cache: LayerCache, steps: Tensor, star
         values = torch.cat([cache.values[index, prefix], v[None].expand(W, *v.shape)], dim=1)
         visible = torch.ones(W, start + W, dtype=torch.bool, device=x.device)
         visible[:, start:] = torch.ones(W, W, dtype=torch.bool, device=x.device).tril()
-        return keys, values, visible
+        return KeysPerQuery(keys, values, visible)
 
     return block.cached(x, context)
 

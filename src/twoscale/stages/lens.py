@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> None:
     model.eval()
     batches = [x.to(device) for x, _ in held_out_batches(val_ids, lens.n_windows, lens.batch_size,
                                                            model.config.block_size)]
-    with tracking.stage_run("lens", {"lens": lens, "measure": params.measure}, {**run.tags, "checkpoint": f"step_{step}"}):
+    tags = {**run.tags, "checkpoint": f"step_{step}"}
+    with tracking.stage_run("lens", {"lens": lens, "measure": params.measure}, tags):
         log.info("%s, seed %d, step %d: %d windows, every group looped %d times, each step decoded", run.recipe,
                  run.seed, step, lens.n_windows, loops)
         source = provenance(device, next(model.parameters()).dtype)

@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> None:
     # on the methods alike as they alternate (docs/running.md#tracking)
     with tracking.stage_run("sample", {"sample": params.sample}, run.tags, source):
         rows = []
-        for index, prompt in enumerate(progress_bar(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")):
+        prompts_bar = progress_bar(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")
+        for index, prompt in enumerate(prompts_bar):
             rows += measure_prompt(model, index, prompt, sample.new_tokens, sample.loops, sample.baseline_loops,
                                    grid)
         table = pl.DataFrame(rows, infer_schema_length=None).select(

@@ -44,8 +44,10 @@ def dynamics_rows(states_of: StatesOf, batches, labels: dict) -> list[dict]:
     result = dynamics.result()
     D = len(result["convergence"])
     steps = {name: [*result[name], float("nan")] for name in ("angular_speed", "stable_rank")}
-    return [{**labels, "position": l, "relative_depth": l / (D - 1), "convergence": result["convergence"][l],
-             "angular_speed": steps["angular_speed"][l], "stable_rank": steps["stable_rank"][l]} for l in range(D)]
+    return [{**labels, "position": layer, "relative_depth": layer / (D - 1),
+             "convergence": result["convergence"][layer], "angular_speed": steps["angular_speed"][layer],
+             "stable_rank": steps["stable_rank"][layer]}
+            for layer in range(D)]
 
 
 def models_to_measure(params: Params, args: argparse.Namespace, vocab_size: int, device: torch.device

@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmarks", type=Path,
                         help="the folder of benchmark files (default: results/benchmarks of the parameter set)")
     parser.add_argument("--logs", type=Path,
-                        help="the folder of the jobs' logs, where each records its CPU seconds (default: the logs folder "
-                             "of the run whose results/benchmarks the benchmark files are)")
+                        help="the folder of the jobs' logs, where each records its CPU seconds (default: the logs "
+                             "folder of the run whose results/benchmarks the benchmark files are)")
 
 
 def run(args: argparse.Namespace) -> None:

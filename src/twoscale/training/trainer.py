@@ -76,8 +76,9 @@ def data_fingerprint(data_dir: Path) -> str:
 
 def run_fingerprint(runtime: RuntimeParams, run: RunParams, data_dir: Path) -> str:
     """Everything a training run depends on: its model and train sections and the runtime with its seed (the first
-    HASH_CHARS characters, `params_hash`), then its data (the rest, `data_fingerprint`). Each checkpoint carries it, an interrupted run's state is kept under
-    it, and the stages that read a checkpoint compare it with the parameters and data in force."""
+    HASH_CHARS characters, `params_hash`), then its data (the rest, `data_fingerprint`). Each checkpoint carries it,
+    an interrupted run's state is kept under it, and the stages that read a checkpoint compare it with the
+    parameters and data in force."""
     own = runtime.model_copy(update={"seeds": [run.seed], "explain_seeds": [run.seed]})  # what other runs do aside
     return params_hash(run.model, run.train, own) + data_fingerprint(data_dir)
 
@@ -119,7 +120,8 @@ def compile_blocks(model: LoopedGPT, device: torch.device) -> None:
     """Compile every layer with torch.compile, in place (the state dict keeps its keys). Per block, not the whole
     model: loop counts change every step, and a compiled block serves every loop count without recompiling. On a
     CPU the compiled kernels are C++: one line, before any work, where there is no compiler."""
-    if device.type == "cpu" and not any(shutil.which(name) for name in (os.environ.get("CXX", ""), *CPP_COMPILERS) if name):
+    compilers = (os.environ.get("CXX", ""), *CPP_COMPILERS)
+    if device.type == "cpu" and not any(shutil.which(name) for name in compilers if name):
         raise TwoscaleError("runtime.compile: compiling for the CPU needs a C++ compiler (g++ or clang++) on PATH; "
                             "install one or set runtime.compile: false")
     for block in model.blocks:
