@@ -28,7 +28,7 @@ from workspace import ROOT, attempt, copy_repository, environment, run
 
 from twoscale.__main__ import main
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline import jobs
+from twoscale.pipeline import dependencies, jobs
 
 pytestmark = pytest.mark.e2e
 
@@ -60,7 +60,13 @@ def repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def first_run(repo: Path) -> Path:
-    (repo.parent / "console.txt").write_text(run(["snakemake", "--cores", "2"], repo))
+    """The smoke run, each of its processes recording the parameter keys it reads (tests/parameter_reads)."""
+    reads = repo.parent / "parameter_reads"
+    reads.mkdir()
+    hook = str(ROOT / "tests/parameter_reads")
+    python_path = os.pathsep.join([hook, *filter(None, [os.environ.get("PYTHONPATH")])])
+    console = run(["snakemake", "--cores", "2"], repo, PYTHONPATH=python_path, TWOSCALE_PARAMETER_READS=str(reads))
+    (repo.parent / "console.txt").write_text(console)
     return repo
 
 
@@ -135,6 +141,58 @@ def test_every_output_lands_with_a_record_of_its_content_parameters_and_inputs(f
                 if path.is_file() and not path.name.startswith(".")}  # .gitignore: DVC's
     assert all(any(folder.iterdir()) for folder in folders)
     assert read_from("results/geometry/geometry.parquet") == measured
+
+
+JOB_OPTIONS = {"--recipe": ("recipe", str), "--seed": ("seed", int), "--strategy": ("strategy", str),
+               "--blocks": ("blocks", int)}
+
+
+def recorded_jobs(run_dir: Path) -> list[tuple[str, dict, list[str]]]:
+    """Each stage job of the recorded run: its stage (train_teacher for a teacher's training: the one whose matrix
+    holds the job), the keys it was run for and the parameter keys it read."""
+    config = read_raw(run_dir / "params.yaml")
+    stages_of: dict[str, list[str]] = {}
+    for stage in dependencies.STAGES:
+        stages_of.setdefault(dependencies.stage_module(stage), []).append(stage)
+    found = []
+    for path in sorted((run_dir.parent / "parameter_reads").glob("*.json")):
+        record = json.loads(path.read_text())
+        words = record["argv"][1:]
+        if not words or words[0] not in stages_of:  # Snakemake's own process, reading the file to plan
+            continue
+        keys = {name: kind(words[words.index(option) + 1]) for option, (name, kind) in JOB_OPTIONS.items()
+                if option in words}
+        stage = next(stage for stage in stages_of[words[0]] if dependencies.holds_job(stage, keys, config))
+        found.append((stage, keys, record["reads"]))
+    return found
+
+
+def test_every_job_reads_the_parameter_keys_its_stage_declares_and_every_declared_key_is_read(first_run):
+    """stages.yaml's parameter keys against what each job of the smoke run read (tests/parameter_reads says what a
+    read is and which are not counted). A read is declared where a key of its stage is it or holds it; a key that
+    a matrix of the job's stage module expands over (recipe names, seeds, steps; distill checks its --blocks against
+    both distill's and distill_curve's) is the job's identity, not its input. A declared
+    key is read where some job of the stage read it, a key inside it, or the section holding it whole."""
+    jobs = recorded_jobs(first_run)
+    stages_of_module = {stage: [other for other in dependencies.STAGES
+                                if dependencies.stage_module(other) == dependencies.stage_module(stage)]
+                        for stage in dependencies.STAGES}
+    assert {stage for stage, _, _ in jobs} == {stage for stage in dependencies.STAGES}  # every stage ran, recorded
+    undeclared, read = {}, {}
+    for stage, keys, reads in jobs:
+        declared = {template: template.format(**keys) for template in dependencies.STAGES[stage]}
+        matrix = {value.removeprefix("${").removesuffix("}") for other in stages_of_module[stage]
+                  for value in dependencies.declaration()[other].get("matrix", {}).values()}
+        for key in reads:
+            if key not in matrix and not any(key == d or key.startswith(f"{d}.") for d in declared.values()):
+                undeclared.setdefault(stage, set()).add(key)
+        read.setdefault(stage, set()).update(
+            template for template, d in declared.items()
+            if any(key == d or key.startswith(f"{d}.") or d.startswith(f"{key}.") for key in reads))
+    assert undeclared == {}, "read but not declared in stages.yaml"
+    never_read = {stage: sorted(set(templates) - read.get(stage, set()))
+                  for stage, templates in dependencies.STAGES.items() if set(templates) - read.get(stage, set())}
+    assert never_read == {}, "declared in stages.yaml but read by no job"
 
 
 def test_a_checkpoint_copied_over_another_is_refused_by_the_stage_run_by_hand(first_run, tmp_path):

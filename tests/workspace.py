@@ -28,12 +28,13 @@ def environment() -> dict[str, str]:
     return env
 
 
-def attempt(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=environment(), capture_output=True, text=True)
+def attempt(cmd: list[str], cwd: Path, **variables: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env={**environment(), **variables}, capture_output=True, text=True)
 
 
-def run(cmd: list[str], cwd: Path) -> str:
-    result = attempt(cmd, cwd)
+def run(cmd: list[str], cwd: Path, **variables: str) -> str:
+    """The command's output; it must succeed. `variables` are set in its environment."""
+    result = attempt(cmd, cwd, **variables)
     assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{failure_report(result)}"
     return result.stdout + result.stderr
 

@@ -6,14 +6,19 @@ results and dvc.lock committed) fails here, rather than leaving every clone to r
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
 import sys
 
 from dvc.utils.serialize._yaml import parse_yaml
 from workspace import ROOT, copy_repository, run
 
+from twoscale.config.io import finite_or_null
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline.dependencies import lookup, sources
-from twoscale.pipeline.orchestrators import drop_stages_gone, dvc_stage_names
+from twoscale.pipeline.dependencies import lookup, param_values, sources
+from twoscale.pipeline.jobs import stages
+from twoscale.pipeline.orchestrators import drop_stages_gone, dvc_stage_names, relock
+from twoscale.pipeline.provenance import RECORDS, Job
 
 RERUN = "rerun the default run (make reproduce in a git worktree) and commit its results and dvc.lock"
 
@@ -45,6 +50,31 @@ def test_dvc_lock_records_the_checkout_s_source_files_of_every_stage():
     assert stale == [], f"dvc.lock is not current ({len(stale)}: {stale[:3]}): {RERUN}"
 
 
+def test_dvc_lock_records_every_parameter_key_each_job_declares():
+    config = read_raw(ROOT / "params.yaml")
+    locked = locked_stages()
+    missing = [f"{stage.dvc_name(job)}: {key}" for stage in stages(config) for job in stage.jobs()
+               for key in param_values(stage.name, config, job.get("recipe"), job.get("strategy"))
+               if key not in locked[stage.dvc_name(job)].get("params", {}).get("params.yaml", {})]
+    assert missing == [], f"dvc.lock is not current ({len(missing)}: {missing[:3]}): {RERUN}"
+
+
+def test_the_committed_build_records_hold_the_values_of_the_keys_their_stages_declare():
+    """Each output's record names the parameter values it was built from: those params.yaml holds, for every key
+    its stage declares (the check every stage makes of its inputs reads them)."""
+    config = read_raw(ROOT / "params.yaml")
+    committed = subprocess.run(["git", "ls-files", "data", "results"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.split()
+    records = [ROOT / name for name in committed if f"/{RECORDS}/" in f"/{name}" and name.endswith(".json")]
+    assert records  # the premise: the run's records are committed
+    stale = []
+    for path in records:
+        raw = json.loads(path.read_text())
+        if raw["params"] != finite_or_null(Job(raw["stage"], raw["job"]).params(config)):
+            stale.append(str(path.relative_to(ROOT)))
+    assert stale == [], f"build records not current ({len(stale)}: {stale[:3]}): {RERUN}"
+
+
 def test_dvc_lock_records_the_parameter_values_of_params_yaml():
     config = read_as_dvc("params.yaml")
     stale = [f"{name}: {key}" for name, locked in locked_stages().items()
@@ -61,8 +91,25 @@ def test_dropping_the_stages_gone_leaves_the_rest_of_dvc_lock_as_dvc_wrote_it(tm
     assert lock.read_text() == text
 
 
+def test_relocking_records_a_key_declared_since_with_its_value_and_nothing_else(tmp_path):
+    copy = copy_repository(tmp_path / "copy", ROOT / "params.yaml")
+    relock(copy)  # a checkout whose lock is current (a commit under test may not be relocked yet)
+    pipeline = (copy / "dvc.yaml").read_text()
+    declared = "    - data.val_fraction\n    - tokenize\n"
+    assert pipeline.count(declared) == 1
+    (copy / "dvc.yaml").write_text(pipeline.replace(declared, declared + "    - data.max_chars\n"))
+    before = parse_yaml((copy / "dvc.lock").read_text(), "dvc.lock")["stages"]
+
+    assert relock(copy) == ["tokenize"]
+    after = parse_yaml((copy / "dvc.lock").read_text(), "dvc.lock")["stages"]
+    value = read_raw(copy / "params.yaml")["data"]["max_chars"]
+    assert after["tokenize"]["params"]["params.yaml"] == {**before["tokenize"]["params"]["params.yaml"],
+                                                          "data.max_chars": value}
+    assert {**after, "tokenize": before["tokenize"]} == before
+
+
 def test_relocking_records_the_changed_sources_and_nothing_else(tmp_path):
-    """`workflow --relock-sources` after a change that leaves the outputs alone: the lock then records the edited
+    """`workflow --relock` after a change that leaves the outputs alone: the lock then records the edited
     source file's hash and size in each stage that has it, and every other byte as it was, the parameter values
     recorded too where params.yaml has since changed (relocking sources calls nothing else current)."""
     copy = copy_repository(tmp_path / "copy", ROOT / "params.yaml")
@@ -76,8 +123,8 @@ def test_relocking_records_the_changed_sources_and_nothing_else(tmp_path):
     having = [name for name in locked_stages() if "src/twoscale/data/corpus.py" in sources(name.split("@")[0])]
     assert having  # the premise: some stage reads the edited file
 
-    said = run([sys.executable, "-m", "twoscale", "workflow", "--relock-sources"], copy)
-    assert f"the sources of {len(having)} stages recorded" in said
+    said = run([sys.executable, "-m", "twoscale", "workflow", "--relock"], copy)
+    assert f"dvc.lock: {len(having)} stages recorded" in said
     entry = "    - path: src/twoscale/data/corpus.py\n      hash: md5\n      md5: {}\n      size: {}\n"
     assert locked.count(entry.format(*old)) == len(having)
     assert (copy / "dvc.lock").read_text() == locked.replace(entry.format(*old), entry.format(*new))

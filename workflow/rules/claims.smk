@@ -45,6 +45,7 @@ rule claims:
         f"{RESULTS}/claims_tables/recovery.parquet",
         f"{RESULTS}/claims_tables/runs.parquet",
     params:
+        values=param_values("claims"),
         file=PARAMS_PATH,
         geometry_dir=lambda wildcards, input: ancestor(input.geometry_dir, 1),
         sample_dir=lambda wildcards, input: ancestor(input.sample_dir, 3, empty=f"{RESULTS}/sample"),

@@ -176,6 +176,16 @@ def inside(path: str, folder: str) -> bool:
     return path.startswith(folder.rstrip("/") + "/")
 
 
+PLACEHOLDER = re.compile(r"\$\{[\w.]+\}|\{\w+\}")  # in a declared path: ${item.step}, ${train.steps}, {step}
+
+
+def same_or_inside(path: str, folder: str) -> bool:
+    """Whether a declared path is `folder` or lies inside it, whatever their placeholders are called ({step},
+    ${item.step} and ${train.steps} alike)."""
+    path, folder = (PLACEHOLDER.sub("{}", text) for text in (path, folder))
+    return path == folder or inside(path, folder)
+
+
 def input_options(stage: str) -> dict[str, str]:
     """The options of a stage's command that name what it reads, with their declared values: a declared input,
     or a folder that holds inputs and no outputs ({'--data-dir': 'data/prepared', ...})."""

@@ -170,21 +170,29 @@ def drop_stages_gone(lock: Path, names: set[str]) -> list[str]:
     return gone
 
 
-def relock_sources(root: Path) -> list[str]:
-    """Record in `root`'s dvc.lock the checkout's source files for every stage it records, as `dvc commit` would,
-    keeping what it records of outputs and parameters: for a change shown to leave every output as it was
-    (docs/development.md#a-change-that-leaves-every-output-as-it-was), which would otherwise need the default run
-    redone. A stage the lock does not record is left to run. The names of the entries changed."""
+def relock(root: Path) -> list[str]:
+    """Record in `root`'s dvc.lock the checkout's source files for every stage it records, as `dvc commit` would, and
+    the values params.yaml holds of parameter keys a stage declares but the lock does not record (keys declared
+    since), keeping what it records of outputs and of every other parameter: for a change shown to leave every
+    output as it was (docs/development.md#a-change-under-the-committed-run), which would otherwise need the default
+    run redone. A stage the lock does not record is left to run. The names of the entries changed."""
+    from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
     from dvc.stage.serialize import to_single_stage_lockfile
     from dvc.utils.serialize import modify_yaml
+    from dvc_data.hashfile.hash_info import HashInfo
 
     with Repo(str(root)) as repo:
         entries = {}
         for stage in repo.index.stages:
             if stage.cmd:
                 for dep in stage.deps:
-                    if dep.def_path.startswith("src/"):
+                    if isinstance(dep, ParamsDependency):
+                        recorded = (dep.hash_info.value if dep.hash_info else None) or {}
+                        current = dep.read_params()
+                        declared_since = {key: current[key] for key in dep.params if key not in recorded}
+                        dep.hash_info = HashInfo(dep.PARAM_PARAMS, {**recorded, **declared_since})
+                    elif dep.def_path.startswith("src/"):
                         dep.save()
                 entries[stage.name] = to_single_stage_lockfile(stage)
     with modify_yaml(str(root / "dvc.lock")) as data:

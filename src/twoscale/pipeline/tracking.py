@@ -45,7 +45,7 @@ from pydantic import BaseModel
 
 from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import waiting_file
-from twoscale.config.params import params_hash
+from twoscale.config.params import DataParams, params_hash
 from twoscale.pipeline.preload import COMMAND_PID_ENV
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -265,6 +265,14 @@ def log_dataset(name: str, sha256: str, source: str, context: str) -> None:
     store keeps) and source (a path or URI), for `context` (training, evaluation)."""
     tracked, run_id = _current_run()
     tracked.log_dataset(run_id, name, sha256, source, context)
+
+
+def log_training_corpus(data: DataParams, sha256: str, data_dir: Path) -> None:
+    """The training's corpus (its `sha256`, read from `data_dir`) as a dataset of the open stage run, named by where
+    it comes from (`describe_source`): read here, so that no stage reads the data section only to log it."""
+    from twoscale.data.corpus import describe_source  # imported where a training logs, not by every job
+
+    log_dataset(describe_source(data), sha256, str(data_dir.resolve()), context="training")
 
 
 def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:

@@ -25,6 +25,7 @@ from twoscale.pipeline.dependencies import (
     inside,
     output_options,
     output_paths,
+    same_or_inside,
 )
 
 
@@ -103,14 +104,6 @@ def readable(path: str) -> str:
                   path)
 
 
-def _same_files(path: str, folder: str) -> bool:
-    """Whether a declared output is `folder` or inside it, whatever its placeholders are called ({step},
-    ${item.step} and ${train.steps} alike)."""
-    def pattern(text: str) -> str:
-        return re.sub(r"<\w+>", "<>", readable(text))
-    return pattern(path) == pattern(folder) or pattern(path).startswith(pattern(folder) + "/")
-
-
 def described(stage: str, option: str) -> str:
     """What an option of the stage's command names, from the declaration: the files it writes (a folder's named,
     those in a subfolder counted), or what it reads and the stages that write it."""
@@ -126,7 +119,7 @@ def described(stage: str, option: str) -> str:
         return f"writes {folder}" + (f": {', '.join(shown)}" if shown else "")
     folder = reads[option]
     makers = sorted({name for name, other in stages.items() if name != stage
-                     and any(_same_files(path, folder) for path in output_paths(other))})
+                     and any(same_or_inside(path, folder) for path in output_paths(other))})
     named = makers[0] if len(makers) == 1 else f"{', '.join(makers[:-1])} and {makers[-1]} stages"
     written = f" (from the {named}{'' if len(makers) > 1 else ' stage'})" if makers else ""
     return f"reads {readable(folder)}{written}"

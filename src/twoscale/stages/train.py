@@ -29,9 +29,8 @@ from twoscale.config.io import (
     write_parquet,
 )
 from twoscale.config.parameter_files import parameter_set_of
-from twoscale.config.params import Params, RunParams
+from twoscale.config.params import RunParams
 from twoscale.config.progress import progress_bar
-from twoscale.data.corpus import describe_source
 from twoscale.pipeline import tracking
 from twoscale.pipeline.provenance import remove_record
 from twoscale.stages.common import add_declared_arguments, load_run
@@ -139,11 +138,6 @@ class LiveCurves:
             tracking.log_curves(rows)
 
 
-def log_dataset(params: Params, data_dir: Path, corpus: str) -> None:
-    """The training's corpus (sha256 `corpus`, read from `data_dir`) as its dataset in MLflow."""
-    tracking.log_dataset(describe_source(params.data), corpus, str(data_dir.resolve()), context="training")
-
-
 def log_result(run: RunParams, metrics: dict, model, out_dir: Path) -> None:
     """Final metrics, the history, and the final model, registered as a version of the recipe's model
     (`registered_name`) tagged with seed and step."""
@@ -207,7 +201,7 @@ def run(args: argparse.Namespace) -> None:
 
     with tracking.stage_run("train", {"runtime": params.runtime, "model": run.model, "train": run.train}, run.tags,
                             provenance(device, dtype)):
-        log_dataset(params, args.data_dir, corpus)
+        tracking.log_training_corpus(params.data, corpus, args.data_dir)
         started = time.perf_counter()
         start_step = state.step
         curves = LiveCurves(state.history)  # a resumed run's earlier steps first
