@@ -147,9 +147,9 @@ JOB_OPTIONS = {"--recipe": ("recipe", str), "--seed": ("seed", int), "--strategy
                "--blocks": ("blocks", int)}
 
 
-def recorded_jobs(run_dir: Path) -> list[tuple[str, dict, list[str]]]:
+def recorded_jobs(run_dir: Path) -> list[tuple[str, dict, dict]]:
     """Each stage job of the recorded run: its stage (train_teacher for a teacher's training: the one whose matrix
-    holds the job), the keys it was run for and the parameter keys it read."""
+    holds the job), the keys it was run for and what it read (`reads`, `names`: tests/parameter_reads)."""
     config = read_raw(run_dir / "params.yaml")
     stages_of: dict[str, list[str]] = {}
     for stage in dependencies.STAGES:
@@ -163,32 +163,38 @@ def recorded_jobs(run_dir: Path) -> list[tuple[str, dict, list[str]]]:
         keys = {name: kind(words[words.index(option) + 1]) for option, (name, kind) in JOB_OPTIONS.items()
                 if option in words}
         stage = next(stage for stage in stages_of[words[0]] if dependencies.holds_job(stage, keys, config))
-        found.append((stage, keys, record["reads"]))
+        found.append((stage, keys, record))
     return found
+
+
+def within(key: str, folder: str) -> bool:
+    """Whether a dotted key is `folder` or lies inside it."""
+    return key == folder or key.startswith(f"{folder}.")
 
 
 def test_every_job_reads_the_parameter_keys_its_stage_declares_and_every_declared_key_is_read(first_run):
     """stages.yaml's parameter keys against what each job of the smoke run read (tests/parameter_reads says what a
-    read is and which are not counted). A read is declared where a key of its stage is it or holds it; a key that
-    a matrix of the job's stage module expands over (recipe names, seeds, steps; distill checks its --blocks against
-    both distill's and distill_curve's) is the job's identity, not its input. A declared
-    key is read where some job of the stage read it, a key inside it, or the section holding it whole."""
+    read is and which are not counted). A key read, or a field whose section names were read, is declared where a
+    key of its stage is it or holds it; a key that a matrix of the job's stage module expands over (recipe names,
+    seeds, steps; distill checks its --blocks against both distill's and distill_curve's) is the job's identity,
+    not its input. A declared key is read where some job of the stage read it, a key inside it or the section
+    holding it, or the names of the sections in it."""
     jobs = recorded_jobs(first_run)
-    stages_of_module = {stage: [other for other in dependencies.STAGES
-                                if dependencies.stage_module(other) == dependencies.stage_module(stage)]
-                        for stage in dependencies.STAGES}
-    assert {stage for stage, _, _ in jobs} == {stage for stage in dependencies.STAGES}  # every stage ran, recorded
+    assert {stage for stage, _, _ in jobs} == set(dependencies.STAGES)  # every stage ran and was recorded
     undeclared, read = {}, {}
-    for stage, keys, reads in jobs:
+    for stage, keys, record in jobs:
         declared = {template: template.format(**keys) for template in dependencies.STAGES[stage]}
-        matrix = {value.removeprefix("${").removesuffix("}") for other in stages_of_module[stage]
+        module = dependencies.stage_module(stage)
+        matrix = {value.removeprefix("${").removesuffix("}") for other in dependencies.STAGES
+                  if dependencies.stage_module(other) == module
                   for value in dependencies.declaration()[other].get("matrix", {}).values()}
-        for key in reads:
-            if key not in matrix and not any(key == d or key.startswith(f"{d}.") for d in declared.values()):
+        for key in record["reads"] + record["names"]:
+            if key not in matrix and not any(within(key, d) for d in declared.values()):
                 undeclared.setdefault(stage, set()).add(key)
         read.setdefault(stage, set()).update(
             template for template, d in declared.items()
-            if any(key == d or key.startswith(f"{d}.") or d.startswith(f"{key}.") for key in reads))
+            if any(within(key, d) or within(d, key) for key in record["reads"])
+            or any(within(names, d) for names in record["names"]))
     assert undeclared == {}, "read but not declared in stages.yaml"
     never_read = {stage: sorted(set(templates) - read.get(stage, set()))
                   for stage, templates in dependencies.STAGES.items() if set(templates) - read.get(stage, set())}

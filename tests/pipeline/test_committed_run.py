@@ -10,14 +10,22 @@ import json
 import subprocess
 import sys
 
+import pytest
 from dvc.utils.serialize._yaml import parse_yaml
 from workspace import ROOT, copy_repository, run
 
-from twoscale.config.io import finite_or_null
+from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import finite_or_null, write_json
 from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline.dependencies import lookup, param_values, sources
 from twoscale.pipeline.jobs import stages
-from twoscale.pipeline.orchestrators import drop_stages_gone, dvc_stage_names, relock
+from twoscale.pipeline.orchestrators import (
+    default_run_records,
+    drop_stages_gone,
+    dvc_stage_names,
+    record_declared_keys,
+    relock,
+)
 from twoscale.pipeline.provenance import RECORDS, Job
 
 RERUN = "rerun the default run (make reproduce in a git worktree) and commit its results and dvc.lock"
@@ -65,8 +73,8 @@ def test_the_committed_build_records_hold_the_values_of_the_keys_their_stages_de
     config = read_raw(ROOT / "params.yaml")
     committed = subprocess.run(["git", "ls-files", "data", "results"], cwd=ROOT, capture_output=True, text=True,
                                check=True).stdout.split()
-    records = [ROOT / name for name in committed if f"/{RECORDS}/" in f"/{name}" and name.endswith(".json")]
-    assert records  # the premise: the run's records are committed
+    records = default_run_records(ROOT, config)
+    assert records and all(str(path.relative_to(ROOT)) in committed for path in records)  # the premise
     stale = []
     for path in records:
         raw = json.loads(path.read_text())
@@ -106,6 +114,34 @@ def test_relocking_records_a_key_declared_since_with_its_value_and_nothing_else(
     assert after["tokenize"]["params"]["params.yaml"] == {**before["tokenize"]["params"]["params.yaml"],
                                                           "data.max_chars": value}
     assert {**after, "tokenize": before["tokenize"]} == before
+
+
+def test_the_default_run_s_records_get_the_keys_declared_since_and_keep_the_rest(tmp_path):
+    """What `workflow --relock` does to the build records after a stage declares another key: a record of the
+    default run gains its value; an archived run's record (not a file the default run writes) is left alone; a
+    record whose values are not params.yaml's refuses, with nothing written."""
+    config = read_raw(ROOT / "params.yaml")
+    declared = Job("measure", {"recipe": "paper", "seed": 1337}).params(config)
+    step = config["train"]["checkpoint_steps"][0]
+    default = tmp_path / f"results/measure/paper/seed_1337/step_{step}/{RECORDS}/geometry.parquet.json"
+    older = {"stage": "measure", "job": {"recipe": "paper", "seed": 1337}, "sha256": "ab" * 32, "size": 5,
+             "inputs": {}, "params": {key: value for key, value in declared.items() if key != "train.steps"}}
+    write_json(default, older)
+    archived = tmp_path / f"results/gpu/{RECORDS}/claims.md.json"
+    write_json(archived, {**older, "stage": "claims", "job": {}, "params": {}})
+    before = archived.read_bytes()
+
+    assert record_declared_keys(tmp_path, config) == [default]
+    assert json.loads(default.read_text()) == {**older, "params": declared}
+    assert archived.read_bytes() == before
+    assert record_declared_keys(tmp_path, config) == []  # nothing left to add
+
+    other = {**older, "params": {**older["params"], "measure.max_loops": declared["measure.max_loops"] + 1}}
+    write_json(default, other)
+    written = default.read_bytes()
+    with pytest.raises(TwoscaleError, match=r"records measure\.max_loops other than params\.yaml holds.*train\.steps"):
+        record_declared_keys(tmp_path, config)
+    assert default.read_bytes() == written
 
 
 def test_relocking_records_the_changed_sources_and_nothing_else(tmp_path):

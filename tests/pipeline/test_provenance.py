@@ -17,18 +17,11 @@ import pytest
 import yaml
 
 from twoscale.config.errors import TwoscaleError
-from twoscale.config.io import outputs_land_together, write_json, write_text
+from twoscale.config.io import outputs_land_together, write_text
 from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline import provenance
 from twoscale.pipeline.dependencies import declaration, input_options
-from twoscale.pipeline.provenance import (
-    Job,
-    check_inputs,
-    job_of,
-    record_declared_keys,
-    record_path,
-    write_records,
-)
+from twoscale.pipeline.provenance import Job, check_inputs, job_of, record_path, write_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,24 +86,6 @@ def test_an_output_lands_with_its_record(tmp_path, config):
     assert record["params"] == {"runtime.device": config["runtime"]["device"], "train.steps": config["train"]["steps"],
                                 **{f"measure.{key}": config["measure"][key] for key in measure}}
     assert record["inputs"] == {"../../../../in.pt": "ab" * 32}  # from the output's folder, whatever the cwd
-
-
-def test_keys_declared_since_a_record_was_written_are_added_with_their_values_and_nothing_else(tmp_path, config):
-    """What `workflow --relock` does to the committed run's records after a stage declares another key."""
-    path = record_path(measured(tmp_path, config))
-    older = json.loads(path.read_text())
-    del older["params"]["train.steps"]
-    older["params"]["measure.max_loops"] = 99  # a value recorded is kept, whatever the file holds now
-    write_json(path, older)
-    gone = tmp_path / "gone/.built/geometry.parquet.json"  # a record of a job the file does not hold
-    write_json(gone, {**older, "job": {"recipe": "gone", "seed": 1337}})
-    before = gone.read_bytes()
-
-    assert record_declared_keys([tmp_path], config) == [path]
-    assert json.loads(path.read_text()) == {**older, "params": {**older["params"],
-                                                                "train.steps": config["train"]["steps"]}}
-    assert gone.read_bytes() == before
-    assert record_declared_keys([tmp_path], config) == []  # nothing left to add
 
 
 def test_a_landed_output_is_not_hashed_again_when_read(tmp_path, config, monkeypatch):

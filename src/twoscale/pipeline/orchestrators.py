@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from twoscale.config.errors import TwoscaleError
-from twoscale.config.io import atomic_path, interrupted
-from twoscale.config.parameter_files import is_overlay, parse_yaml, resolved_from
+from twoscale.config.io import atomic_path, finite_or_null, interrupted, write_json
+from twoscale.config.parameter_files import changed_keys, is_overlay, parse_yaml, resolved_from, shown_keys
 from twoscale.config.params import HASH_CHARS, ParamsError
 from twoscale.pipeline.jobs import stages
-from twoscale.pipeline.provenance import BuildCheck, Record, record_path
+from twoscale.pipeline.provenance import RECORDS, BuildCheck, Job, Record, record_path
 
 WRITTEN = ("data", "results")  # what the pipeline writes
 SNAPSHOTS = Path(".snakemake/twoscale/params")
@@ -175,7 +177,9 @@ def relock(root: Path) -> list[str]:
     the values params.yaml holds of parameter keys a stage declares but the lock does not record (keys declared
     since), keeping what it records of outputs and of every other parameter: for a change shown to leave every
     output as it was (docs/development.md#a-change-under-the-committed-run), which would otherwise need the default
-    run redone. A stage the lock does not record is left to run. The names of the entries changed."""
+    run redone. A stage the lock does not record is left to run. TwoscaleError, nothing written, where a stage has
+    keys declared since and params.yaml no longer holds a value the lock records for it: the run was made with
+    another file, whose values of the new keys are not known. The names of the entries changed."""
     from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
     from dvc.stage.serialize import to_single_stage_lockfile
@@ -188,10 +192,8 @@ def relock(root: Path) -> list[str]:
             if stage.cmd:
                 for dep in stage.deps:
                     if isinstance(dep, ParamsDependency):
-                        recorded = (dep.hash_info.value if dep.hash_info else None) or {}
-                        current = dep.read_params()
-                        declared_since = {key: current[key] for key in dep.params if key not in recorded}
-                        dep.hash_info = HashInfo(dep.PARAM_PARAMS, {**recorded, **declared_since})
+                        dep.hash_info = HashInfo(dep.PARAM_PARAMS, _with_keys_declared_since(
+                            stage.name, (dep.hash_info.value if dep.hash_info else None) or {}, dep.read_params()))
                     elif dep.def_path.startswith("src/"):
                         dep.save()
                 entries[stage.name] = to_single_stage_lockfile(stage)
@@ -200,3 +202,42 @@ def relock(root: Path) -> list[str]:
         for name in changed:
             data["stages"][name] = entries[name]
     return changed
+
+
+def _with_keys_declared_since(name: str, recorded: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """The values `recorded` for a job's parameter keys, with the `current` values of the keys it lacks (both read
+    alike); refused where it lacks some and a value it records is not current."""
+    declared_since = {key: value for key, value in current.items() if key not in recorded}
+    if declared_since:
+        differing = changed_keys(recorded, {key: current.get(key) for key in recorded})
+        if differing:
+            raise TwoscaleError(f"{name}: records {shown_keys(differing)} other than params.yaml holds, so the "
+                                f"run was made with another file: {shown_keys(sorted(declared_since))}, declared "
+                                "since, cannot be given its values (rerun it)")
+    return {**recorded, **declared_since}
+
+
+def default_run_records(root: Path, config: dict[str, Any]) -> list[Path]:
+    """The build records, under the checkout `root`, of the files that the jobs of `config` (params.yaml's) write in
+    its layout: the default run's, not those of archived runs kept elsewhere (results/gpu)."""
+    written = {output for stage in stages(config) for output in stage.job_outputs()}
+    found = (path for folder in WRITTEN for path in (root / folder).rglob(f"{RECORDS}/*.json"))
+    return sorted(path for path in found
+                  if (path.parent.parent / path.name.removesuffix(".json")).relative_to(root).as_posix() in written)
+
+
+def record_declared_keys(root: Path, config: dict[str, Any]) -> list[Path]:
+    """Add to the default run's build records (`default_run_records`) the values under `config` of the parameter
+    keys their job's stage declares but they do not record (keys declared since they were written), keeping every
+    value they record, as `relock` does for dvc.lock (refused, nothing written, where a recorded value is not
+    current). A record of a job that `config` does not hold is left alone. The records changed."""
+    updates = {}
+    for path in default_run_records(root, config):
+        raw = json.loads(path.read_text())
+        declared = finite_or_null(Job(raw["stage"], raw["job"]).params(config) or {})
+        params = _with_keys_declared_since(str(path.relative_to(root)), raw["params"], declared)
+        if params != raw["params"]:
+            updates[path] = {**raw, "params": params}
+    for path, raw in updates.items():
+        write_json(path, raw)
+    return list(updates)

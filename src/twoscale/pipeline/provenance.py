@@ -267,24 +267,6 @@ class BuildCheck:
                                     f"{rebuild(path, self.config)}")
 
 
-def record_declared_keys(folders: list[Path], config: dict[str, Any]) -> list[Path]:
-    """Add to every build record under `folders` the values under `config` of the parameter keys its job's stage
-    declares but it does not record (keys declared since it was written), keeping every value it records: for the
-    committed run, after a change to a stage's declared keys shown to leave its outputs as they were, made with the
-    parameter file they were built from (docs/development.md#a-change-under-the-committed-run). A record of a job
-    that `config` does not hold is left alone. The records changed."""
-    changed = []
-    for path in sorted(path for folder in folders for path in folder.rglob(f"{RECORDS}/*.json")):
-        raw = json.loads(path.read_text())
-        declared = Job(raw["stage"], raw["job"]).params(config)
-        declared_since = {key: value for key, value in finite_or_null(declared or {}).items()
-                          if key not in raw["params"]}
-        if declared_since:
-            write_json(path, {**raw, "params": {**raw["params"], **declared_since}})
-            changed.append(path)
-    return changed
-
-
 def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], params_file: Path) -> dict[str, str]:
     """TwoscaleError in one line unless every file the job reads, and every file those were built from, is the
     file its record describes and was built by a job of the parameters in force, from their values. The content

@@ -12,8 +12,7 @@ from pathlib import Path
 from twoscale.config.io import write_text
 from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline.dependencies import declaration, dvc_yaml
-from twoscale.pipeline.orchestrators import relock
-from twoscale.pipeline.provenance import record_declared_keys
+from twoscale.pipeline.orchestrators import record_declared_keys, relock
 from twoscale.pipeline.snakemake_rules import rule_files
 
 HELP = "write dvc.yaml and workflow/rules/*.smk from the pipeline's declaration (src/twoscale/pipeline/stages.yaml)"
@@ -36,5 +35,5 @@ def run(args: argparse.Namespace) -> None:
         changed = relock(args.root)
         print(f"dvc.lock: {len(changed)} stages recorded with the checkout's sources and keys declared since")
         config = read_raw(args.root / "params.yaml")
-        records = record_declared_keys([args.root / "data", args.root / "results"], config)
+        records = record_declared_keys(args.root, config)
         print(f"build records: {len(records)} given the keys their stages declare since")
