@@ -705,7 +705,7 @@ def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_
                                                      "surrogate_figures": 1, "claims": 1}
     # DVC lists the stages whose own parameters changed; those after them follow in repro
     assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "precision_figures",
-                                               "mechanism_figures", "tradeoff", "surrogates"}
+                                               "mechanism_figures", "tradeoff", "surrogates", "claims"}
     assert dvc_reruns(after_recipe_change["dvc_graph"], after_recipe_change["dvc_plan"]) == {
         "train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
         *(f"precision@huginn-1337-{step}" for step in steps), "precision_figures",

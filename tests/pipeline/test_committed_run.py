@@ -99,44 +99,48 @@ def test_dropping_the_stages_gone_leaves_the_rest_of_dvc_lock_as_dvc_wrote_it(tm
     assert lock.read_text() == text
 
 
-def test_relocking_records_a_key_declared_since_with_its_value_and_nothing_else(tmp_path):
+def test_relocking_records_a_key_declared_since_with_its_value_drops_one_no_longer_declared_and_nothing_else(
+        tmp_path):
     copy = copy_repository(tmp_path / "copy", ROOT / "params.yaml")
     relock(copy)  # a checkout whose lock is current (a commit under test may not be relocked yet)
     pipeline = (copy / "dvc.yaml").read_text()
     declared = "    - data.val_fraction\n    - tokenize\n"
     assert pipeline.count(declared) == 1
-    (copy / "dvc.yaml").write_text(pipeline.replace(declared, declared + "    - data.max_chars\n"))
+    (copy / "dvc.yaml").write_text(pipeline.replace(declared, "    - data.val_fraction\n    - data.max_chars\n"))
     before = parse_yaml((copy / "dvc.lock").read_text(), "dvc.lock")["stages"]
 
     assert relock(copy) == ["tokenize"]
     after = parse_yaml((copy / "dvc.lock").read_text(), "dvc.lock")["stages"]
     value = read_raw(copy / "params.yaml")["data"]["max_chars"]
-    assert after["tokenize"]["params"]["params.yaml"] == {**before["tokenize"]["params"]["params.yaml"],
+    recorded = before["tokenize"]["params"]["params.yaml"]
+    assert after["tokenize"]["params"]["params.yaml"] == {"data.val_fraction": recorded["data.val_fraction"],
                                                           "data.max_chars": value}
     assert {**after, "tokenize": before["tokenize"]} == before
 
 
 def test_the_default_run_s_records_get_the_keys_declared_since_and_keep_the_rest(tmp_path):
-    """What `workflow --relock` does to the build records after a stage declares another key: a record of the
-    default run gains its value; an archived run's record (not a file the default run writes) is left alone; a
-    record whose values are not params.yaml's refuses, with nothing written."""
+    """What `workflow --relock` does to the build records after a stage declares another key and no longer one: a
+    record of the default run gains the one's value and loses the other; an archived run's record (not a file the
+    default run writes) is left alone; a record whose values are not params.yaml's refuses, with nothing written."""
     config = read_raw(ROOT / "params.yaml")
     declared = Job("measure", {"recipe": "paper", "seed": 1337}).params(config)
     step = config["train"]["checkpoint_steps"][0]
     default = tmp_path / f"results/measure/paper/seed_1337/step_{step}/{RECORDS}/geometry.parquet.json"
     older = {"stage": "measure", "job": {"recipe": "paper", "seed": 1337}, "sha256": "ab" * 32, "size": 5,
-             "inputs": {}, "params": {key: value for key, value in declared.items() if key != "train.steps"}}
+             "inputs": {}, "params": {**{key: value for key, value in declared.items() if key != "train.steps"},
+                                      "measure.retired": 1}}
     write_json(default, older)
     archived = tmp_path / f"results/gpu/{RECORDS}/claims.md.json"
     write_json(archived, {**older, "stage": "claims", "job": {}, "params": {}})
     before = archived.read_bytes()
 
     assert record_declared_keys(tmp_path, config) == [default]
-    assert json.loads(default.read_text()) == {**older, "params": declared}
+    assert json.loads(default.read_text()) == {**older, "params": declared}  # measure.retired left out
     assert archived.read_bytes() == before
     assert record_declared_keys(tmp_path, config) == []  # nothing left to add
 
-    other = {**older, "params": {**older["params"], "measure.max_loops": declared["measure.max_loops"] + 1}}
+    other = {**older, "params": {**{key: value for key, value in declared.items() if key != "train.steps"},
+                                 "measure.max_loops": declared["measure.max_loops"] + 1}}
     write_json(default, other)
     written = default.read_bytes()
     with pytest.raises(TwoscaleError, match=r"records measure\.max_loops other than params\.yaml holds.*train\.steps"):

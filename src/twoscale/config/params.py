@@ -562,8 +562,10 @@ class Params(Section):
         return seed in self.runtime.explain_seeds
 
     def explained_runs(self) -> list[tuple[str, int]]:
-        """The runs the explaining stages work on (spectrum, lens, precision, beyond), in run order."""
-        return [(recipe, seed) for recipe, seed in self.runs() if self.explains(seed)]
+        """The runs the explaining stages work on (spectrum, lens, precision, beyond): recipes in file order, then
+        the seeds of runtime.explain_seeds in theirs (read without runtime.seeds, so that another seed leaves the
+        stages that gather these runs alone)."""
+        return [(recipe, seed) for recipe in self.recipes for seed in self.runtime.explain_seeds]
 
     def teacher_runs(self) -> list[tuple[str, int]]:
         """Every (teacher, seed) pair, teachers in file order, then seeds."""

@@ -175,7 +175,8 @@ def drop_stages_gone(lock: Path, names: set[str]) -> list[str]:
 def relock(root: Path) -> list[str]:
     """Record in `root`'s dvc.lock the checkout's source files for every stage it records, as `dvc commit` would, and
     the values params.yaml holds of parameter keys a stage declares but the lock does not record (keys declared
-    since), keeping what it records of outputs and of every other parameter: for a change shown to leave every
+    since), leaving out keys no longer declared and keeping what it records of outputs and of every other
+    parameter: for a change shown to leave every
     output as it was (docs/development.md#a-change-under-the-committed-run), which would otherwise need the default
     run redone. A stage the lock does not record is left to run. TwoscaleError, nothing written, where a stage has
     keys declared since and params.yaml no longer holds a value the lock records for it: the run was made with
@@ -205,16 +206,18 @@ def relock(root: Path) -> list[str]:
 
 
 def _with_keys_declared_since(name: str, recorded: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """The values `recorded` for a job's parameter keys, with the `current` values of the keys it lacks (both read
-    alike); refused where it lacks some and a value it records is not current."""
+    """A job's recorded parameter values for the keys it declares now (`current`, read alike): the values recorded,
+    those of keys no longer declared left out, with the current values of the keys declared since; refused where
+    some were declared since and a value recorded is not current (the run was made with another file)."""
+    kept = {key: value for key, value in recorded.items() if key in current}
     declared_since = {key: value for key, value in current.items() if key not in recorded}
     if declared_since:
-        differing = changed_keys(recorded, {key: current.get(key) for key in recorded})
+        differing = changed_keys(kept, {key: current[key] for key in kept})
         if differing:
             raise TwoscaleError(f"{name}: records {shown_keys(differing)} other than params.yaml holds, so the "
                                 f"run was made with another file: {shown_keys(sorted(declared_since))}, declared "
                                 "since, cannot be given its values (rerun it)")
-    return {**recorded, **declared_since}
+    return {**kept, **declared_since}
 
 
 def default_run_records(root: Path, config: dict[str, Any]) -> list[Path]:
@@ -228,9 +231,10 @@ def default_run_records(root: Path, config: dict[str, Any]) -> list[Path]:
 
 def record_declared_keys(root: Path, config: dict[str, Any]) -> list[Path]:
     """Add to the default run's build records (`default_run_records`) the values under `config` of the parameter
-    keys their job's stage declares but they do not record (keys declared since they were written), keeping every
-    value they record, as `relock` does for dvc.lock (refused, nothing written, where a recorded value is not
-    current). A record of a job that `config` does not hold is left alone. The records changed."""
+    keys their job's stage declares but they do not record (keys declared since they were written), leaving out keys
+    no longer declared and keeping every other value they record, as `relock` does for dvc.lock (refused, nothing
+    written, where a recorded value is not current). A record of a job that `config` does not hold is left alone.
+    The records changed."""
     updates = {}
     for path in default_run_records(root, config):
         raw = json.loads(path.read_text())
