@@ -151,9 +151,7 @@ def recorded_jobs(run_dir: Path) -> list[tuple[str, dict, dict]]:
     """Each stage job of the recorded run: its stage (train_teacher for a teacher's training: the one whose matrix
     holds the job), the keys it was run for and what it read (`reads`, `names`: tests/parameter_reads)."""
     config = read_raw(run_dir / "params.yaml")
-    stages_of: dict[str, list[str]] = {}
-    for stage in dependencies.STAGES:
-        stages_of.setdefault(dependencies.stage_module(stage), []).append(stage)
+    stages_of = stages_by_module()
     found = []
     for path in sorted((run_dir.parent / "parameter_reads").glob("*.json")):
         record = json.loads(path.read_text())
@@ -165,6 +163,14 @@ def recorded_jobs(run_dir: Path) -> list[tuple[str, dict, dict]]:
         stage = next(stage for stage in stages_of[words[0]] if dependencies.holds_job(stage, keys, config))
         found.append((stage, keys, record))
     return found
+
+
+def stages_by_module() -> dict[str, list[str]]:
+    """The stages each stage module runs (train: train and train_teacher)."""
+    stages_of: dict[str, list[str]] = {}
+    for stage in dependencies.STAGES:
+        stages_of.setdefault(dependencies.stage_module(stage), []).append(stage)
+    return stages_of
 
 
 def within(key: str, folder: str) -> bool:
@@ -181,13 +187,13 @@ def test_every_job_reads_the_parameter_keys_its_stage_declares_and_every_declare
     holding it, or the names of the sections in it."""
     jobs = recorded_jobs(first_run)
     assert {stage for stage, _, _ in jobs} == set(dependencies.STAGES)  # every stage ran and was recorded
+    matrix_keys = {module: {value.removeprefix("${").removesuffix("}") for stage in stages
+                            for value in dependencies.declared_stages()[stage].get("matrix", {}).values()}
+                   for module, stages in stages_by_module().items()}
     undeclared, read = {}, {}
     for stage, keys, record in jobs:
         declared = {template: template.format(**keys) for template in dependencies.STAGES[stage]}
-        module = dependencies.stage_module(stage)
-        matrix = {value.removeprefix("${").removesuffix("}") for other in dependencies.STAGES
-                  if dependencies.stage_module(other) == module
-                  for value in dependencies.declaration()[other].get("matrix", {}).values()}
+        matrix = matrix_keys[dependencies.stage_module(stage)]
         for key in record["reads"] + record["names"]:
             if key not in matrix and not any(within(key, d) for d in declared.values()):
                 undeclared.setdefault(stage, set()).add(key)

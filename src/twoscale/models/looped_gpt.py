@@ -102,8 +102,8 @@ class CausalSelfAttention(nn.Module):
 
 
 class SharedKeys(NamedTuple):
-    """Keys and values (S, H, D) that every query reads; `visible` (N, S) the ones each query may read (all if
-    None)."""
+    """Keys and values (S, H, D) that every query reads; `visible` (N, S), or (1, S) alike for all, the ones each
+    query may read (all if None)."""
     keys: torch.Tensor
     values: torch.Tensor
     visible: torch.Tensor | None = None
@@ -116,7 +116,8 @@ class SharedKeys(NamedTuple):
 
 
 class KeysPerQuery(NamedTuple):
-    """Keys and values of each query's own, (N, S, H, D); `visible` (N, S) the ones it may read (all if None)."""
+    """Keys and values that each query has for itself, (N, S, H, D); `visible` (N, S) the ones it may read (all if
+    None)."""
     keys: torch.Tensor
     values: torch.Tensor
     visible: torch.Tensor | None = None

@@ -173,14 +173,14 @@ def drop_stages_gone(lock: Path, names: set[str]) -> list[str]:
 
 
 def relock(root: Path) -> list[str]:
-    """Record in `root`'s dvc.lock the checkout's source files for every stage it records, as `dvc commit` would, and
-    the values params.yaml holds of parameter keys a stage declares but the lock does not record (keys declared
-    since), leaving out keys no longer declared and keeping what it records of outputs and of every other
-    parameter: for a change shown to leave every
-    output as it was (docs/development.md#a-change-under-the-committed-run), which would otherwise need the default
-    run redone. A stage the lock does not record is left to run. TwoscaleError, nothing written, where a stage has
-    keys declared since and params.yaml no longer holds a value the lock records for it: the run was made with
-    another file, whose values of the new keys are not known. The names of the entries changed."""
+    """Record in `root`'s dvc.lock the checkout's source files for every stage it records, as `dvc commit` would,
+    and the values params.yaml holds of parameter keys a stage declares but the lock does not record (keys declared
+    since), leaving out keys no longer declared and keeping what it records of outputs and of every other parameter:
+    for a change shown to leave every output as it was (docs/development.md#a-change-under-the-committed-run), which
+    would otherwise need the default run redone. A stage the lock does not record is left to run. TwoscaleError,
+    nothing written, where a stage has keys declared since and params.yaml no longer holds a value the lock records
+    for it: the run was made with another file, whose values of the new keys are not known. The names of the entries
+    changed."""
     from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
     from dvc.stage.serialize import to_single_stage_lockfile

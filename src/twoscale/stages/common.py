@@ -7,7 +7,6 @@ imports) are its own."""
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,12 @@ from twoscale.config.params import Params, ParamsError, RunParams
 from twoscale.pipeline import tracking
 from twoscale.pipeline.dependencies import (
     command_options,
-    declaration,
+    declared_stages,
     input_options,
     inside,
     output_options,
     output_paths,
+    readable,
     same_or_inside,
 )
 
@@ -98,16 +98,10 @@ JOB_OPTIONS: dict[str, dict[str, Any]] = {  # the options of a stage's command t
 }
 
 
-def readable(path: str) -> str:
-    """A declared path as a user reads it: results/train/<recipe>/seed_<seed>/checkpoints/step_<step>.pt."""
-    return re.sub(r"\$\{item\.(\w+)\}|\{(\w+)\}|\$\{[\w.]+\.(\w+)\}", lambda m: f"<{next(filter(None, m.groups()))}>",
-                  path)
-
-
 def described(stage: str, option: str) -> str:
     """What an option of the stage's command names, from the declaration: the files it writes (a folder's named,
     those in a subfolder counted), or what it reads and the stages that write it."""
-    stages = declaration()
+    stages = declared_stages()
     reads, writes = input_options(stage), output_options(stage)
     if option in writes:
         folder = readable(writes[option])
