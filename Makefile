@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine with Python 3.11 or 3.12:
 #   make reproduce   the full reproduction on params.yaml (snakemake --cores all in .venv)
-#   make test        the test suite
+#   make test        the test suite but its slow tests (make test-all: every test, as CI runs it)
 # On a GPU machine: make setup TORCH=system reuses the Python's own (CUDA) torch; make gpu runs configs/gpu.yaml
 SHELL := /bin/bash
 PYTHON ?= $(or $(shell command -v python3.11),$(shell command -v python3.12),python3.11)
@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup setup-cluster reproduce study smoke gpu test benchmark report mlflow-ui schema workflow clean
+.PHONY: setup setup-cluster reproduce study smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
 
 # TORCH=system: reuse the torch that $(PYTHON) already has (a CUDA build, say) instead of the lock's torch==2.13.0
 TORCH ?= lock
@@ -72,9 +72,15 @@ gpu: setup
 	$(RUN) snakemake --profile profiles/gpu --cores all --configfile configs/gpu.yaml
 
 # one worker per core; a module's tests share a worker (its fixtures), modules handed out in the order of
-# tests/conftest.py (the longest first), not by their number of tests
+# tests/conftest.py (the longest first), not by their number of tests. `test` leaves out the slow tests (a model at
+# the paper's shape, data at full size, workflows beyond the shared smoke run: docs/development.md#time-of-the-suite),
+# `test-all` (CI) runs them too
+PYTEST := pytest -q -n auto --dist loadscope --no-loadscope-reorder
 test: setup
-	$(RUN) pytest -q -n auto --dist loadscope --no-loadscope-reorder
+	$(RUN) $(PYTEST) -m "not slow and not cluster"
+
+test-all: setup
+	$(RUN) $(PYTEST)
 
 benchmark: setup
 	$(RUN) python -m twoscale benchmark

@@ -150,23 +150,28 @@ def stages_of(run: Path, names: list[str]) -> list[str]:
     return sorted(found)
 
 
+def report(kinds: dict[str, dict[str, str]]) -> str:
+    """How many files are of each kind, then each file that is not the same and what differs in it (a record that
+    differs in hashes alone counted, not listed)."""
+    lines = [f"{len(kinds['same'])} files the same byte for byte, {len(kinds['clock'])} different in clock readings "
+             f"only, {len(kinds['follows'])} following inputs that differ, {len(kinds['otherwise'])} different "
+             "otherwise"]
+    lines += [f"  {kind:9} {name}: {what}" for kind in ("clock", "follows", "otherwise")
+              for name, what in kinds[kind].items() if not (kind == "clock" and f"/{RECORDS}/" in name)]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not all(Path(run).is_dir() for run in argv):
         print("usage: python scripts/compare_runs.py BEFORE AFTER (two run folders)", file=sys.stderr)
         return 2
     kinds = compare(Path(argv[0]), Path(argv[1]))
-    print(f"{len(kinds['same'])} files the same byte for byte, {len(kinds['clock'])} different in clock readings "
-          f"only, {len(kinds['follows'])} following inputs that differ, {len(kinds['otherwise'])} different otherwise")
-    for kind in ("clock", "follows", "otherwise"):
-        for name, what in kinds[kind].items():
-            # a record differing in hashes alone: counted, not listed
-            if not (kind == "clock" and f"/{RECORDS}/" in name):
-                print(f"  {kind:9} {name}: {what}")
+    print(report(kinds))
     if kinds["follows"]:
         rules = " ".join(stages_of(Path(argv[0]), list(kinds["follows"])))
-        print("to decide those following their inputs, run their stages at AFTER from BEFORE's outputs, then compare "
-              f"again: copy BEFORE over AFTER's run folder, and there run snakemake --cores all --configfile <set> "
-              f"--forcerun {rules} --allowed-rules {rules}")
+        print("to decide those following their inputs (scripts/compare_commits.py does it for two commits), run their "
+              "stages at AFTER from BEFORE's outputs, then compare again: copy BEFORE over AFTER's run folder, and "
+              f"there run snakemake --cores all --configfile <set> --forcerun {rules} --allowed-rules {rules}")
     return 0 if not kinds["follows"] and not kinds["otherwise"] else 1
 
 

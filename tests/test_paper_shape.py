@@ -14,7 +14,7 @@ from workspace import ROOT, copy_repository, run
 
 from twoscale.config.parameter_files import read_raw
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def paper_shape_on_cpu(gpu: dict) -> dict:

@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from twoscale.config import progress
+from twoscale.config import console, progress
 from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import outputs_land_together, recover
 from twoscale.config.parameter_files import changed_keys, read_raw, shown_keys
@@ -182,4 +182,5 @@ def run_stage(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    console.whole_lines(sys.stderr)  # a job's lines and Snakemake's share the console
     sys.exit(main())

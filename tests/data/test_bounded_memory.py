@@ -27,6 +27,8 @@ from workspace import smoke_params
 
 from twoscale.config.io import load_token_array
 
+pytestmark = pytest.mark.slow  # data at full size: make test-all
+
 SIZES_MB = (20, 60)
 DOCUMENTS_PER_MB = 20  # of about 50 KB: the BPE trainer pulls a few hundred documents at a time, whatever their size
 

@@ -16,11 +16,15 @@ from twoscale.pipeline import dependencies
 from twoscale.pipeline import jobs
 from twoscale.pipeline import orchestrators
 from twoscale.pipeline import tracking
+from twoscale.config import console
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.params import ParamsError
 from twoscale.config.parameter_files import read_raw, results_root
 from twoscale.stages.validation import read_params
 from twoscale.training.gpu import uses_cuda
+
+# Snakemake's records and the jobs' lines share the console: each leaves in one write (twoscale.config.console)
+console.whole_records(sys.stderr)
 
 # `--configfile X` picks another parameter set (a file that changes params.yaml: its `base`).
 PARAMS_FILE = os.path.relpath(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"

@@ -1,13 +1,16 @@
 """What each pipeline stage depends on: its parameter keys and its source files.
 
-A stage's source files are not listed by hand: they are its stage module (`twoscale.stages.<name>`), every module
-of the package that it imports, directly or not, and the entry points that run it (`python -m twoscale`, and the
-preloaded interpreter the orchestrators' commands call), as read from the import graph (grimp). The observers
-(MLflow tracking) are not: they watch a job and write none of its outputs (a test runs a stage with tracking on and
-off and finds its outputs byte for byte the same), so an edit of them reruns nothing; what only they import is left
-out with them. Snakemake's rules read this (params trigger reruns, sources are inputs); dvc.yaml lists the
-same, and tests check that the two orchestrators agree. A key with {recipe} or {strategy} is the job's recipe or
-strategy (DVC: ${item.recipe}, ${item.strategy}).
+A stage's source files are not listed by hand: they are its stage module (`twoscale.stages.<name>`) and every module
+of the package that it imports, directly or not, as read from the import graph (grimp), the plumbing aside. The
+plumbing runs every stage and makes none of its numbers: the entry points, the configuration (the parameter files
+and their schema, landing outputs, errors, the console and progress), the orchestration (this declaration, the jobs,
+build records, the preloaded interpreter, and the observers: MLflow tracking, which watches a job and writes none of
+its outputs) and the stage modules' shared arguments (`stages.common`). An edit of the plumbing reruns nothing; what
+guards it is the smoke set run at two commits and compared output by output (`scripts/compare_commits.py`,
+docs/development.md), and a test runs a stage with tracking on and off and finds its outputs byte for byte the same.
+What only the plumbing imports is left out with it. Snakemake's rules read this (params trigger reruns, sources are
+inputs); dvc.yaml lists the same, and tests check that the two orchestrators agree. A key with {recipe} or
+{strategy} is the job's recipe or strategy (DVC: ${item.recipe}, ${item.strategy}).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from twoscale.config.parameter_files import parse_yaml
 
 PACKAGE = "twoscale"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # src/, which holds the package
-ENTRY_POINTS = (f"{PACKAGE}.__main__", f"{PACKAGE}.pipeline.preload")
 OBSERVERS = frozenset(f"{PACKAGE}.pipeline.{name}" for name in ("tracking", "tracking_writer", "mlflow_store"))
+PLUMBING_PACKAGES = (f"{PACKAGE}.config", f"{PACKAGE}.pipeline")  # the observers among them
+PLUMBING_MODULES = frozenset({f"{PACKAGE}.__main__", f"{PACKAGE}.stages.common"})
 
 DECLARATION = Path(__file__).with_name("stages.yaml")
 _DECLARATION_NAME = DECLARATION.relative_to(SOURCE_ROOT.parent).as_posix()
@@ -94,23 +98,29 @@ def module_sources(module: str) -> list[str]:
     return sorted(module_path(name) for name in {module, *_import_graph().find_upstream_modules(module)})
 
 
-def imported_past_observers(roots: set[str]) -> set[str]:
-    """The modules `roots` import, directly or not, with the roots, not counting the observers and what is
-    imported only through them."""
+def is_plumbing(module: str) -> bool:
+    """Whether a module of the package runs every stage without making its numbers (the module docstring)."""
+    return module in PLUMBING_MODULES or any(module == package or module.startswith(f"{package}.")
+                                             for package in PLUMBING_PACKAGES)
+
+
+def imported_past_plumbing(root: str) -> set[str]:
+    """The modules `root` imports, directly or not, with the root, not counting the plumbing and what is imported
+    only through it."""
     graph = _import_graph()
     found: set[str] = set()
-    waiting = list(roots)
+    waiting = [root]
     while waiting:
         module = waiting.pop()
-        if module not in found and module not in OBSERVERS:
+        if module not in found and not is_plumbing(module):
             found.add(module)
             waiting += graph.find_modules_directly_imported_by(module)
     return found
 
 
 def stage_modules(stage: str) -> set[str]:
-    """The modules whose code makes a stage's outputs: its stage module, the entry points, what they import."""
-    return imported_past_observers({f"{PACKAGE}.stages.{stage_module(stage)}", *ENTRY_POINTS})
+    """The modules whose code makes a stage's outputs: its stage module and what it imports, the plumbing aside."""
+    return imported_past_plumbing(f"{PACKAGE}.stages.{stage_module(stage)}")
 
 
 def sources(stage: str) -> list[str]:
