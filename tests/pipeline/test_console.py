@@ -71,7 +71,7 @@ def test_a_job_line_leaves_in_one_write():
     assert file.writes[-1] == "held, then whole at its end\n"
 
 
-RACE_JOBS, LINES_PER_JOB = 150, 100
+RACE_JOBS, LINES_PER_JOB = 100, 100
 JOB_LINE = re.compile(r"twoscale race \(job \d+\): line \d+")
 # a job of the race: its lines in pieces, as print writes them, with the job console or without it
 JOB = """import sys

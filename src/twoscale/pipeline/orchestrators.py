@@ -176,7 +176,7 @@ def relock(root: Path) -> list[str]:
     """Record in `root`'s dvc.lock the checkout's source files for every stage it records, as `dvc commit` would,
     and the values params.yaml holds of parameter keys a stage declares but the lock does not record (keys declared
     since), leaving out keys no longer declared and keeping what it records of outputs and of every other parameter:
-    for a change shown to leave every output as it was (docs/development.md#a-change-under-the-committed-run), which
+    for a change shown to leave every output as it was (docs/development.md#a-change-to-the-plumbing), which
     would otherwise need the default run redone. A stage the lock does not record is left to run. TwoscaleError,
     nothing written, where a stage has keys declared since and params.yaml no longer holds a value the lock records
     for it: the run was made with another file, whose values of the new keys are not known. The names of the entries
