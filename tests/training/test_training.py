@@ -171,6 +171,23 @@ def test_identical_runs_write_byte_identical_checkpoints(tmp_path):
     assert (tmp_path / "a/step_10.pt").read_bytes() == (tmp_path / "b/step_10.pt").read_bytes()
 
 
+def test_a_checkpoint_before_the_last_holds_the_weights_alone_and_the_last_the_state_to_resume(tmp_path):
+    """Lean checkpoints: step 5 of a 10-step run holds what names its weights and the weights, those of the resume
+    folder's whole checkpoint of step 5 (which a resume reads), in under half its bytes (Adam keeps two moments per
+    weight); step 10, the run's last, is the whole checkpoint."""
+    ids = markov_tokens(400, 50, seed=0)
+    state = build_state(tiny_config(), train_params(), seed=0, device=CPU)
+    train(state, ids, ids[:100], train_params(), CPU, tmp_path / "out", tmp_path / "resume", "fp")
+    lean, whole = read_checkpoint(tmp_path / "out/step_5.pt"), read_checkpoint(tmp_path / "resume/step_5.pt")
+    assert set(lean) == {"format", "fingerprint", "step", "model_config", "model", "history"}
+    assert {"optimizer", "scheduler", "generator", "torch_rng"} <= set(whole)
+    assert differing_tensors(lean["model"], whole["model"]) == []
+    assert json.dumps(lean["history"]) == json.dumps(whole["history"])  # NaN where nothing was evaluated
+    assert (tmp_path / "out/step_5.pt").stat().st_size < 0.5 * (tmp_path / "resume/step_5.pt").stat().st_size
+    assert (tmp_path / "out/step_10.pt").read_bytes() == (tmp_path / "resume/step_10.pt").read_bytes()
+    assert load_model(tmp_path / "out/step_5.pt")[1]["step"] == 5  # what the measuring stages read
+
+
 # --- precision --------------------------------------------------------------------------------------------
 
 BF16_TOLERANCE = 0.05  # nats: bf16 autocast may move a short run's held-out loss this much against float32

@@ -47,6 +47,7 @@ from twoscale.training.memory import check_fits
 from twoscale.training.trainer import (
     build_state,
     checkpoint_name,
+    checkpoint_step,
     compile_blocks,
     latest_resumable,
     model_config,
@@ -186,7 +187,7 @@ def run(args: argparse.Namespace) -> None:
             raise TwoscaleError(f"{resume_dir}: the interrupted run lacks {', '.join(missing)}; delete {resume_dir} "
                                 "to train from the start")
         for path in earlier:  # outputs the orchestrator may have removed, landing with the rest
-            publish(path, checkpoint_dir / path.name)
+            publish(path, checkpoint_dir / path.name, last=checkpoint_step(path) == max(run.train.checkpoint_steps))
         log.info("resuming from step %d of an interrupted run", state.step)
     else:
         shutil.rmtree(resume_dir, ignore_errors=True)  # this run's own folder, holding nothing it can resume from

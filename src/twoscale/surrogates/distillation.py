@@ -144,5 +144,5 @@ def train_plain_gpt(config: ModelConfig, train_params: TrainParams, seed: int, t
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_path.parent) as scratch:
         train(state, train_ids, val_ids, final_only, device, None, Path(scratch), f"plain-{seed}", progress, dtype)
-        publish(Path(scratch) / checkpoint_name(train_params.steps), out_path)
+        publish(Path(scratch) / checkpoint_name(train_params.steps), out_path, last=True)
     return state.model.eval()

@@ -169,6 +169,11 @@ def save_checkpoint(path: Path, state: TrainState, fingerprint: str) -> None:
     save_payload(path, payload, now=True)  # an interrupted run resumes from it, whatever became of its stage
 
 
+# what a checkpoint other than a run's last holds: the weights and what names them (the rest is for resuming, which
+# reads the resume folder's full checkpoints, and the last checkpoint keeps it)
+WEIGHTS_ONLY = ("format", "fingerprint", "step", "model_config", "model", "history")
+
+
 def save_payload(path: Path, payload: dict, now: bool = False) -> None:
     """torch.save of the payload in its canonical form, through a file object (the archive's inner folder is then
     always "archive", not the name of the temporary file), so equal payloads give identical bytes. In place with
@@ -281,8 +286,13 @@ def latest_resumable(resume_dir: Path, fingerprint: str) -> dict | None:
     return None
 
 
-def publish(src: Path, dst: Path) -> None:
-    """Place a checkpoint at its output path: a hard link when possible (no copy), else a copy."""
+def publish(src: Path, dst: Path, last: bool) -> None:
+    """Place the resume folder's checkpoint `src` at its output path `dst`: the run's last checkpoint whole (a hard
+    link when possible, else a copy), any other as its weights alone (WEIGHTS_ONLY), a third of its size."""
+    if not last:
+        payload = read_checkpoint(src, mmap=True)
+        save_payload(dst, {key: payload[key] for key in WEIGHTS_ONLY})
+        return
     with atomic_path(dst) as tmp:
         tmp.unlink()
         try:
@@ -329,8 +339,8 @@ def train(
 ) -> TrainState:
     """Train from state.step to train.steps, saving a checkpoint at every step in train.checkpoint_steps.
 
-    Checkpoints are written to resume_dir (kept until training completes, so a killed run resumes even when the
-    orchestrator deletes its outputs) and linked into checkpoint_dir (not when None). Forward passes (training and
+    Checkpoints are written to resume_dir whole (kept until training completes, so a killed run resumes even when
+    the orchestrator deletes its outputs) and published into checkpoint_dir (not when None; `publish`). Forward passes (training and
     evaluation) run under autocast in `dtype`.
     """
     model, config = state.model, state.model.config
@@ -372,7 +382,8 @@ def train(
             resume_path = resume_dir / checkpoint_name(state.step)
             save_checkpoint(resume_path, state, fingerprint)
             if checkpoint_dir is not None:
-                publish(resume_path, checkpoint_dir / checkpoint_name(state.step))
+                publish(resume_path, checkpoint_dir / checkpoint_name(state.step),
+                        last=state.step == max(train.checkpoint_steps))
         if progress is not None:
             progress(state.step, row)
     return state
