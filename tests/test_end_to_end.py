@@ -877,6 +877,30 @@ def test_a_failed_corpus_job_fails_again_when_run_again(first_run):
     assert "corpus" in dvc_changed_stages(first_run)
 
 
+def test_a_clone_without_the_dvc_cache_redraws_every_figure_and_the_claims_from_git_alone(first_run, tmp_path):
+    """Git keeps every output but model weights, token arrays and the raw corpus (dependencies.IN_DVC_CACHE): the
+    smoke run committed, a clone, which has neither DVC's cache nor any output it keeps, reruns every figure stage
+    and the claims from what git holds, and they come out byte for byte as committed."""
+    smoke = read_raw(first_run / "params.yaml")
+    drawn = [stage for stage in jobs.stages(smoke) if stage.name.endswith("_figures") or stage.name == "claims"]
+    targets = [path for stage in drawn for path in stage.job_outputs()]
+    run(["git", "add", "-A"], first_run)
+    run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-qm", "the smoke run"],
+        first_run)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(first_run), str(clone)], tmp_path)
+    assert not (clone / ".dvc/cache").exists()
+    outputs = [path for stage in jobs.stages(smoke) for path in stage.job_outputs()]
+    assert {path for path in outputs if not (clone / path).is_file()} == {
+        path for path in outputs if dependencies.in_dvc_cache(path)}  # git keeps the rest (.gitignore agrees)
+    for target in targets:
+        (clone / target).unlink()
+    rules = sorted({stage.name for stage in drawn})
+    run(["snakemake", "--cores", "2", *targets, "--allowed-rules", *rules], clone, TWOSCALE_TRACKING="off")
+    assert len(targets) > 20 and all((clone / target).read_bytes() == (first_run / target).read_bytes()
+                                     for target in targets)
+
+
 def test_a_training_dvc_runs_that_refuses_its_inputs_leaves_the_files_git_keeps(first_run):
     """DVC removes a stage's outputs before it runs, except those that persist: a training refusing a token array
     that is not the one its record describes leaves its history and metrics (kept in git) as they were, says how to

@@ -135,22 +135,29 @@ SNAKEMAKE_ONLY = ("system", "threads", "gpu", "timed", "report", "memory_mb", "r
 PER_CHECKPOINT = "{step}"  # in a declared output: one file per step of train.checkpoint_steps
 
 
+# What DVC's cache keeps: what is large, model weights (checkpoints, surrogates), token arrays and the raw corpus
+# (sizes: docs/pipeline.md#where-outputs-are-kept). Every other output (tables, metrics, figures, claims,
+# histories; their build records beside them) is kept by git, so that a clone redraws every figure and reads every
+# claim without the cache.
+IN_DVC_CACHE = (".pt", ".npy", "data/raw/corpus.txt")
+
+
+def in_dvc_cache(path: str) -> bool:
+    """Whether DVC's cache keeps a declared output (IN_DVC_CACHE), rather than git."""
+    return path.endswith(IN_DVC_CACHE)
+
+
 def _tracked(out: str | dict[str, Any]) -> str | dict[str, Any]:
-    """What DVC tracks for a declared output: the folder of a file per checkpoint step, else the output."""
-    if isinstance(out, str) and PER_CHECKPOINT in out:
-        return out.split(PER_CHECKPOINT)[0].rsplit("/", 1)[0]
-    return out
-
-
-def _persisting(out: str | dict[str, Any]) -> str | dict[str, Any]:
-    """A declared output that git keeps (`cache: false`), left in place by DVC while its stage runs (persist): a
-    stage replaces its outputs itself, all at once when it succeeds (twoscale.config.io), so one that fails or
-    refuses its inputs leaves it as it was, where DVC would have deleted it first. Not the outputs in DVC's cache,
-    which DVC would copy out of it before every run (a checkpoint can be gigabytes) and restores from it."""
-    if isinstance(out, str) or next(iter(out.values())).get("cache") is not False:
-        return out
-    path, options = next(iter(out.items()))
-    return {path: {**options, "persist": True}}
+    """What DVC tracks for a declared output: the folder of a file per checkpoint step, else the output; in DVC's
+    cache or, with its options, kept by git (`cache: false`) and left in place by DVC while its stage runs
+    (`persist`): a stage replaces its outputs itself, all at once when it succeeds (twoscale.config.io), so one that
+    fails or refuses its inputs leaves them as they were, where DVC would have deleted them first. (Not the outputs
+    in DVC's cache, which DVC would copy out of it before every run, a checkpoint can be gigabytes, and restores.)"""
+    declared, options = (out, {}) if isinstance(out, str) else next(iter(out.items()))
+    path = declared.split(PER_CHECKPOINT)[0].rsplit("/", 1)[0] if PER_CHECKPOINT in declared else declared
+    if in_dvc_cache(declared):
+        return {path: options} if options else path
+    return {path: {"cache": False, **options, "persist": True}}
 
 
 def dvc_yaml() -> str:
@@ -158,11 +165,9 @@ def dvc_yaml() -> str:
     stages = {}
     for name, stage in declaration().items():
         fields = {key: value for key, value in stage.items() if key not in ("inputs", *SNAKEMAKE_ONLY)}
-        if "outs" in fields:  # a figure stage has plots only
-            fields["outs"] = [_tracked(out) for out in fields["outs"]]
         for kind in ("outs", "metrics", "plots"):
             if kind in fields:
-                fields[kind] = [_persisting(out) for out in fields[kind]]
+                fields[kind] = [_tracked(out) for out in fields[kind]]
         deps = sources(name) + stage["inputs"]
         stages[name] = {**{k: fields.pop(k) for k in ("matrix", "cmd") if k in fields}, "deps": deps, **fields}
     body = yaml.safe_dump({"stages": stages}, sort_keys=False, width=1000, default_flow_style=False)
