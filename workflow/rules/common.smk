@@ -108,6 +108,12 @@ def sources(stage):
     return dependencies.sources(stage)
 
 
+def existing(path):
+    """A repository file a stage reads where the checkout has it, for every parameter set (the committed study a
+    run is read against: stages.yaml's `reference`)."""
+    return [path] if os.path.isfile(path) else []
+
+
 def ancestor(files, levels, empty=None):
     """The folder `levels` above a rule's file (of a list, the shallowest): the folders the commands name, derived
     from the rules' own files, as Snakemake's linter asks. An empty list (a folder input that no job of the

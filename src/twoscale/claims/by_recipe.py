@@ -92,19 +92,21 @@ def spread_text(s: Mapping[str, Any]) -> str:
     return text if s["n"] == s["seeds"] else f"{text} [{s['n']} of {s['seeds']} seeds]"
 
 
-def _cell(text: Any) -> str:
+def table_cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = (),
-                docs: str | None = None) -> str:
+                docs: str | None = None, opening: Sequence[str] = ()) -> str:
     """The claims per recipe (verdict and headline numbers with their spread over seeds), what computed them
     (`report.tables.origins` entries), the tests, and every run's own measurements. With `docs` (the path of
-    docs/claims.md from where the table is written) every claim's name links to its test there."""
+    docs/claims.md from where the table is written) every claim's name links to its test there; `opening`, lines
+    that come first (the run read against a reference: `comparison`)."""
     recipes = recipes_of(runs)
     lines = [
         "# Claims per recipe",
         "",
+        *([*opening, ""] if opening else []),
         "Each cell: the recipe's verdict (the seeds' common verdict, or how they split) and the numbers behind it, "
         "as mean (min–max) over seeds when more than one seed ran. Seeds: "
         + "; ".join(f"{recipe} {', '.join(map(str, seeds))}" for recipe, seeds in recipes.items()) + ".",
@@ -122,7 +124,7 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
                 continue
             numbers = "; ".join(f"{label} {spread_text(s)}" for label, s in entry["headline"].items())
             cells.append(f"**{entry['verdict']}**<br>{numbers}")
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(table_cell(c) for c in cells) + " |")
     if any(len(seeds) > 1 for seeds in recipes.values()):
         lines += ["", *seed_by_seed(summary, runs)]
     if origins:
@@ -130,19 +132,19 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
                   "The arithmetic, processor and torch version of each computation the claims read (from the "
                   "columns its tables carry).", "",
                   "| run | computation | arithmetic | processor | torch |", "|---|---|---|---|---|"]
-        lines += [f"| {o['recipe']}, seed {o['seed']} | {o['computation']} | {_cell(o['precision'])} | "
-                  f"{_cell(o['machine'])} | {_cell(o['torch'])} |" for o in origins]
+        lines += [f"| {o['recipe']}, seed {o['seed']} | {o['computation']} | {table_cell(o['precision'])} | "
+                  f"{table_cell(o['machine'])} | {table_cell(o['torch'])} |" for o in origins]
     lines += ["", "## The tests", "",
               ("Each test as it reads now, and when its readings were chosen: before the numbers, or after them "
                "(with the reading each replaced and why; docs/claims.md#readings-chosen-after-the-numbers). How "
                "checks add up to a verdict changed for every claim on 2026-11-28: a verdict now says what its "
                "decided checks decided (docs/claims.md#how-checks-add-up)."), "",
               "| claim | test | chosen |", "|---|---|---|"]
-    lines += [f"| {row['claim']} | {_cell(row['test'])} | {_cell(chosen_text(claim_record(row['claim'])))} |"
+    lines += [f"| {row['claim']} | {table_cell(row['test'])} | {table_cell(chosen_text(claim_record(row['claim'])))} |"
               for row in summary]
     for (recipe, seed), rows in runs.items():
         lines += ["", f"## {recipe}, seed {seed}", "", "| claim | measured | verdict |", "|---|---|---|"]
-        lines += [f"| {row['claim']} | {_cell(row['measured'])} | **{row['verdict']}** |" for row in rows]
+        lines += [f"| {row['claim']} | {table_cell(row['measured'])} | **{row['verdict']}** |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -162,7 +164,7 @@ def seed_by_seed(summary: Sequence[Mapping[str, Any]], runs: Runs) -> list[str]:
                 found = by_run.get((recipe, seed), {}).get(row["claim"])
                 cells.append("not run" if found is None else f"**{found['verdict']}**<br>" + "; ".join(
                     f"{label} {number(value)}" for label, value in found["headline"].items()))
-            lines.append(f"| {row['claim']} | {recipe} | " + " | ".join(_cell(c) for c in cells) + " |")
+            lines.append(f"| {row['claim']} | {recipe} | " + " | ".join(table_cell(c) for c in cells) + " |")
     return lines
 
 
@@ -176,12 +178,14 @@ def chosen_text(record: Claim) -> str:
         for i, r in enumerate(record.revisions, 1))
 
 
-def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = ()) -> str:
-    """{summary: per claim and recipe, runs: [{recipe, seed, rows}], origins} as strict JSON."""
+def to_json(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Sequence[Mapping[str, Any]] = (),
+            more: Mapping[str, Any] | None = None) -> str:
+    """{summary: per claim and recipe, runs: [{recipe, seed, rows}], origins, and `more`'s entries} as strict
+    JSON."""
     payload = {"summary": list(summary),
                "runs": [{"recipe": recipe, "seed": seed, "rows": list(rows)}
                         for (recipe, seed), rows in runs.items()],
-               "origins": list(origins)}
+               "origins": list(origins), **(more or {})}
     return json.dumps(payload, indent=2, allow_nan=False) + "\n"
 
 

@@ -164,11 +164,11 @@ def dvc_yaml() -> str:
     """dvc.yaml: the declared stages, each depending on its source files and then its declared inputs."""
     stages = {}
     for name, stage in declaration().items():
-        fields = {key: value for key, value in stage.items() if key not in ("inputs", *SNAKEMAKE_ONLY)}
+        fields = {key: value for key, value in stage.items() if key not in ("inputs", "reference", *SNAKEMAKE_ONLY)}
         for kind in ("outs", "metrics", "plots"):
             if kind in fields:
                 fields[kind] = [_tracked(out) for out in fields[kind]]
-        deps = sources(name) + stage["inputs"]
+        deps = sources(name) + stage["inputs"] + ([stage["reference"]] if "reference" in stage else [])
         stages[name] = {**{k: fields.pop(k) for k in ("matrix", "cmd") if k in fields}, "deps": deps, **fields}
     body = yaml.safe_dump({"stages": stages}, sort_keys=False, width=1000, default_flow_style=False)
     return DVC_HEADER + body

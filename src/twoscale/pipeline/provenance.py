@@ -33,6 +33,7 @@ from twoscale.config.io import atomic_path, finite_or_null, once_landed, sha256_
 from twoscale.config.parameter_files import changed_keys, shown_keys
 from twoscale.pipeline.dependencies import (
     STAGES,
+    declared_stages,
     holds_job,
     input_options,
     inside,
@@ -154,9 +155,13 @@ class Record:
 
 def _files_read(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> Iterator[Path]:
     """The files the job reads: each file an input option names, and in a folder an option names, the inputs that
-    the orchestrators give the job under `config` (the outputs of the jobs in force there)."""
+    the orchestrators give the job under `config` (the outputs of the jobs in force there); and its stage's
+    reference where the checkout has it (a repository file, stages.yaml's `reference`)."""
     stage = next(stage for stage in stages(config) if stage.name == job.stage)
     yield from _given(job, args, input_options(job.stage), stage.inputs)
+    reference = declared_stages()[job.stage].get("reference")
+    if reference is not None:
+        yield Path(getattr(args, "reference", None) or reference)
 
 
 def files_written(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> list[Path]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from twoscale.claims import comparison
 from twoscale.claims.by_recipe import summarise, to_json, to_markdown
 from twoscale.claims.table import claim, claims_table, computations, surrogate_claims
 from twoscale.config.errors import TwoscaleError
@@ -19,7 +20,7 @@ from twoscale.config.io import read_csv, read_parquet, run_subdir, write_parquet
 from twoscale.config.params import Params
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import input_options
+from twoscale.pipeline.dependencies import declared_stages, input_options
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
 from twoscale.stages.common import add_declared_arguments, load, per_checkpoint_tables
@@ -38,6 +39,10 @@ BUNDLE = (*MEASUREMENT_TABLES, "sweep", "latency", "beyond", "spectrum", "sample
 BUNDLE_DIR = "claims_tables"
 INPUTS = ("geometry_dir", "sweep", "latency", "sample_dir", "beyond_dir", "spectrum_dir", "recovery")  # the flags
 OPTIONAL_INPUTS = ("sweep", "latency")  # left out together: the exit claims are not measured
+# the committed study a run is read against, where the checkout has it (a repository file, not an output of the
+# parameter set: stages.yaml's `reference`)
+REFERENCE = Path(declared_stages()["claims"]["reference"])
+REFERENCE_NAME = "the committed study"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     --from-tables reads none of them."""
     add_declared_arguments(parser, "claims", optional=tuple(input_options("claims")),
                            when_left_out="left out, the claims it feeds are reported as not measured")
+    parser.add_argument("--reference", type=Path, default=REFERENCE,
+                        help="a claims.json this run is read against where its parameters are the same but for "
+                        "the seeds and what computed its numbers is not (another processor or arithmetic): "
+                        f"claims.md then opens with its verdicts and numbers beside those (default: {REFERENCE}, "
+                        f"{REFERENCE_NAME}; docs/results.md#a-reproduction-elsewhere)")
     parser.add_argument("--from-tables", type=Path,
                         help=f"recompute the report from a {BUNDLE_DIR} folder that this stage wrote (no parameter "
                         "file, no other input: what a reader of the repository can check)")
@@ -158,15 +168,39 @@ def claims_of(tables: Mapping[str, pl.DataFrame]) -> dict[tuple[str, int], list[
     return out
 
 
-def write_report(tables: Mapping[str, pl.DataFrame], out_dir: Path) -> list[dict[str, Any]]:
-    """claims.md and claims.json from the tables of BUNDLE; returns the summary across seeds."""
+def read_against(reference: Path, parameters: str, summary: list[dict[str, Any]], origins: list[dict]
+                 ) -> tuple[list[str], dict[str, Any]] | None:
+    """Where `reference` is a claims.json of the same parameters but the seeds (`comparison.parameters_key`) whose
+    numbers were computed otherwise: claims.md's opening section and claims.json's `compared_with` entry. None
+    where there is no such file, its parameters differ (another experiment) or it was computed alike."""
+    if not reference.is_file():
+        return None
+    bundle = comparison.read_claims(reference)
+    ours, theirs = comparison.computed_by(origins), comparison.computed_by(bundle["origins"])
+    if bundle.get("parameters") != parameters or ours == theirs:
+        return None
+    rows = comparison.compare(summary, bundle["summary"])
+    lines = [f"## Another draw of {REFERENCE_NAME}", "",
+             f"This run has the parameters of {REFERENCE_NAME} ({reference.as_posix()}) but the seeds, and its numbers "
+             "were computed otherwise: another processor or arithmetic (bf16 on other units, float32 without them) "
+             "is another draw, like another seed, and is read as one (docs/results.md#a-reproduction-elsewhere).",
+             "", *comparison.to_markdown(rows, ours, theirs, REFERENCE_NAME)]
+    return lines, {"reference": reference.as_posix(), **comparison.counts(rows), "rows": rows}
+
+
+def write_report(tables: Mapping[str, pl.DataFrame], out_dir: Path, parameters: str | None = None,
+                 reference: Path | None = None) -> list[dict[str, Any]]:
+    """claims.md and claims.json from the tables of BUNDLE, read against `reference` where that applies (with the
+    key of the run's `parameters`, which claims.json records); returns the summary across seeds."""
     runs = claims_of(tables)
     summary = summarise(runs)
     origin = computations({name: frame for name, frame in tables.items() if frame.height and name != "runs"},
                           list(runs))
+    against = read_against(reference, parameters, summary, origin) if reference and parameters else None
     docs = Path(os.path.relpath(CLAIMS_DOC, out_dir)).as_posix()
-    write_text(out_dir / "claims.md", to_markdown(summary, runs, origin, docs))
-    write_text(out_dir / "claims.json", to_json(summary, runs, origin))
+    write_text(out_dir / "claims.md", to_markdown(summary, runs, origin, docs, against[0] if against else ()))
+    more = {**({"parameters": parameters} if parameters else {}), **({"compared_with": against[1]} if against else {})}
+    write_text(out_dir / "claims.json", to_json(summary, runs, origin, more))
     return summary
 
 
@@ -184,7 +218,8 @@ def run(args: argparse.Namespace) -> None:
         with tracking.stage_run("claims", sections):
             for name, frame in tables.items():
                 write_parquet(args.out_dir / BUNDLE_DIR / f"{name}.parquet", frame)
-            summary = write_report(tables, args.out_dir)
+            summary = write_report(tables, args.out_dir, comparison.parameters_key(params.model_dump(mode="json")),
+                                   args.reference)
             tracking.log_artifact(args.out_dir / "claims.md")
             tracking.log_artifact(args.out_dir / "claims.json")
             tracking.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]

@@ -340,8 +340,8 @@ def train(
     """Train from state.step to train.steps, saving a checkpoint at every step in train.checkpoint_steps.
 
     Checkpoints are written to resume_dir whole (kept until training completes, so a killed run resumes even when
-    the orchestrator deletes its outputs) and published into checkpoint_dir (not when None; `publish`). Forward passes (training and
-    evaluation) run under autocast in `dtype`.
+    the orchestrator deletes its outputs) and published into checkpoint_dir (not when None; `publish`). Forward
+    passes (training and evaluation) run under autocast in `dtype`.
     """
     model, config = state.model, state.model.config
     if len(train_ids) < config.block_size + 1:
