@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup setup-cluster reproduce study smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
+.PHONY: setup setup-cluster reproduce push pull study smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
 
 # TORCH=system: reuse the torch that $(PYTHON) already has (a CUDA build, say) instead of the lock's torch==2.13.0
 TORCH ?= lock
@@ -42,6 +42,20 @@ $(BIN)/.installed-cluster: $(BIN)/.installed requirements-cluster.txt
 
 reproduce: setup
 	$(RUN) snakemake --cores all
+	@echo "The run's model weights, token arrays and corpus are in DVC's cache (.dvc/cache), its tables in git:"
+	@echo "  make push    copies the cache to the DVC remote 'store' ($$($(RUN) dvc remote list | sed -n 's/^store\s*//p'))"
+	@echo "  make push DVC_REMOTE=s3://bucket/twoscale   the same, to another remote (docs/running.md#a-dvc-remote)"
+
+# DVC's remote 'store' (.dvc/config: a folder beside the checkout, ../twoscale-dvc-store): DVC_REMOTE=<url> points
+# it elsewhere for this checkout (.dvc/config.local) first. pull then marks the outputs current for Snakemake (its
+# --touch: a clone's files carry the times of the checkout and the pull, not of the run)
+DVC_REMOTE ?=
+point-remote = $(if $(DVC_REMOTE),$(RUN) dvc remote modify --local store url '$(DVC_REMOTE)' &&)
+push: setup
+	$(point-remote) $(RUN) dvc push
+
+pull: setup
+	$(point-remote) $(RUN) dvc pull && $(RUN) snakemake --touch --cores 1 --quiet all
 
 # the study (configs/study.yaml: params.yaml at three seeds) writes under runs/study/ like any parameter set but
 # params.yaml; a copy of what it gathers across runs is kept in results/study/ (committed)
