@@ -29,6 +29,7 @@ from workspace import ROOT, attempt, copy_repository, environment, run
 from twoscale.__main__ import main
 from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline import dependencies, jobs
+from twoscale.report.figures import UNREADABLE
 
 pytestmark = pytest.mark.e2e
 
@@ -116,6 +117,15 @@ def test_the_console_shows_each_job_start_and_end_and_its_log_the_rest(first_run
                 if " step " in line and ": train " in line] == list(evaluations)
         assert f"train {recipe}: 100%" in log  # the progress, as lines
         assert "final: val loss" in log
+
+
+def test_every_figure_of_the_smoke_run_has_every_text_readable(first_run):
+    """save_figure warns of a text that leaves its figure or axes or covers another (report.figures.text_defects):
+    no figure stage's log holds such a warning."""
+    logs = sorted((first_run / "logs").rglob("*figures*.log"))
+    assert len(logs) == 7  # the premise: every figure stage drew (mechanism, precision, geometry, exit, sampler,
+    # phase and surrogate figures: one job each in the smoke set)
+    assert [line for log in logs for line in log.read_text().splitlines() if UNREADABLE in line] == []
 
 
 def test_every_output_lands_with_a_record_of_its_content_parameters_and_inputs(first_run):

@@ -17,11 +17,12 @@ import matplotlib.ticker
 import numpy as np
 import polars as pl
 import seaborn as sns
+from matplotlib.colors import LogNorm
 from matplotlib.lines import Line2D
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.exits.tables import FULL_DEPTH, SWEEP_COLUMNS, best_within, full_depth_rows
-from twoscale.report.figures import figure_style, panel_grid, plain_log_ticks, save_figure, seed_note
+from twoscale.report.figures import figure_style, panel_grid, plain_log_ticks, save_figure, seed_note, suptitle
 from twoscale.report.tables import of_run, recipes_in, require, runs_in
 
 # --- Fig. 4 and the trade-off: the early-exit sweep ---------------------------------------------------------
@@ -98,7 +99,7 @@ def fig4_exit_sweep(sweep: pl.DataFrame, path: Path) -> None:
             row[0].set_title(f"{recipe} — latency vs threshold ({seed_note(sweep, recipe)})")
             row[1].set_title(f"{recipe} — loss vs threshold")
         _strategy_legend(fig, styles, sorted(lines["strategy"].unique()), reference)
-        fig.suptitle("Fig. 4 — early exit: latency and loss vs exit threshold, per recipe and exit rule\n"
+        suptitle(fig, "Fig. 4 — early exit: latency and loss vs exit threshold, per recipe and exit rule\n"
                      "(τ = 0 and τ = ∞, the never-exit and exit-at-once ends, are off the log axis: see the "
                      "trade-off figure)")
         save_figure(fig, path)
@@ -161,7 +162,7 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
             row[0].set_title(f"{recipe} — loss vs FLOPs ({seed_note(sweep, recipe)})")
             row[1].set_title(f"{recipe} — loss vs latency")
         _strategy_legend(fig, styles, sorted(rules["strategy"].unique()), frontier)
-        fig.suptitle("Early exit: loss vs FLOPs and latency, every setting of every exit rule, per recipe\n"
+        suptitle(fig, "Early exit: loss vs FLOPs and latency, every setting of every exit rule, per recipe\n"
                      "(points joined in order of mean loops, including the τ = 0 and τ = ∞ ends)")
         save_figure(fig, path)
 
@@ -216,7 +217,9 @@ def fig_exit_depth(sweep: pl.DataFrame, depth: pl.DataFrame, path: Path) -> None
     bands = {recipe: [(point, _depth_rows(depth, point)) for point in points if point["recipe"] == recipe]
              for recipe in recipes}
     tallest = max([sum(len(rows) for _, rows in band) for band in bands.values()] + [1])
-    colours = plt.get_cmap("viridis", max_loops)
+    # log-spaced colours: the useful exits run a few loops, next to a full depth of tens (a linear scale gives
+    # 1 to 5 loops one purple)
+    colours, loops_norm = plt.get_cmap("viridis"), LogNorm(vmin=1, vmax=max_loops)
     with figure_style():
         fig, axes = panel_grid(len(recipes), 1, width=11.0, height=0.25 * tallest + 1.2, sharey=False)
         for recipe, (ax,) in zip(recipes, axes, strict=True):
@@ -230,7 +233,7 @@ def fig_exit_depth(sweep: pl.DataFrame, depth: pl.DataFrame, path: Path) -> None
                 ax.set_yticks([])
                 continue
             image = ax.imshow(np.vstack([rows for _, rows in bands[recipe]]), aspect="auto", cmap=colours,
-                              vmin=0.5, vmax=max_loops + 0.5, interpolation="nearest")
+                              norm=loops_norm, interpolation="nearest")
             labels, top = [], 0
             for point, rows in bands[recipe]:
                 setting = f"τ = {point['setting']:g}" if point["swept"] == "threshold" else \
@@ -241,8 +244,11 @@ def fig_exit_depth(sweep: pl.DataFrame, depth: pl.DataFrame, path: Path) -> None
             ax.set_yticks(range(len(labels)), labels, fontsize=7)
             ax.set_xlabel(f"position in held-out window {DEPTH_WINDOW}")
         if any(bands.values()):
-            fig.colorbar(image, ax=[row[0] for row in axes], label="exit step (loops the group ran)")
-        fig.suptitle(f"Per-token depth: loops each token ran in each looped group (of at most {max_loops}), "
+            bar = fig.colorbar(image, ax=[row[0] for row in axes], label="exit step (loops the group ran, log scale)")
+            ticks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128) if k < max_loops] + [max_loops]
+            bar.set_ticks(ticks, labels=[str(k) for k in ticks])
+            bar.minorticks_off()
+        suptitle(fig, f"Per-token depth: loops each token ran in each looped group (of at most {max_loops}), "
                      "each rule at its cheapest setting within 1% of full depth's perplexity\n(fixed depth runs K "
                      "loops on every token)")
         save_figure(fig, path)

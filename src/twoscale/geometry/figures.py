@@ -39,6 +39,7 @@ from twoscale.report.figures import (
     seed_note,
     step_axis,
     step_colours,
+    suptitle,
 )
 from twoscale.report.tables import of_run, require, training_steps
 
@@ -93,7 +94,7 @@ def fig1_trajectory(trajectory: pl.DataFrame, path: Path) -> None:
         fig.legend(handles=handles, loc="outside lower center", ncols=3 if len(shown) == 1 else 6,
                    frameon=False)
         which = "first and last checkpoint" if len(shown) > 1 else "the only checkpoint"
-        fig.suptitle("Fig. 1 — one token's latent trajectory over every loop of every group\n"
+        suptitle(fig, "Fig. 1 — one token's latent trajectory over every loop of every group\n"
                      f"(2-D PCA fitted per checkpoint; {which}; one row per recipe)")
         save_figure(fig, path)
 
@@ -185,7 +186,7 @@ def fig2_drift_to_loop(geometry: pl.DataFrame, path: Path) -> None:
                     Line2D([], [], color="0.4", lw=1, ls="--", label=f"K = {loops}, read by C4 and C5"),
                     Patch(color="0.6", alpha=0.35, label="10th–90th percentile over tokens")]
         fig.legend(handles=handles, loc="outside right upper", title="median over tokens", frameon=False)
-        fig.suptitle("Fig. 2 — drift-to-loop ratio at each hand-off between looped groups, per recipe")
+        suptitle(fig, "Fig. 2 — drift-to-loop ratio at each hand-off between looped groups, per recipe")
         save_figure(fig, path)
 
 
@@ -223,16 +224,18 @@ def fig3a_step_size(geometry: pl.DataFrame, path: Path) -> None:
             for ax, g in zip(row, groups, strict=True):
                 _curves_by_checkpoint(ax, rows.filter((pl.col("recipe") == recipe) & (pl.col("group") == g)),
                                       colours, positive=True)
-                ax.axvline(10, color="0.4", ls=":", lw=1)
+                if ax.get_xlim()[1] >= 10:  # the paper's "within 5-10 steps", where the loops reach it
+                    ax.axvline(10, color="0.4", ls=":", lw=1)
                 ax.set_yscale("log")
                 plain_log_ticks(ax)
                 ax.set_title(f"{recipe} — group {g}")
                 ax.set_xlabel(LOOP_AXIS)
             row[0].set_ylabel(f"mean step size {STEP_NORM}\n({RESIDUAL_UNITS}, log scale)")
-            row[0].annotate("k = 10", xy=(10, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
-                            textcoords="offset points", fontsize=8, color="0.3")
+            if row[0].get_xlim()[1] >= 12:  # room for its label right of the line
+                row[0].annotate("k = 10", xy=(10, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                                textcoords="offset points", fontsize=8, color="0.3")
         checkpoint_key(fig, axes, colours)
-        fig.suptitle("Fig. 3a — step size vs loop step, per recipe and looped group (mean over tokens; one line "
+        suptitle(fig, "Fig. 3a — step size vs loop step, per recipe and looped group (mean over tokens; one line "
                      "per checkpoint and seed)")
         save_figure(fig, path)
 
@@ -262,7 +265,7 @@ def fig3b_step_cosine(geometry: pl.DataFrame, path: Path) -> None:
             Patch(color="tab:orange", alpha=0.3, label=f"paper: settles at {lo}–{hi}"),
             Line2D([], [], color="black", ls=":", label="orthogonal steps (cos = 0)"),
         ], loc="lower right", fontsize=8)
-        fig.suptitle("Fig. 3b — cosine between consecutive loop steps vs loop step, per recipe (mean over tokens; "
+        suptitle(fig, "Fig. 3b — cosine between consecutive loop steps vs loop step, per recipe (mean over tokens; "
                      "one line per checkpoint and seed)")
         save_figure(fig, path)
 
@@ -292,7 +295,7 @@ def fig_regimes(geometry: pl.DataFrame, path: Path) -> None:
             row[0].set_ylabel("share of tokens")
         axes[-1][-1].legend(handles=[Patch(color=colours[r], label=r.replace("_", " ")) for r in REGIMES],
                             loc="lower right", fontsize=8)
-        fig.suptitle("Per-token regimes of each looped group across training (docs/methods.md#per-token-regimes; "
+        suptitle(fig, "Per-token regimes of each looped group across training (docs/methods.md#per-token-regimes; "
                      "mean over seeds)")
         save_figure(fig, path)
 
@@ -340,7 +343,7 @@ def fig_precision(precision: pl.DataFrame, path: Path) -> None:
                                     Line2D([], [], color="black", ls=":",
                                            label=f"the measure stage's floor ({FLOOR_EPS} eps)")],
                            loc="lower left", fontsize=8)
-        fig.suptitle("The precision question: late step cosine vs step size in units of the measuring precision "
+        suptitle(fig, "The precision question: late step cosine vs step size in units of the measuring precision "
                      "(one point per group, checkpoint and seed)")
         save_figure(fig, path)
 
@@ -398,7 +401,7 @@ def fig_similarity(similarity: pl.DataFrame, depth: pl.DataFrame, path: Path) ->
                    label="layout boundary (looped groups, single-pass layers)"),
         ], loc="upper right", bbox_to_anchor=(1.0, -0.08), facecolor="0.55", framealpha=1, fontsize=8,
             labelcolor="white")
-        fig.suptitle("Similarity of the unrolled network's depth positions (mean cosine over held-out tokens)")
+        suptitle(fig, "Similarity of the unrolled network's depth positions (mean cosine over held-out tokens)")
         save_figure(fig, path)
 
 
@@ -458,7 +461,7 @@ def fig_loss_vs_loops(loss_vs_loops: pl.DataFrame, path: Path) -> None:
             ax.set_title(f"{recipe} ({seed_note(rows, recipe)})")
         axes[0][0].set_ylabel("validation loss (nats/token)")
         checkpoint_key(fig, axes, colours)
-        fig.suptitle("Held-out loss vs test-time loop count (every group looped this many times), per recipe")
+        suptitle(fig, "Held-out loss vs test-time loop count (every group looped this many times), per recipe")
         save_figure(fig, path)
 
 
@@ -500,8 +503,8 @@ def fig_acceleration(geometry: pl.DataFrame, path: Path) -> None:
         handles = [Line2D([], [], color=colour, ls=ls, lw=1.6, label=label)
                    for label, colour, ls in series.values()]
         handles.append(Patch(color="0.5", alpha=0.3, label="10th–90th percentile over tokens (first seed)"))
-        fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
-        fig.suptitle("Second differences of the loop trajectory vs loop step at the last checkpoint, per recipe "
+        fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
+        suptitle(fig, "Second differences of the loop trajectory vs loop step at the last checkpoint, per recipe "
                      "(one line per seed)")
         save_figure(fig, path)
 
@@ -517,6 +520,12 @@ DIAGNOSTICS = {  # metric: (title, y label, axis: "log" where the values span a 
     "at_floor": ("steps at the precision floor", "fraction of tokens with\n" + r"$\|\Delta^{(k)}\| \leq$ floor "
                  r"$\cdot \|x^{(k-1)}\|$ (incl. $\Delta^{(k)} = 0$)", "fraction"),
 }
+
+
+def part_values_zero(rows: pl.DataFrame, metric: str, steps: dict[int, str]) -> bool:
+    """Whether every value a diagnostics panel draws of `metric` at these checkpoints is 0."""
+    values = rows.filter((pl.col("metric") == metric) & pl.col("step").is_in(list(steps)))["mean"].fill_nan(None)
+    return values.len() > 0 and values.drop_nulls().len() == values.len() and bool((values == 0).all())
 
 
 def fig_diagnostics(geometry: pl.DataFrame, path: Path) -> None:
@@ -551,6 +560,9 @@ def fig_diagnostics(geometry: pl.DataFrame, path: Path) -> None:
                     ax.axhline(0.0, color="black", lw=0.8, ls=":")
                 elif axis == "fraction":
                     ax.set_ylim(-0.03, 1.03)
+                if part_values_zero(own, metric, shown):  # a flat line at 0 reads as a missing one: say it
+                    ax.text(0.5, 0.5, "0 at every loop step\n(every group, both checkpoints, every seed)",
+                            ha="center", va="center", transform=ax.transAxes, fontsize=8, color="0.3")
                 ax.set_title(f"{recipe} — {title}")
                 ax.set_ylabel(label)
                 ax.set_xlabel(STATE_LOOP_AXIS)
@@ -560,7 +572,7 @@ def fig_diagnostics(geometry: pl.DataFrame, path: Path) -> None:
         if len(all_steps) > 1:
             handles += [Line2D([], [], color="0.3", ls="--", label=f"first checkpoint (step {all_steps[0]:,})")]
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
-        fig.suptitle("What the loops do to the state, per recipe (mean over tokens; one line per group, "
+        suptitle(fig, "What the loops do to the state, per recipe (mean over tokens; one line per group, "
                      "checkpoint and seed)")
         save_figure(fig, path)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.ticker
 import numpy as np
 import polars as pl
 import seaborn as sns
@@ -18,6 +19,7 @@ from twoscale.report.figures import (
     lead_runs,
     panel_grid,
     save_figure,
+    suptitle,
 )
 from twoscale.report.tables import training_steps
 
@@ -79,7 +81,7 @@ def fig_spectrum(spectrum: pl.DataFrame, path: Path) -> None:
                     Line2D([], [], marker="s", ls="", color="tab:orange", alpha=0.4,
                            label=f"angles with cos in the paper's band {PAPER_COSINE_BAND[0]}–{PAPER_COSINE_BAND[1]}")]
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False, fontsize=8)
-        fig.suptitle("Leading eigenvalues of one loop step's Jacobian per token, first and last checkpoint\n"
+        suptitle(fig, "Leading eigenvalues of one loop step's Jacobian per token, first and last checkpoint\n"
                      "(the token's own state at its last iterate; the dominant one outlined)")
         save_figure(fig, path)
 
@@ -116,6 +118,9 @@ def fig_spectrum_agreement(spectrum: pl.DataFrame, path: Path) -> None:
                     ax.set_xlim(lo, hi)
                     ax.set_ylim(lo, hi)
                     ax.axhspan(*PAPER_COSINE_BAND, color="tab:orange", alpha=0.2, lw=0, zorder=0)
+                else:  # radii near 1 to four decimals: a few ticks, not one per 0.0025
+                    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
+                    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
                 ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls="--", zorder=1)
                 for step, filled in ((steps[0], False), (steps[-1], True)):
                     for group, colour in colours.items():
@@ -130,7 +135,7 @@ def fig_spectrum_agreement(spectrum: pl.DataFrame, path: Path) -> None:
                     Line2D([], [], marker="o", ls="", color="none", markeredgecolor="0.3", label="first checkpoint"),
                     Line2D([], [], color="black", lw=0.8, ls="--", label="prediction = measurement")]
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False, fontsize=8)
-        fig.suptitle("The loop map's spectrum against the measured late loop steps (k > K/2), one point per token "
+        suptitle(fig, "The loop map's spectrum against the measured late loop steps (k > K/2), one point per token "
                      "and group")
         save_figure(fig, path)
 
@@ -167,6 +172,6 @@ def fig_lens(lens: pl.DataFrame, path: Path) -> None:
         handles += [Line2D([], [], color="0.3", ls=style, label=f"decoded by {DECODE_WORDS.get(d, d)}")
                     for d, style in DECODE_STYLES.items() if d in set(frame["decode"])]
         fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False, fontsize=8)
-        fig.suptitle("Logit lens across loop steps: what the model would predict\nif one group stopped after k "
+        suptitle(fig, "Logit lens across loop steps: what the model would predict\nif one group stopped after k "
                      "steps (the groups before it at full depth)")
         save_figure(fig, path)

@@ -12,6 +12,9 @@ figure and what is missing.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import logging
+import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -26,9 +29,13 @@ import polars as pl
 import seaborn as sns
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.lines import Line2D
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
 from twoscale.config.io import atomic_path
 from twoscale.report.tables import RUN_KEYS, of_run, recipes_in, require, runs_in, training_steps
+
+log = logging.getLogger(__name__)
 
 DPI = 150
 STEP_CMAP = "viridis"
@@ -46,12 +53,65 @@ def figure_style() -> Iterator[None]:
         yield
 
 
+UNREADABLE = "unreadable text in"  # how a figure's text defects start in a job's log
+
+
 def save_figure(fig: plt.Figure, path: Path) -> None:
+    """Save the figure (at once, or not at all), then warn of each text in it that cannot be read (`text_defects`)."""
     try:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format="png", dpi=DPI)
+        for defect in text_defects(fig):
+            log.warning("%s %s: %s", UNREADABLE, path.name, defect)
     finally:
         plt.close(fig)
+
+
+def drawn_texts(fig: plt.Figure) -> list[tuple[Text, plt.Axes | None]]:
+    """Every text of the figure a reader sees, with the axes whose data area must hold it (None: the figure's):
+    titles, axis labels, the labels of ticks inside the view, an axis's offset, legends, texts placed on axes
+    (which must stay in them) and on the figure."""
+    found: list[tuple[Text, plt.Axes | None]] = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        found += [(title, None) for title in (ax.title, ax._left_title, ax._right_title)]
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            found += [(axis.label, None), (axis.get_offset_text(), None)]
+            for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:
+                if tick.get_visible() and low <= tick.get_loc() <= high:
+                    found += [(label, None) for label in (tick.label1, tick.label2) if label.get_visible()]
+        found += [(text, ax) for text in ax.texts]
+        if ax.get_legend() is not None:
+            found += [(text, None) for text in (ax.get_legend().get_title(), *ax.get_legend().get_texts())]
+    for legend in fig.legends:
+        found += [(text, None) for text in (legend.get_title(), *legend.get_texts())]
+    found += [(text, None) for text in fig.texts]  # the suptitle among them
+    return [(text, ax) for text, ax in found if text.get_visible() and text.get_text().strip()]
+
+
+def text_defects(fig: plt.Figure, slack: float = 1.0) -> list[str]:
+    """The texts a reader cannot read whole, each in a line: one that leaves the figure, one placed on an axes that
+    leaves its data area, two that overlap (boxes as drawn, each `slack` pixels smaller on every side)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [(text, ax, text.get_window_extent(renderer)) for text, ax in drawn_texts(fig)]
+
+    def shrunk(box: Bbox) -> Bbox:
+        return Bbox.from_extents(box.x0 + slack, box.y0 + slack, box.x1 - slack, box.y1 - slack)
+
+    def within(box: Bbox, frame: Bbox) -> bool:
+        inner = shrunk(box)
+        return frame.x0 <= inner.x0 and inner.x1 <= frame.x1 and frame.y0 <= inner.y0 and inner.y1 <= frame.y1
+
+    defects = [f"{text.get_text()!r} leaves the figure" for text, _, box in boxes if not within(box, fig.bbox)]
+    defects += [f"{text.get_text()!r} leaves its axes" for text, ax, box in boxes
+                if ax is not None and not within(box, ax.bbox)]
+    defects += [f"{one.get_text()!r} overlaps {other.get_text()!r}"
+                for (one, _, first), (other, _, second) in itertools.combinations(boxes, 2)
+                if shrunk(first).overlaps(shrunk(second))]
+    return defects
 
 
 def step_colours(steps: Sequence[int]) -> dict[int, tuple]:
@@ -73,7 +133,8 @@ def checkpoint_key(fig: plt.Figure, axes, colours: dict[int, tuple]) -> None:
     steps = sorted(colours)
     if len(steps) <= MAX_LEGEND_CHECKPOINTS:
         handles = [Line2D([], [], color=colours[s], lw=2, label=f"{s:,}") for s in steps]
-        fig.legend(handles=handles, title="training step", loc="outside right upper", frameon=False)
+        # beside the panels, halfway down: clear of a title across the top
+        fig.legend(handles=handles, title="training step", loc="outside right center", frameon=False)
     else:
         cmap = plt.get_cmap(STEP_CMAP)
         sliced = matplotlib.colors.ListedColormap(cmap(np.linspace(0, 0.85, 256)))
@@ -126,12 +187,18 @@ def seed_note(frame: pl.DataFrame, recipe: str) -> str:
     return f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds, one line each"
 
 
+SMALLEST_PLAIN = 1e-3  # a log axis reaching below this is labelled in powers of ten throughout
+
+
 def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
-    """Log axis labelled 0.5, 1, 2 (or 1,000), not 5×10⁻¹; minor ticks 2 and 5 labelled on short ranges."""
+    """Log axis labelled 0.5, 1, 2 (or 1,000), not 5×10⁻¹; minor ticks 2 and 5 labelled on short ranges. An axis
+    reaching below 0.001 is labelled 10⁻⁶ ... 10² throughout, never 1e-06 beside 100."""
     target = ax.yaxis if axis == "y" else ax.xaxis
     limits = ax.get_ylim if axis == "y" else ax.get_xlim
 
     def major(value: float, _pos: int) -> str:
+        if 0 < min(limits()) < SMALLEST_PLAIN:
+            return f"$10^{{{round(np.log10(value))}}}$"
         return f"{value:,.0f}" if value >= 1000 else f"{value:g}"
 
     def minor(value: float, _pos: int) -> str:
@@ -142,6 +209,31 @@ def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
 
     target.set_major_formatter(matplotlib.ticker.FuncFormatter(major))
     target.set_minor_formatter(matplotlib.ticker.FuncFormatter(minor))
+
+
+def suptitle(fig: plt.Figure, text: str, fontsize: float | None = None) -> None:
+    """The figure's title, each of its lines wrapped to the figure's width (a long title on a narrow figure would
+    run off both sides)."""
+    size = fontsize or matplotlib.rcParams["figure.titlesize"]
+    points = matplotlib.font_manager.FontProperties(size=size).get_size_in_points()
+    columns = max(20, int(fig.get_figwidth() * 72 / (0.55 * points)))  # a character is about 0.55 em wide
+    fig.suptitle("\n".join(textwrap.fill(line, columns) for line in text.split("\n")), fontsize=size)
+
+
+def readable_point_labels(ax: plt.Axes, labels: Sequence[Text]) -> None:
+    """Hide the labels of points (in the order given, the first kept) that would leave the panel or cover a label
+    already kept, as the figure is laid out now: where points crowd, some go unlabelled rather than unreadable."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    kept: list[Bbox] = []
+    for label in labels:
+        box = label.get_window_extent(renderer)
+        inside = ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1 and ax.bbox.y0 <= box.y0 and box.y1 <= ax.bbox.y1
+        if not inside or any(box.overlaps(other) for other in kept):
+            label.set_visible(False)
+        else:
+            kept.append(box)
 
 
 def log_safe(values: np.ndarray) -> np.ndarray:

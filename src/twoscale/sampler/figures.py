@@ -16,7 +16,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from twoscale.report.figures import figure_style, plain_log_ticks, save_figure
+from twoscale.report.figures import figure_style, plain_log_ticks, readable_point_labels, save_figure, suptitle
 from twoscale.report.tables import require
 
 # --- the parallel sampler -----------------------------------------------------------------------------------
@@ -72,17 +72,19 @@ def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
     markers = {"latent_diff": "o", "acceleration": "s"}
     with figure_style():
         fig, axes = plt.subplots(2, 3, figsize=(14, 9), layout="constrained")
+        point_labels = {}
         for ax, (x_column, y_column) in zip(axes.flat, _SAMPLER_PANELS, strict=True):
             ax.plot(ordinary[x_column], ordinary[y_column], color="black", marker="D", ms=5, lw=1.6)
-            for x, y, loops in ordinary.select(x_column, y_column, "loops").iter_rows():
-                ax.annotate(f"{loops}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            point_labels[ax] = [ax.annotate(f"{loops}", (x, y), textcoords="offset points", xytext=(4, 4),
+                                            fontsize=7)
+                                for x, y, loops in ordinary.select(x_column, y_column, "loops").iter_rows()]
             for freeze, tolerance in lines:
                 rows = sampler.filter((pl.col("freeze") == freeze) & (pl.col("tolerance") == tolerance))
                 ax.plot(rows[x_column], rows[y_column], color=palette[(freeze, tolerance)],
                         marker=markers.get(freeze, "o"), ms=5, lw=1.3, alpha=0.9)
-                for x, y, r in rows.select(x_column, y_column, "inner_loops").iter_rows():
-                    ax.annotate(f"{r}", (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6,
-                                color=palette[(freeze, tolerance)])
+                point_labels[ax] += [ax.annotate(f"{r}", (x, y), textcoords="offset points", xytext=(3, -9),
+                                                 fontsize=6, color=palette[(freeze, tolerance)])
+                                     for x, y, r in rows.select(x_column, y_column, "inner_loops").iter_rows()]
             if x_column in _SAMPLER_LOG_AXES:
                 ax.set_xscale("log")
                 plain_log_ticks(ax, "x")
@@ -101,5 +103,7 @@ def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False,
                    fontsize=7)
         recipe, seed = summary["recipe"][0], summary["seed"][0]
-        fig.suptitle(f"Parallel sampler vs ordinary cached decoding: {recipe}, seed {seed}")
+        suptitle(fig, f"Parallel sampler vs ordinary cached decoding: {recipe}, seed {seed}")
+        for ax, labels in point_labels.items():  # where points crowd, ordinary decoding's labels first
+            readable_point_labels(ax, labels)
         save_figure(fig, path)

@@ -14,7 +14,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from twoscale.config.errors import TwoscaleError
-from twoscale.report.figures import figure_style, panel_grid, save_figure
+from twoscale.report.figures import figure_style, panel_grid, save_figure, suptitle
 from twoscale.report.tables import require
 from twoscale.surrogates.thresholds import C8_RECOVERY
 
@@ -58,7 +58,7 @@ def fig_teacher_phases(distance: np.ndarray, phases: Mapping[int, Sequence[tuple
         bars.set_xticks(range(L))
         bars.set_xlabel("layer (one shared block per phase)")
         bars.set_title("contiguous phases by exact max-cut", fontsize=9)
-        fig.suptitle(f"Phases of teacher {title}: mean over held-out windows of two summaries "
+        suptitle(fig, f"Phases of teacher {title}: mean over held-out windows of two summaries "
                      "(mean token state, last token state)", fontsize=10)
         save_figure(fig, path)
 
@@ -116,7 +116,7 @@ def fig_surrogate_recovery(recovery: pl.DataFrame, layer_r2: pl.DataFrame, path:
                    label="control (k layers from scratch)"),
             Line2D([], [], color="#ff3b30", ls=":", label=f"{100 * C8_RECOVERY:g}% (claim C8)")],
             fontsize=7, frameon=False)
-        fig.suptitle("What block-recurrent surrogates recover of a plain GPT, read through its final norm and LM head"
+        suptitle(fig, "What block-recurrent surrogates recover of a plain GPT, read through its final norm and LM head"
                      " (lines: mean over seeds)", fontsize=10)
         save_figure(fig, path)
 
@@ -154,5 +154,5 @@ def fig_depth_dynamics(dynamics: pl.DataFrame, path: Path) -> None:
                           + ("" if measure == "convergence" else "of the step's start ℓ → ℓ + 1"))
             ax.set_ylabel(label, fontsize=8)
         fig.legend(handles=list(legend.values()), loc="outside right upper", frameon=False, fontsize=8)
-        fig.suptitle("Dynamics of depth on unit-normalised states (held-out tokens; every seed a line)", fontsize=10)
+        suptitle(fig, "Dynamics of depth on unit-normalised states (held-out tokens; every seed a line)", fontsize=10)
         save_figure(fig, path)
