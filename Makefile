@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup setup-cluster reproduce push pull study smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
+.PHONY: setup setup-cluster reproduce push pull study study-copy smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
 
 # TORCH=system: reuse the torch that $(PYTHON) already has (a CUDA build, say) instead of the lock's torch==2.13.0
 TORCH ?= lock
@@ -58,19 +58,18 @@ pull: setup
 	$(point-remote) $(RUN) dvc pull && $(RUN) snakemake --touch --cores 1 --quiet all
 
 # the study (configs/study.yaml: params.yaml at three seeds) writes under runs/study/ like any parameter set but
-# params.yaml; a copy of what it gathers across runs is kept in results/study/ (committed)
-STUDY_RESULTS := claims.md claims.json claims_tables figures geometry/summary.csv sweep/summary.csv \
-                 train/*/seed_*/metrics.json \
-                 sample/*/seed_*/summary.csv surrogates/recovery.csv surrogates/layer_r2.csv \
-                 distill/*/seed_*/phases.json distill/*/seed_*/k_*/evaluation.json
-
+# params.yaml; what git keeps of it (every output but the model weights, with its build records: every figure and
+# claim of the study can be redrawn from the repository) is copied into results/study/ (committed), where the
+# README's and the reproductions' comparisons read it
 study: reproduce
 	$(RUN) python -m twoscale reuse --params configs/study.yaml  # the default run's jobs are the study's seed 1337's
 	$(RUN) snakemake --cores all --configfile configs/study.yaml
-	rm -rf results/study
-	cd runs/study/results && for path in $(STUDY_RESULTS); do \
-	  mkdir -p ../../../results/study/$$(dirname $$path) && cp -r $$path ../../../results/study/$$path; done
-	find results/study -name .built -type d -prune -exec rm -rf {} +  # build records of runs/study's paths
+	$(MAKE) --no-print-directory study-copy
+
+study-copy:
+	rm -rf results/study && mkdir -p results/study
+	cd runs/study/results && find . -type f ! -name '*.pt' ! -name '*.stat' ! -name '.*.tmp' ! -name '.*.old' \
+	  ! -name '.*.landing.json' ! -path './benchmarks/*' -exec cp --parents {} ../../../results/study/ \;
 	sed -i 's#](\.\./\.\./\.\./docs/#](../../docs/#g' results/study/claims.md  # one folder up: its links to docs/
 	{ printf '# The study\n\n`make study` on commit %s, finished %s UTC, on %s (%s CPUs); what computed each number ' \
 	    "$$(git rev-parse HEAD)" "$$(date -u '+%F %H:%M')" "$$(lscpu | sed -n 's/^Model name: *//p')" "$$(nproc)"; \

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from twoscale.pipeline import dependencies
 from twoscale.pipeline.dependencies import declaration, output_paths
 from twoscale.pipeline.snakemake_rules import RULES_DIR, path_expression, rule_files, writers
 
@@ -178,7 +179,10 @@ def test_a_name_that_reaches_the_shell_runs_nothing(tmp_path):
 
 def test_another_parameter_set_reads_and_writes_under_its_root():
     """A forced dry run of configs/smoke.yaml: every file a job reads, writes or logs to, and every path its command
-    names, lies under runs/smoke/, but the stages' source files and the run's parameter snapshot."""
+    names, lies under runs/smoke/, but the stages' source files, the run's parameter snapshot and the repository
+    file a stage reads for every set (its reference: the committed study)."""
+    references = {stage["reference"] for stage in dependencies.declared_stages().values() if "reference" in stage}
+    assert references == {"results/study/claims.json"}
     result = subprocess.run([SNAKEMAKE, "--forceall", "--dry-run", "--quiet", "progress", "--printshellcmds",
                              "--nolock", "--cores", "1", "--configfile", "configs/smoke.yaml"],
                             cwd=ROOT, capture_output=True, text=True,
@@ -189,7 +193,7 @@ def test_another_parameter_set_reads_and_writes_under_its_root():
         if block.startswith("all:"):
             continue
         files = [path for field in re.findall(r"^    (?:input|output|log): (.*)$", block, re.M)
-                 for path in field.split(", ") if not path.startswith("src/")]
+                 for path in field.split(", ") if not path.startswith("src/") and path not in references]
         words = re.search(r"^Shell command: (.*)$", block, re.M).group(1).split()
         named = [value for option, value in zip(words, words[1:]) if option.startswith("--")
                  and option not in ("--params", "--recipe", "--seed", "--strategy", "--blocks")]
