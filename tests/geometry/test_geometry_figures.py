@@ -178,3 +178,29 @@ def test_the_precision_points_by_hand():
     for name, eps in (("float32", 2.0 ** -23), ("bfloat16", 2.0 ** -7)):
         assert points[name]["late_cosine"] == pytest.approx(0.9)
         assert points[name]["step_in_eps"] == pytest.approx(late_step / eps)
+
+
+def test_fig1_keys_the_hand_off_between_groups_only_where_a_panel_shows_one(frames, tmp_path, monkeypatch):
+    """The fixture's groups start 11 units from where the previous one ended: a dashed hand-off, and its legend
+    entry. Moved so that each group starts where the last ended (no single-pass layer between them moves the
+    state), there is nothing to draw, and no entry for it."""
+    drawn = []
+    monkeypatch.setattr(geometry_figures, "save_figure", lambda fig, path: drawn.append(fig))
+    trajectory = frames["trajectory"]
+    keys = ["recipe", "seed", "step"]
+    ends = trajectory.filter((pl.col("group") == 0) & (pl.col("k") == K)).select(*keys, end1="pc1", end2="pc2")
+    starts = trajectory.filter((pl.col("group") == 1) & (pl.col("k") == 0)).select(*keys, start1="pc1",
+                                                                                   start2="pc2")
+    joined = trajectory.join(ends, on=keys).join(starts, on=keys).with_columns(
+        pc1=pl.when(pl.col("group") == 1).then(pl.col("pc1") - pl.col("start1") + pl.col("end1")).otherwise("pc1"),
+        pc2=pl.when(pl.col("group") == 1).then(pl.col("pc2") - pl.col("start2") + pl.col("end2")).otherwise("pc2"),
+    ).select(trajectory.columns)
+    for frame in (trajectory, joined):
+        geometry_figures.fig1_trajectory(frame, tmp_path / "fig1.png")
+    keyed = [[text.get_text() for text in fig.legends[0].get_texts()] for fig in drawn]
+    assert "between groups (single-pass layers)" in keyed[0]
+    assert "between groups (single-pass layers)" not in keyed[1] and "group 1" in keyed[1]
+    dashed = [sum(line.get_linestyle() == "--" for ax in fig.axes for line in ax.get_lines()) for fig in drawn]
+    assert dashed[0] > 0 and dashed[1] == 0
+    for fig in drawn:
+        plt.close(fig)

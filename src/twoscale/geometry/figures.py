@@ -71,6 +71,7 @@ def fig1_trajectory(trajectory: pl.DataFrame, path: Path) -> None:
     palette = dict(zip(groups, sns.color_palette("deep", len(groups)), strict=True))
     with figure_style():
         fig, axes = panel_grid(len(recipes), len(shown), width=5.6, height=4.6, sharey=False)
+        hand_offs = False
         for recipe, row in zip(recipes, axes, strict=True):
             own = lead.filter(pl.col("recipe") == recipe)
             for ax, step in zip(row, shown, strict=True):
@@ -78,7 +79,7 @@ def fig1_trajectory(trajectory: pl.DataFrame, path: Path) -> None:
                 if frame.height == 0:
                     ax.set_axis_off()
                     continue
-                _draw_token_path(ax, frame, groups, palette)
+                hand_offs |= _draw_token_path(ax, frame, groups, palette)
                 ks = frame.group_by("group").agg(pl.col("k").max())["k"]
                 ax.set_title(f"{recipe} (seed {frame['seed'][0]}), training step {step:,}\n"
                              f"up to {int(ks.max())} loops per group")
@@ -89,8 +90,9 @@ def fig1_trajectory(trajectory: pl.DataFrame, path: Path) -> None:
                    label=r"group input $x^{(0)}$"),
             Line2D([], [], ls="none", marker="X", ms=8, mfc="white", mec="black",
                    label=r"last loop $x^{(K)}$"),
-            Line2D([], [], ls="--", color="0.45", label="between groups (single-pass layers)"),
         ]
+        if hand_offs:  # an entry only for what some panel shows
+            handles.append(Line2D([], [], ls="--", color="0.45", label="between groups (single-pass layers)"))
         fig.legend(handles=handles, loc="outside lower center", ncols=3 if len(shown) == 1 else 6,
                    frameon=False)
         which = "first and last checkpoint" if len(shown) > 1 else "the only checkpoint"
@@ -99,16 +101,24 @@ def fig1_trajectory(trajectory: pl.DataFrame, path: Path) -> None:
         save_figure(fig, path)
 
 
-def _draw_token_path(ax: plt.Axes, frame: pl.DataFrame, groups: Sequence[int], palette: dict) -> None:
+HAND_OFF_SEEN = 0.01  # a hand-off shorter than this share of the path's extent is drawn on no panel
+
+
+def _draw_token_path(ax: plt.Axes, frame: pl.DataFrame, groups: Sequence[int], palette: dict) -> bool:
+    """The token's path through every group's loops; whether a hand-off between groups (the single-pass layers
+    between them) was long enough to be seen, and so drawn dashed."""
     pdf = frame.to_pandas()
-    previous_end = None
+    extent = max(np.ptp(pdf["pc1"].to_numpy()), np.ptp(pdf["pc2"].to_numpy()), np.finfo(float).tiny)
+    previous_end, drew_hand_off = None, False
     for g in groups:
         pts = pdf[pdf["group"] == g].sort_values("k")
         if pts.empty:
             continue
         x, y = pts["pc1"].to_numpy(), pts["pc2"].to_numpy()
-        if previous_end is not None:
+        if previous_end is not None and np.hypot(x[0] - previous_end[0], y[0] - previous_end[1]) > (
+                HAND_OFF_SEEN * extent):
             ax.plot([previous_end[0], x[0]], [previous_end[1], y[0]], ls="--", color="0.45", lw=1.2, zorder=1)
+            drew_hand_off = True
         ax.plot(x, y, "-", color=palette[g], lw=1.0, alpha=0.8, zorder=2)
         ax.scatter(x[0], y[0], marker="s", s=90, color=palette[g], edgecolor="black", lw=1.2, zorder=4)
         ax.scatter(x[-1], y[-1], marker="X", s=90, color=palette[g], edgecolor="black", lw=0.8, zorder=4)
@@ -118,6 +128,7 @@ def _draw_token_path(ax: plt.Axes, frame: pl.DataFrame, groups: Sequence[int], p
     ev1, ev2 = float(frame["explained_pc1"][0]), float(frame["explained_pc2"][0])
     ax.set_xlabel(f"PC1 ({ev1:.0%} of variance), {RESIDUAL_UNITS}")
     ax.set_ylabel(f"PC2 ({ev2:.0%} of variance), {RESIDUAL_UNITS}")
+    return drew_hand_off
 
 
 # --- Fig. 2: drift-to-loop ratio ----------------------------------------------------------------------------
