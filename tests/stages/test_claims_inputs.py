@@ -85,7 +85,8 @@ def test_a_bundle_of_teachers_alone_gives_their_claims(tmp_path):
     """No looped run: every table but the surrogates' recovery is empty, and the report holds C8 and C8b alone."""
     recovery = read_recovery(ROOT / "results/surrogates/recovery.csv")
     runs = pl.DataFrame({"recipe": ["plain"], "seed": [1337], "teacher": [True], "explained": [True],
-                         "warmup_steps": [None], "most_trained_loops": [None]}, schema=RUNS_SCHEMA)
+                         "warmup_steps": [None], "most_trained_loops": [None], "parameters": [None]},
+                        schema=RUNS_SCHEMA)
     empty = pl.DataFrame(schema={"recipe": pl.String, "seed": pl.Int64})
     tables = {name: empty for name in BUNDLE} | {"recovery": recovery, "runs": runs}
     summary = write_report(tables, tmp_path)

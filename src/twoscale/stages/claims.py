@@ -85,7 +85,7 @@ def read_run_tables(directory: Path, runs: list[tuple[str, int]], name: str, sta
 
 
 RUNS_SCHEMA = {"recipe": pl.String, "seed": pl.Int64, "teacher": pl.Boolean, "explained": pl.Boolean,
-               "warmup_steps": pl.Int64, "most_trained_loops": pl.Int64}
+               "warmup_steps": pl.Int64, "most_trained_loops": pl.Int64, "parameters": pl.String}
 
 # the tables that the explaining stages write for the seeds of runtime.explain_seeds alone, in words
 EXPLAINING_TABLES = {"beyond": "the geometry looped past the trained range",
@@ -94,13 +94,16 @@ EXPLAINING_TABLES = {"beyond": "the geometry looped past the trained range",
 
 def runs_table(params: Params) -> pl.DataFrame:
     """The runs in report order, looped then teachers, with the schedule the claims read of each looped run (C2
-    compares checkpoints after the warm-up, S reads loops beyond the most training drew) and whether its seed gets
-    the explaining stages (runtime.explain_seeds)."""
+    compares checkpoints after the warm-up, S reads loops beyond the most training drew), whether its seed gets
+    the explaining stages (runtime.explain_seeds), and the key of the parameters but the seeds
+    (`comparison.parameters_key`: whether a reference is the same experiment)."""
+    key = comparison.parameters_key(params.model_dump(mode="json"))
     looped = [{"recipe": recipe, "seed": seed, "teacher": False, "explained": params.explains(seed),
-               "warmup_steps": train.warmup_steps, "most_trained_loops": train.loops.max}
+               "warmup_steps": train.warmup_steps, "most_trained_loops": train.loops.max, "parameters": key}
               for recipe, seed in params.runs() for train in [params.run(recipe, seed).train]]
     teachers = [{"recipe": teacher, "seed": seed, "teacher": True, "explained": params.explains(seed),
-                 "warmup_steps": None, "most_trained_loops": None} for teacher, seed in params.teacher_runs()]
+                 "warmup_steps": None, "most_trained_loops": None, "parameters": key}
+                for teacher, seed in params.teacher_runs()]
     return pl.DataFrame([*looped, *teachers], schema=RUNS_SCHEMA)
 
 
@@ -137,10 +140,14 @@ def gather(args: argparse.Namespace, params: Params) -> dict[str, pl.DataFrame]:
 
 def read_bundle(directory: Path) -> dict[str, pl.DataFrame]:
     """The tables of BUNDLE as the stage wrote them to `directory` (a bundle written before runtime.explain_seeds
-    existed ran every stage on every seed: its runs are all explained)."""
+    existed ran every stage on every seed: its runs are all explained; one written before the key of its parameters
+    was kept has none)."""
     tables = {name: read_parquet(directory / f"{name}.parquet", "the claims stage") for name in BUNDLE}
     if "explained" not in tables["runs"].columns:
-        tables["runs"] = tables["runs"].with_columns(explained=pl.lit(True)).select(list(RUNS_SCHEMA))
+        tables["runs"] = tables["runs"].with_columns(explained=pl.lit(True))
+    if "parameters" not in tables["runs"].columns:
+        tables["runs"] = tables["runs"].with_columns(parameters=pl.lit(None, pl.String))
+    tables["runs"] = tables["runs"].select(list(RUNS_SCHEMA))
     return tables
 
 
@@ -188,10 +195,13 @@ def read_against(reference: Path, parameters: str, summary: list[dict[str, Any]]
     return lines, {"reference": reference.as_posix(), **comparison.counts(rows), "rows": rows}
 
 
-def write_report(tables: Mapping[str, pl.DataFrame], out_dir: Path, parameters: str | None = None,
-                 reference: Path | None = None) -> list[dict[str, Any]]:
-    """claims.md and claims.json from the tables of BUNDLE, read against `reference` where that applies (with the
-    key of the run's `parameters`, which claims.json records); returns the summary across seeds."""
+def write_report(tables: Mapping[str, pl.DataFrame], out_dir: Path, reference: Path | None = None
+                 ) -> list[dict[str, Any]]:
+    """claims.md and claims.json from the tables of BUNDLE, read against `reference` where that applies (by the key
+    of the run's parameters that the "runs" table holds, which claims.json records); returns the summary across
+    seeds."""
+    keys = tables["runs"]["parameters"].drop_nulls().unique().to_list()
+    parameters = keys[0] if keys else None
     runs = claims_of(tables)
     summary = summarise(runs)
     origin = computations({name: frame for name, frame in tables.items() if frame.height and name != "runs"},
@@ -210,7 +220,7 @@ def run(args: argparse.Namespace) -> None:
         if given:
             raise TwoscaleError("claims: --from-tables reads nothing else: drop "
                                 + ", ".join("--" + flag.replace("_", "-") for flag in given))
-        summary = write_report(read_bundle(args.from_tables), args.out_dir)
+        summary = write_report(read_bundle(args.from_tables), args.out_dir, args.reference)
     else:
         params = load(args)
         tables = gather(args, params)
@@ -218,8 +228,7 @@ def run(args: argparse.Namespace) -> None:
         with tracking.stage_run("claims", sections):
             for name, frame in tables.items():
                 write_parquet(args.out_dir / BUNDLE_DIR / f"{name}.parquet", frame)
-            summary = write_report(tables, args.out_dir, comparison.parameters_key(params.model_dump(mode="json")),
-                                   args.reference)
+            summary = write_report(tables, args.out_dir, args.reference)
             tracking.log_artifact(args.out_dir / "claims.md")
             tracking.log_artifact(args.out_dir / "claims.json")
             tracking.set_tags({f"verdict_{recipe}_{row['claim']}": entry["verdict"]
