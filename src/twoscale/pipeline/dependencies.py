@@ -161,7 +161,7 @@ def _tracked(out: str | dict[str, Any]) -> str | dict[str, Any]:
 
 
 def dvc_yaml() -> str:
-    """dvc.yaml: the declared stages, each depending on its source files and then its declared inputs."""
+    """dvc.yaml: the declared stages, each depending on its source files, then its declared inputs and reference."""
     stages = {}
     for name, stage in declaration().items():
         fields = {key: value for key, value in stage.items() if key not in ("inputs", "reference", *SNAKEMAKE_ONLY)}
