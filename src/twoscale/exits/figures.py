@@ -19,10 +19,19 @@ import polars as pl
 import seaborn as sns
 from matplotlib.colors import LogNorm
 from matplotlib.lines import Line2D
+from matplotlib.text import Text
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.exits.tables import FULL_DEPTH, SWEEP_COLUMNS, best_within, full_depth_rows
-from twoscale.report.figures import figure_style, panel_grid, plain_log_ticks, save_figure, seed_note, suptitle
+from twoscale.report.figures import (
+    figure_style,
+    panel_grid,
+    plain_log_ticks,
+    readable_point_labels,
+    save_figure,
+    seed_note,
+    suptitle,
+)
 from twoscale.report.tables import of_run, recipes_in, require, runs_in
 
 # --- Fig. 4 and the trade-off: the early-exit sweep ---------------------------------------------------------
@@ -105,17 +114,21 @@ def fig4_exit_sweep(sweep: pl.DataFrame, path: Path) -> None:
         save_figure(fig, path)
 
 
-def _annotate_loop_counts(ax: plt.Axes, fixed: pl.DataFrame, x: str, max_loops: int) -> None:
+def _annotate_loop_counts(ax: plt.Axes, fixed: pl.DataFrame, x: str, max_loops: int) -> list[Text]:
     """K = 1, 2, 4, ... and the full depth next to their points on the fixed-depth frontier (those it has: a seed
-    outside runtime.explain_seeds times only the depths the verdicts compare)."""
+    outside runtime.explain_seeds times only the depths the verdicts compare); the labels, the full depth's first
+    (it keeps its place where labels crowd: `readable_point_labels`)."""
+    labels = []
     for row in fixed.drop_nulls(x).iter_rows(named=True):
         k = int(row["setting"])
         point = (row[x], row["cross_entropy"])
         if k == max_loops:  # the frontier's top right end: label to its left, clear of the panel title
-            ax.annotate(f"K={k} (full depth)", point, xytext=(-40, -6), textcoords="offset points", ha="right",
-                        va="center", fontsize=8, arrowprops={"arrowstyle": "-", "color": "0.3", "lw": 0.8})
+            labels.insert(0, ax.annotate(f"K={k} (full depth)", point, xytext=(-40, -6), textcoords="offset points",
+                                         ha="right", va="center", fontsize=8,
+                                         arrowprops={"arrowstyle": "-", "color": "0.3", "lw": 0.8}))
         elif k & (k - 1) == 0:
-            ax.annotate(f"K={k}", point, xytext=(5, 4), textcoords="offset points", fontsize=8)
+            labels.append(ax.annotate(f"K={k}", point, xytext=(5, 4), textcoords="offset points", fontsize=8))
+    return labels
 
 
 def _latency_spread(ax: plt.Axes, rows: pl.DataFrame) -> None:
@@ -141,6 +154,7 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
     frontier = ([Line2D([], [], lw=2, label="fixed depth K (frontier)", **styles["fixed"])]
                 if fixed.height else [])
     panels = {"gflops_per_token": "GFLOPs per token (exit decodes included)", "ms_per_token": LATENCY}
+    point_labels = {}
     with figure_style():
         fig, axes = panel_grid(len(recipes), 2, width=6.0, height=4.0, sharey="row")
         for recipe, row in zip(recipes, axes, strict=True):
@@ -152,7 +166,7 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
                 for i, (_, curve) in enumerate(own_fixed.group_by("seed", maintain_order=True)):
                     ax.plot(curve[column], curve["cross_entropy"], lw=2, ms=6, zorder=5, **styles["fixed"])
                     if i == 0:
-                        _annotate_loop_counts(ax, curve, column, max_loops)
+                        point_labels[ax] = _annotate_loop_counts(ax, curve, column, max_loops)
                 if column == "ms_per_token":
                     _latency_spread(ax, sweep.filter(pl.col("recipe") == recipe))
                 ax.set_xscale("log")  # the useful exits sit at a few loops, next to a 30-loop full depth
@@ -164,6 +178,8 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
         _strategy_legend(fig, styles, sorted(rules["strategy"].unique()), frontier)
         suptitle(fig, "Early exit: loss vs FLOPs and latency, every setting of every exit rule, per recipe\n"
                      "(points joined in order of mean loops, including the τ = 0 and τ = ∞ ends)")
+        for ax, labels in point_labels.items():
+            readable_point_labels(ax, labels)
         save_figure(fig, path)
 
 
