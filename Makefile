@@ -43,7 +43,7 @@ $(BIN)/.installed-cluster: $(BIN)/.installed requirements-cluster.txt
 reproduce: setup
 	$(RUN) snakemake --cores all
 	@echo "The run's model weights, token arrays and corpus are in DVC's cache (.dvc/cache), its tables in git:"
-	@echo "  make push    copies the cache to the DVC remote 'store' ($$($(RUN) dvc remote list | sed -n 's/^store\s*//p'))"
+	@echo "  make push    copies the cache to the DVC remote 'store' ($$($(RUN) dvc remote list | awk '$$1 == "store" {print $$2}'))"
 	@echo "  make push DVC_REMOTE=s3://bucket/twoscale   the same, to another remote (docs/running.md#a-dvc-remote)"
 
 # DVC's remote 'store' (.dvc/config: a folder beside the checkout, ../twoscale-dvc-store): DVC_REMOTE=<url> points
