@@ -65,7 +65,7 @@ def test_each_verdict_and_number_beside_the_reference_s_seeds():
     assert comparison.counts(rows) == {"verdicts": 2, "verdicts_shared": 1, "numbers": 3, "numbers_inside": 1}
     lines = comparison.to_markdown(rows, comparison.computed_by(origins("Intel Xeon")),
                                    comparison.computed_by(origins("AMD EPYC")), "the study")
-    assert lines[0].startswith("This run: Intel Xeon, torch 2.13.0+cpu, training in bfloat16. the study: AMD EPYC")
+    assert lines[0].startswith("This run: Intel Xeon, torch 2.13.0+cpu, training in bfloat16. The study: AMD EPYC")
     assert "1 of 2 verdicts were given by some seed of the study; 1 of 3 headline numbers" in lines[2]
     assert "| C1 | paper | not reproduced | 2/3 | split | gain 0.45 (0.1–0.3; 0.15 above, 0.8 widths) |" in lines
 
