@@ -27,10 +27,11 @@ UNSEEDED = ("seeds", "explain_seeds")  # runtime's keys that say which draws ran
 
 
 def read_claims(path: Path) -> dict[str, Any]:
-    """A claims stage's claims.json: its summary, origins and, where it records one, the key of its parameters."""
+    """A claims stage's claims.json: its summary and, where it records them, what computed its numbers (origins)
+    and the key of its parameters."""
     try:
         bundle = json.loads(path.read_text())
-        bundle["summary"], bundle["origins"]
+        bundle["summary"]
     except FileNotFoundError:
         raise TwoscaleError(f"{path}: not found") from None
     except (ValueError, KeyError, TypeError):
@@ -104,7 +105,8 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], run_computed: set[tuple[str, 
         return "; ".join(sorted({f"{machine}, torch {torch}, training in {precision}"
                                  for computation, precision, machine, torch in computed if computation == "training"}))
 
-    lines = [f"This run: {described(run_computed)}. {reference_name}: {described(reference_computed)}. Each verdict "
+    opening = reference_name[:1].upper() + reference_name[1:]
+    lines = [f"This run: {described(run_computed)}. {opening}: {described(reference_computed)}. Each verdict "
              f"stands beside how many of {reference_name}'s seeds gave it, each number beside its range over seeds "
              "(a new draw falls outside the range of three about half the time).", "",
              f"{tally['verdicts_shared']} of {tally['verdicts']} verdicts were given by some seed of "

@@ -15,6 +15,7 @@ HELP = "read one claims.json against another: verdicts and headline numbers side
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, help="a claims.json (results/claims.json, say)")
     parser.add_argument("reference", type=Path, help="the claims.json to read it against (results/study/claims.json)")
+    parser.add_argument("--name", help="what to call the reference in the text (default: its path)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> None:
     keys = run_bundle.get("parameters"), reference.get("parameters")
     same = ("unknown (a bundle without the key of its parameters)" if None in keys
             else "the same but the seeds" if keys[0] == keys[1] else "other: another experiment")
-    ours, theirs = comparison.computed_by(run_bundle["origins"]), comparison.computed_by(reference["origins"])
+    ours, theirs = (comparison.computed_by(bundle.get("origins", [])) for bundle in (run_bundle, reference))
     print(f"parameters: {same}; numbers computed {'alike' if ours == theirs else 'otherwise'}\n")
     rows = comparison.compare(run_bundle["summary"], reference["summary"])
-    print("\n".join(comparison.to_markdown(rows, ours, theirs, str(args.reference))))
+    print("\n".join(comparison.to_markdown(rows, ours, theirs, args.name or str(args.reference))))
