@@ -8,6 +8,8 @@ import functools
 import json
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,13 @@ def test_every_command_of_the_docs_runs_as_written_on_a_fresh_clone(document, fr
     for words in commands(document):
         if not needs_a_cluster(words):
             run(as_dry_run(words), fresh_clone)
+
+
+def test_the_slow_tests_are_those_docs_development_lists():
+    """`make test` leaves out the tests marked slow; docs/development.md names each with its time, no more."""
+    section = (ROOT / "docs/development.md").read_text().split("### Slow tests")[1].split("\n### ")[0]
+    listed = set(re.findall(r"^\| `(tests/[^`]+)` \|", section, re.M))
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow",
+                                "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
+    marked = {line for line in collected.stdout.splitlines() if line.startswith("tests/") and "::" in line}
+    assert len(marked) >= 4 and listed == marked  # the premise: some are marked
