@@ -149,7 +149,7 @@ def test_every_output_lands_with_a_record_of_its_content_parameters_and_inputs(f
     folders = [first_run / f"results/measure/{recipe}/seed_{seed}/step_{step}" for recipe, seed in smoke_runs(first_run)
                for step in smoke["train"]["checkpoint_steps"]]
     measured = {str(path.relative_to(first_run)) for folder in folders for path in folder.iterdir()
-                if path.is_file() and not path.name.startswith(".")}  # .gitignore: DVC's
+                if path.is_file() and not path.name.startswith(".")}
     assert all(any(folder.iterdir()) for folder in folders)
     assert read_from("results/geometry/geometry.parquet") == measured
 
@@ -506,7 +506,9 @@ def test_dvc_sees_the_snakemake_results_as_current(first_run):
 @pytest.fixture(scope="module")
 def committed_run(first_run: Path, tmp_path_factory) -> Path:
     """The smoke run committed to git (what git keeps of it) and pushed to a DVC remote of its own (the rest: model
-    weights, token arrays, the corpus), as `make push DVC_REMOTE=<folder>` does; that remote's folder."""
+    weights, token arrays, the corpus), as `make push DVC_REMOTE=<folder>` does; that remote's folder. The root
+    .gitignore ignores what DVC's cache keeps, so DVC has written no .gitignore of its own beside the outputs."""
+    assert run(["git", "ls-files", "--others", "--exclude-standard", "--", "*.gitignore"], first_run) == ""
     run(["git", "add", "-A"], first_run)
     run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-qm", "the smoke run"],
         first_run)
