@@ -87,8 +87,8 @@ gpu: setup
 # one worker per core; a module's tests share a worker (its fixtures), modules handed out in the order of
 # tests/conftest.py (the longest first), not by their number of tests. `test` leaves out the slow tests (a model at
 # the paper's shape, data at full size, workflows beyond the shared smoke run: docs/development.md#time-of-the-suite),
-# `test-all` (CI) runs them too
-PYTEST := pytest -q -n auto --dist loadscope --no-loadscope-reorder
+# `test-all` (CI) runs them too; both end with the 15 slowest tests' seconds
+PYTEST := pytest -q -n auto --dist loadscope --no-loadscope-reorder --durations=15
 test: setup
 	$(RUN) $(PYTEST) -m "not slow and not cluster"
 
