@@ -60,16 +60,23 @@ pull: setup
 # the study (configs/study.yaml: params.yaml at three seeds) writes under runs/study/ like any parameter set but
 # params.yaml; what git keeps of it (every output but the model weights, with its build records: every figure and
 # claim of the study can be redrawn from the repository) is copied into results/study/ (committed), where the
-# README's and the reproductions' comparisons read it
+# README's and the reproductions' comparisons read it. A study's claims read the committed study as their reference:
+# a study made elsewhere is first read against the one it replaces (runs/study/against-the-replaced-study.md), then,
+# copied, its claims are read against their own copy (no other draw of themselves: no comparison) and copied again
 study: reproduce
 	$(RUN) python -m twoscale reuse --params configs/study.yaml  # the default run's jobs are the study's seed 1337's
 	$(RUN) snakemake --cores all --configfile configs/study.yaml
+	if [ -f results/study/claims.json ]; then $(RUN) python -m twoscale compare runs/study/results/claims.json \
+	  results/study/claims.json --name "the study it replaces" > runs/study/against-the-replaced-study.md; fi
 	$(MAKE) --no-print-directory study-copy
+	$(RUN) snakemake --cores all --configfile configs/study.yaml --quiet  # the claims again, against their own copy
+	$(MAKE) --no-print-directory study-copy
+	$(RUN) snakemake --cores all --quiet  # the default run's claims, read against the study just copied
 
 study-copy:
 	rm -rf results/study && mkdir -p results/study
 	cd runs/study/results && find . -type f ! -name '*.pt' ! -name '*.stat' ! -name '.*.tmp' ! -name '.*.old' \
-	  ! -name '.*.landing.json' ! -path './benchmarks/*' -exec cp --parents {} ../../../results/study/ \;
+	  ! -name '.*.landing.json' ! -path './benchmarks/*' -exec cp --parents --preserve=timestamps {} ../../../results/study/ \;
 	sed -i 's#](\.\./\.\./\.\./docs/#](../../docs/#g' results/study/claims.md  # one folder up: its links to docs/
 	{ printf '# The study\n\n`make study` on commit %s, finished %s UTC, on %s (%s CPUs); what computed each number ' \
 	    "$$(git rev-parse HEAD)" "$$(date -u '+%F %H:%M')" "$$(lscpu | sed -n 's/^Model name: *//p')" "$$(nproc)"; \

@@ -59,21 +59,29 @@ def test_each_verdict_and_number_beside_the_reference_s_seeds():
     rows = comparison.compare(RUN, STUDY)
     assert [(row["claim"], row["recipe"]) for row in rows] == [("C1", "paper"), ("C1", "huginn")]
     paper, huginn = rows
-    assert (paper["verdict"], paper["agreeing"], paper["reference_seeds"]) == ("not reproduced", 2, 3)
-    assert (huginn["verdict"], huginn["agreeing"]) == ("mixed", 0)
+    assert (paper["verdict"], paper["agreeing"], paper["reference_seeds"]) == ("not reproduced",
+                                                                              {"not reproduced": 2}, 3)
+    assert (huginn["verdict"], huginn["agreeing"]) == ("mixed", {"mixed": 0})
     assert [(n["label"], n["placement"]) for n in huginn["numbers"]] == [("gain", "inside"), ("ratio", "0.1 below")]
     assert comparison.counts(rows) == {"verdicts": 2, "verdicts_shared": 1, "numbers": 3, "numbers_inside": 1}
     lines = comparison.to_markdown(rows, comparison.computed_by(origins("Intel Xeon")),
                                    comparison.computed_by(origins("AMD EPYC")), "the study")
     assert lines[0].startswith("This run: Intel Xeon, torch 2.13.0+cpu, training in bfloat16. The study: AMD EPYC")
-    assert "1 of 2 verdicts were given by some seed of the study; 1 of 3 headline numbers" in lines[2]
+    assert lines[2].startswith("1 of 2 verdicts were given by some seed of the study (")
+    assert "); 1 of 3 headline numbers" in lines[2]
     assert "| C1 | paper | not reproduced | 2/3 | split | gain 0.45 (0.1–0.3; 0.15 above, 0.8 widths) |" in lines
 
 
-def test_a_run_whose_own_seeds_split_has_no_count():
+def test_a_run_whose_own_seeds_split_counts_each_of_its_verdicts():
+    """A study read against a study: a split is shared when the reference's seeds gave each of its verdicts."""
     run = [{"claim": "C1", "statement": "", "test": "", "recipes": {
-        "paper": entry(["mixed", "not reproduced"], gain=(0.2, 0.25))}}]
-    assert comparison.compare(run, STUDY)[0]["agreeing"] is None
+        "paper": entry(["not reproduced", "mixed", "not reproduced"], gain=(0.2, 0.25, 0.3)),
+        "huginn": entry(["reproduced", "mixed", "reproduced"], gain=(0.06, 0.06, 0.06))}}]
+    rows = comparison.compare(run, STUDY)
+    assert [row["agreeing"] for row in rows] == [{"not reproduced": 2, "mixed": 1}, {"reproduced": 3, "mixed": 0}]
+    assert comparison.counts(rows)["verdicts_shared"] == 1
+    lines = comparison.to_markdown(rows, set(), set(), "the study")
+    assert "| C1 | paper | split | not reproduced 2/3, mixed 1/3 | split |" in "\n".join(lines)
 
 
 def test_the_parameters_key_ignores_the_seeds_and_nothing_else():

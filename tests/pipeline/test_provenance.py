@@ -359,3 +359,20 @@ def test_a_refusal_names_the_dvc_stage_that_rebuilds_the_file(config, monkeypatc
         "rebuild it (snakemake --cores all; with DVC: dvc repro -f --downstream tokenize)")
     assert all(stage.split("@")[0] in declaration() for stage in yaml.safe_load((ROOT / "dvc.lock").read_text())[
         "stages"])  # the names dvc.lock uses have the same form
+
+
+def test_the_committed_study_read_as_a_reference_is_hashed_not_checked_against_the_parameters(tmp_path, config,
+                                                                                             monkeypatch):
+    """The claims stage reads the committed study (stages.yaml's reference), built by the claims of another
+    parameter set (three seeds): its hash goes into the reader's record, and neither the reader nor the check of
+    that record refuses it; the same file anywhere else is refused as any input of other parameters is."""
+    monkeypatch.chdir(tmp_path)
+    study = copy.deepcopy(config)
+    study["runtime"]["seeds"] = [*config["runtime"]["seeds"], 7]
+    for path in (Path("results/study/claims.json"), Path("elsewhere/claims.json")):
+        with outputs_land_together(lambda outputs: write_records(outputs, Job("claims", {}), study, {})):
+            write_text(path, "{}\n")
+    check = provenance.BuildCheck(config, Path("p.yaml"))
+    assert check.file(Path("results/study/claims.json")) == hashlib.sha256(b"{}\n").hexdigest()
+    with pytest.raises(TwoscaleError, match="built from other parameters than p.yaml holds \\(runtime.seeds\\)"):
+        check.file(Path("elsewhere/claims.json"))

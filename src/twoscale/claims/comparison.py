@@ -65,9 +65,10 @@ def placement(value: float | None, low: float | None, high: float | None) -> str
 
 
 def compare(run: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per claim and recipe that both bundles measured: the run's verdict and how many of the reference's
-    seeds gave it (`agreeing` of `reference_seeds`; None where the run's own seeds split), the reference's verdict,
-    and each headline number both give: the run's mean, the reference's min and max, and its placement."""
+    """One row per claim and recipe that both bundles measured: the run's verdict and, for each verdict its seeds
+    gave (one, or several where they split), how many of the reference's seeds gave it (`agreeing`, of
+    `reference_seeds`), the reference's verdict, and each headline number both give: the run's mean, the reference's
+    min and max, and its placement."""
     by_claim = {row["claim"]: row for row in reference}
     rows = []
     for row in run:
@@ -76,7 +77,7 @@ def compare(run: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, A
             if other is None or recipe not in other["recipes"]:
                 continue
             theirs = other["recipes"][recipe]
-            own = set(entry["verdicts"])
+            own = sorted(set(entry["verdicts"]), key=lambda verdict: (-entry["verdicts"].count(verdict), verdict))
             numbers = [{"label": label, "value": spread["mean"], "low": theirs["headline"][label]["min"],
                         "high": theirs["headline"][label]["max"],
                         "placement": placement(spread["mean"], theirs["headline"][label]["min"],
@@ -84,15 +85,16 @@ def compare(run: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, A
                        for label, spread in entry["headline"].items() if label in theirs["headline"]]
             rows.append({"claim": row["claim"], "recipe": recipe, "verdict": entry["verdict"],
                          "reference_verdict": theirs["verdict"],
-                         "agreeing": theirs["verdicts"].count(next(iter(own))) if len(own) == 1 else None,
+                         "agreeing": {verdict: theirs["verdicts"].count(verdict) for verdict in own},
                          "reference_seeds": len(theirs["verdicts"]), "numbers": numbers})
     return rows
 
 
 def counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """How many verdicts some reference seed shares, and how many numbers lie inside the reference's range."""
+    """How many verdicts some reference seed shares (each of a split's), and how many numbers lie inside the
+    reference's range."""
     numbers = [n for row in rows for n in row["numbers"] if n["placement"] != "n/a"]
-    return {"verdicts": len(rows), "verdicts_shared": sum(1 for row in rows if row["agreeing"]),
+    return {"verdicts": len(rows), "verdicts_shared": sum(1 for row in rows if all(row["agreeing"].values())),
             "numbers": len(numbers), "numbers_inside": sum(1 for n in numbers if n["placement"] == "inside")}
 
 
@@ -110,13 +112,14 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], run_computed: set[tuple[str, 
              f"stands beside how many of {reference_name}'s seeds gave it, each number beside its range over seeds "
              "(a new draw falls outside the range of three about half the time).", "",
              f"{tally['verdicts_shared']} of {tally['verdicts']} verdicts were given by some seed of "
-             f"{reference_name}; {tally['numbers_inside']} of {tally['numbers']} headline numbers lie inside its "
-             "range.", "",
+             f"{reference_name} (where this run's seeds split, each of theirs); {tally['numbers_inside']} of "
+             f"{tally['numbers']} headline numbers lie inside its range.", "",
              f"| claim | recipe | this run | seeds of {reference_name} giving it | {reference_name} | numbers "
              f"(this run; {reference_name}'s range; where) |", "|---|---|---|---|---|---|"]
     for row in rows:
-        agreeing = "n/a (this run's seeds split)" if row["agreeing"] is None else \
-            f"{row['agreeing']}/{row['reference_seeds']}"
+        counted = [f"{n}/{row['reference_seeds']}" for n in row["agreeing"].values()]
+        agreeing = counted[0] if len(counted) == 1 else ", ".join(
+            f"{verdict} {count}" for verdict, count in zip(row["agreeing"], counted, strict=True))
         numbers = "; ".join(f"{n['label']} {number(n['value'])} ({number(n['low'])}–{number(n['high'])}; "
                             f"{n['placement']})" for n in row["numbers"])
         cells = (row["claim"], row["recipe"], row["verdict"], agreeing, row["reference_verdict"], numbers)

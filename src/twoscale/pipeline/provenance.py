@@ -159,9 +159,20 @@ def _files_read(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> I
     reference where the checkout has it (a repository file, stages.yaml's `reference`)."""
     stage = next(stage for stage in stages(config) if stage.name == job.stage)
     yield from _given(job, args, input_options(job.stage), stage.inputs)
-    reference = declared_stages()[job.stage].get("reference")
+    reference = _reference(job, args)
     if reference is not None:
-        yield Path(getattr(args, "reference", None) or reference)
+        yield reference
+
+
+def _reference(job: Job, args: argparse.Namespace) -> Path | None:
+    """The job's reference: the file its command's --reference names, else stages.yaml's, if its stage has one."""
+    reference = declared_stages()[job.stage].get("reference")
+    return None if reference is None else Path(getattr(args, "reference", None) or reference)
+
+
+def references() -> set[str]:
+    """The absolute paths of the stages' declared references (stages.yaml's `reference`)."""
+    return {os.path.abspath(stage["reference"]) for stage in declared_stages().values() if "reference" in stage}
 
 
 def files_written(job: Job, args: argparse.Namespace, config: dict[str, Any]) -> list[Path]:
@@ -217,10 +228,15 @@ def dvc_stage(path: Path, config: dict[str, Any]) -> str | None:
 
 
 class BuildCheck:
-    """Files checked so far (their content hashes), so that what many inputs were built from is read once."""
+    """Files checked so far (their content hashes), so that what many inputs were built from is read once.
+
+    A reference (stages.yaml's `reference`: the committed study's claims, another parameter set's) is hashed, never
+    checked against the parameters in force: its reader decides by the key of its parameters whether it is the same
+    experiment (claims.comparison)."""
 
     def __init__(self, config: dict[str, Any], params_file: Path) -> None:
         self.config, self.params_file = config, params_file
+        self.unchecked = references()
         self.hashes: dict[str, str] = {}  # by absolute path
         self.under_way: set[str] = set()
         self.unrecorded = self.missing = 0
@@ -231,6 +247,9 @@ class BuildCheck:
         key = os.path.abspath(path)
         if key in self.hashes:
             return self.hashes[key]
+        if key in self.unchecked:
+            digest = self.hashes[key] = current_hash(path)
+            return digest
         if key in self.under_way:
             raise TwoscaleError(f"{path}: its build records say it was built from itself: delete "
                                 f"{record_path(path)} and rebuild it")
@@ -277,6 +296,9 @@ def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], par
     file its record describes and was built by a job of the parameters in force, from their values. The content
     hashes of the files the job reads, for its own records."""
     check = BuildCheck(config, params_file)
+    reference = _reference(job, args)
+    if reference is not None:
+        check.unchecked.add(os.path.abspath(reference))
     read = {str(path): check.file(path) for path in _files_read(job, args, config) if path.is_file()}
     if check.unrecorded:
         log.info("%d file(s) read, or read through others, without a build record: not checked", check.unrecorded)
