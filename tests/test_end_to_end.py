@@ -653,8 +653,8 @@ def test_a_newer_checkpoint_plans_what_reads_it_by_mtime(first_run):
 def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_run):
     """A newer input reruns a job whose outputs come out identical to what the DVC cache holds; the commit at the
     end links them to the cache, and they must not look older than their input afterwards."""
-    measured = first_run / "results/measure/paper/seed_1337"
-    os.utime(next(measured.glob("step_*/geometry.parquet")))
+    step = read_raw(first_run / "params.yaml")["train"]["checkpoint_steps"][0]  # the smoke run's, not a committed one
+    os.utime(first_run / f"results/measure/paper/seed_1337/step_{step}/geometry.parquet")
     assert planned_jobs(first_run, *BY_MTIME) == {"geometry": 1, "geometry_figures": 1, "claims": 1}
     before = (first_run / "results/geometry/geometry.parquet").read_bytes()
     run(["snakemake", "--cores", "2", *BY_MTIME], first_run)
