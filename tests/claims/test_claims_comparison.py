@@ -134,3 +134,11 @@ def test_readme_leaves_the_table_of_a_run_read_against_the_study_as_it_is(tmp_pa
     write_bundle(tmp_path / "results/claims.json", RUN, "Intel Xeon")  # the committed run's own: rewritten
     readme.run(type("Args", (), {"readme": tmp_path / "README.md"})())
     assert "| committed table |" not in (tmp_path / "README.md").read_text()
+
+
+def test_a_bundle_older_than_its_origins_reads_as_computed_by_nothing_known(tmp_path):
+    """A claims.json written before the claims recorded what computed them (the Zen 5 study's) still reads."""
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps({"summary": STUDY, "runs": []}))
+    assert comparison.read_claims(path)["origins"] == []
+    assert comparison.computed_by(comparison.read_claims(path)["origins"]) == set()

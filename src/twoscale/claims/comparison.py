@@ -27,11 +27,12 @@ UNSEEDED = ("seeds", "explain_seeds")  # runtime's keys that say which draws ran
 
 
 def read_claims(path: Path) -> dict[str, Any]:
-    """A claims stage's claims.json: its summary and, where it records them, what computed its numbers (origins)
-    and the key of its parameters."""
+    """A claims stage's claims.json: its summary, what computed its numbers (`origins`, empty where it records
+    none) and, where it records one, the key of its parameters."""
     try:
         bundle = json.loads(path.read_text())
         bundle["summary"]
+        bundle.setdefault("origins", [])
     except FileNotFoundError:
         raise TwoscaleError(f"{path}: not found") from None
     except (ValueError, KeyError, TypeError):

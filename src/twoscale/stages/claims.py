@@ -183,7 +183,7 @@ def read_against(reference: Path, parameters: str, summary: list[dict[str, Any]]
     if not reference.is_file():
         return None
     bundle = comparison.read_claims(reference)
-    ours, theirs = comparison.computed_by(origins), comparison.computed_by(bundle.get("origins", []))
+    ours, theirs = comparison.computed_by(origins), comparison.computed_by(bundle["origins"])
     if bundle.get("parameters") != parameters or ours == theirs:
         return None
     rows = comparison.compare(summary, bundle["summary"])

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> None:
     keys = run_bundle.get("parameters"), reference.get("parameters")
     same = ("unknown (a bundle without the key of its parameters)" if None in keys
             else "the same but the seeds" if keys[0] == keys[1] else "other: another experiment")
-    ours, theirs = (comparison.computed_by(bundle.get("origins", [])) for bundle in (run_bundle, reference))
+    ours, theirs = comparison.computed_by(run_bundle["origins"]), comparison.computed_by(reference["origins"])
     print(f"parameters: {same}; numbers computed {'alike' if ours == theirs else 'otherwise'}\n")
     rows = comparison.compare(run_bundle["summary"], reference["summary"])
     print("\n".join(comparison.to_markdown(rows, ours, theirs, args.name or str(args.reference))))
