@@ -81,8 +81,18 @@ def test_the_readme_verdicts_are_those_of_the_committed_claims():
         shown = {re.match(r"\| \[(\w+)\]", row).group(1): [cell.strip() for cell in row.strip("|").split("|")][1:]
                  for row in table[2:]}
         assert shown.keys() == committed.keys()
-        for claim, verdicts in shown.items():
-            assert verdicts == [committed[claim].get(recipe, {}).get("verdict", "not measured") for recipe in recipes]
+        for claim, cells in shown.items():
+            for recipe, shown_cell in zip(recipes, cells, strict=True):
+                entry = committed[claim].get(recipe)
+                if entry is None:
+                    assert shown_cell == "not measured"
+                    continue
+                verdict, _, near = shown_cell.partition("; near the line: ")
+                assert verdict == entry["verdict"]
+                # a number near its line is said with its label, and only then
+                assert [n["label"] for n in entry.get("near", [])] == [
+                    n["label"] for n in entry.get("near", []) if n["label"] in near]
+                assert bool(near) == bool(entry.get("near"))
 
 
 def test_the_readme_command_rewrites_every_marked_table_and_names_a_missing_source(tmp_path, capsys):

@@ -86,10 +86,17 @@ def test_every_reading_chosen_after_the_numbers_is_said_where_its_test_is_read()
     named |= {f"C{i}" for i in range(1, 6)} if "C1–C5" in after else set()
     revised = [c for c in table.REGISTRY if c.revisions]
     assert {c.id for c in revised} <= named
-    assert {"S", "C1", "C2", "C4", "C6", "C6b", "C8"} <= {c.id for c in revised}
+    assert {"S", "C1", "C2", "C3", "C4", "C5", "C6", "C6b", "C7", "C7b", "C8"} <= {c.id for c in revised}
     for claim in revised:
         assert all(r.reading and r.replaced and r.why and r.when for r in claim.revisions)
-    assert by_recipe.chosen_text(table.claim("C7")) == "before the numbers"
+    assert by_recipe.chosen_text(table.claim("C8b")) == "before the numbers"
+    # the labels of issue 75: C3's and C5's regime rule, C7's and C7b's quality rule, each with dates and commits
+    for claim_id in ("C3", "C5"):
+        assert "per-token regimes" in by_recipe.chosen_text(table.claim(claim_id))
+        assert "b9dc31b" in by_recipe.chosen_text(table.claim(claim_id))
+    for claim_id in ("C7", "C7b"):
+        c7 = by_recipe.chosen_text(table.claim(claim_id))
+        assert "two-sided" in c7 and "ea9d77f" in c7 and "d422333" in c7
     c6b = by_recipe.chosen_text(table.claim("C6b"))
     assert c6b.startswith("after the numbers: (1) the whole claim")
     assert "replacing: K* = the fixed loop count with the lowest perplexity" in c6b and "(4) " in c6b

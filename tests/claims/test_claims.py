@@ -16,6 +16,7 @@ from twoscale.exits import claims as exit_claims
 from twoscale.exits import tables as exit_tables
 from twoscale.geometry import claims as geometry_claims
 from twoscale.geometry import thresholds
+from twoscale.geometry.tables import REGIMES
 
 K = 30
 
@@ -513,7 +514,9 @@ def test_c6_a_rule_that_never_exits_at_the_paper_s_thresholds_decides_neither_it
     assert tests["latency_cut"]["best_anywhere"]["ms_per_token"] == 100.0  # τ = ∞ (JSON: null)
     assert row["verdict"] == "inconclusive (1 of 4 pass, 3 undecided)" and reason in row["measured"]
     barely = c6_with(acceleration=[*idle[:3], (1e-2, 10.0, 290.0, 29.0), idle[4]])
-    assert passes(barely)["flat"] is True and passes(barely)["latency_cut"] is False  # 290 / 300: a 3% cut
+    assert passes(barely)["latency_cut"] is False  # 290 / 300: a 3% cut
+    # ...while (b) asks more: stopping after 29-30 loops, where the only fixed depth is full depth, could not hurt
+    assert passes(barely)["flat"] is None
     # C6b reads acceleration at the same thresholds: never exiting there, its cut against K* is undecided
     kstar = c6_rows({**paper_like(), "acceleration": idle}, claim=exit_claims.C6B.row)
     assert kstar["detail"]["acceleration"] is None and kstar["detail"]["acceleration_exits"] is False
@@ -749,7 +752,7 @@ def with_regimes(rows: list[dict], shares: dict[str, float], cosine: dict[str, f
     step, groups = rows[0]["step"], sorted({r["group"] for r in rows})
     out = list(rows)
     for g in groups:
-        for regime in ("fixed_point", "orbit", "slider", "other"):
+        for regime in REGIMES:
             share = shares.get(regime, 0.0)
             out += rows_for(step, g, f"regime_{regime}", [share], K)
             cos = cosine.get(regime, math.nan) if share else math.nan
@@ -769,13 +772,18 @@ def test_c3_and_c5_report_each_regime_s_share_and_reading_and_which_shows_the_ba
     assert g["regimes"]["fixed_point"] == {"share": 0.5, "step_cosine": pytest.approx(0.99)}
     assert g["regimes"]["orbit"]["share"] == 0.0 and g["regimes"]["orbit"]["step_cosine"] is None  # no token
     assert g["regimes_in_band"] == ["other"] and c3["verdict"] == "not reproduced"  # the mean, 0.795, decides
-    assert "g0: fixed point 50% (0.990), orbit 0%, slider 0%, other 50% (0.600); in the band: other" in c3["measured"]
+    assert ("g0: fixed point 50% (0.990), slowing drift 0%, orbit 0%, slider 0%, other 50% (0.600); in the band: "
+            "other") in c3["measured"]
     c5 = geometry_claims.C5.row(frame(rows))
     turning = by_group(c5["detail"]["groups"])[0]["regimes"]
     assert turning["other"]["turning_angle"] == pytest.approx(math.degrees(math.acos(0.6)))
     assert "other 50% (53.13°)" in c5["measured"]
     without = geometry_claims.C3.row(frame(checkpoint(900, {0: inverse(), 1: inverse()})))  # measured before regimes
     assert "regimes" not in without["detail"]["groups"][0] and "Per-token regimes" not in without["measured"]
+    # measured under an earlier rule, without the slowing drift: its "fixed points" are not this rule's
+    earlier = [r for r in rows if not r["metric"].endswith("slowing_drift")]
+    c3 = geometry_claims.C3.row(frame(earlier))
+    assert "regimes" not in c3["detail"]["groups"][0] and "Per-token regimes" not in c3["measured"]
 
 
 def test_s_and_c1_premises_unmet_decide_nothing():

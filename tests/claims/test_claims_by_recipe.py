@@ -11,6 +11,8 @@ from workspace import ROOT
 
 from twoscale.claims.by_recipe import (
     VERDICTS_MARK,
+    near_text,
+    near_the_line,
     number,
     recipe_verdict,
     spread,
@@ -25,6 +27,7 @@ from twoscale.claims.by_recipe import (
 from twoscale.claims.table import REGISTRY
 from twoscale.config.errors import TwoscaleError
 from twoscale.geometry import claims as geometry_claims
+from twoscale.report.claim import Line
 from twoscale.report.tables import origins
 
 
@@ -67,7 +70,7 @@ def test_summary_per_claim_and_recipe():
     assert paper["headline"]["ratio"]["mean"] == pytest.approx((0.62 + 0.50 + 0.80) / 3)
     assert c4["recipes"]["paper"]["headline"]["dlr"]["n"] == 2
     assert c4["recipes"]["huginn"] == {"seeds": [1], "verdict": "reproduced", "verdicts": ["reproduced"],
-                                       "headline": {"dlr": spread([40.0])}}
+                                       "headline": {"dlr": spread([40.0])}, "near": []}
 
 
 def test_numbers_and_spreads_as_text():
@@ -193,3 +196,63 @@ def test_seed_by_seed_is_left_out_where_every_recipe_ran_one_seed_and_names_a_se
     md = to_markdown(summarise(RUNS), RUNS).splitlines()
     assert "| C4 | huginn | **reproduced**<br>dlr 40 | not run | not run |" in md
     assert "| C4 | paper | **mixed**<br>dlr 1.8 | **mixed**<br>dlr 2.4 | **mixed**<br>dlr n/a |" in md
+
+
+# --- near the line ---------------------------------------------------------------------------------------------
+
+
+def test_a_number_is_near_its_line_where_the_seeds_reach_it_or_lie_within_their_spread_of_it():
+    lines = (Line(r"s\(10\)/s\(1\) g\d+", (0.5,)),)
+    # seeds 0.476-0.629 straddle 0.5: near, by 0.049 from the mean 0.549
+    (near,) = near_the_line({"s(10)/s(1) g0": spread([0.476, 0.541, 0.629])}, lines)
+    assert (near["label"], near["line"], near["margin"]) == ("s(10)/s(1) g0", 0.5, pytest.approx(0.049, abs=1e-3))
+    # all above, mean 0.62 is 0.12 from the line but the seeds span 0.14: near; span 0.02: not
+    assert near_the_line({"s(10)/s(1) g1": spread([0.55, 0.62, 0.69])}, lines)
+    assert near_the_line({"s(10)/s(1) g1": spread([0.61, 0.62, 0.63])}, lines) == []
+    # one seed has no spread: only the line itself is near; a label the line does not name is never read
+    assert near_the_line({"s(10)/s(1) g0": spread([0.456])}, lines) == []
+    assert near_the_line({"s(10)/s(1) first": spread([0.5])}, lines) == []
+    assert near_the_line({"s(10)/s(1) g0": spread([None])}, lines) == []
+
+
+def test_a_timing_is_near_its_line_within_the_retiming_spread():
+    timed = (Line("speed-up", (4.0,), timed=True),)
+    # 3.85: 3.8% below 4, inside the 5% retiming moved a ratio by; 3.7 (7.5% below) is not
+    assert near_the_line({"speed-up": spread([3.85])}, timed)
+    assert near_the_line({"speed-up": spread([3.7])}, timed) == []
+    assert near_the_line({"speed-up": spread([3.85])}, (Line("speed-up", (4.0,)),)) == []  # untimed: no widening
+
+
+def test_a_band_has_two_lines_and_either_can_be_near():
+    band = (Line(r"late cosine g\d+", (0.5, 0.65)),)
+    (near,) = near_the_line({"late cosine g2": spread([0.60, 0.70, 0.66])}, band)  # 0.153 from 0.5, spread 0.1
+    assert near["line"] == 0.65
+    both = near_the_line({"late cosine g2": spread([0.62, 0.99, 0.97])}, band)  # mean 0.86, spread 0.37
+    assert [n["line"] for n in both] == [0.5, 0.65]
+    assert near_text(both) == "near the line: late cosine g2 0.86 (0.62–0.99), 0.36 from 0.5, 0.21 from 0.65"
+
+
+def test_near_the_line_is_said_in_the_claims_table_and_the_readme_s_cell():
+    runs = {("paper", seed): [row("C1", "not reproduced", **{"s(10)/s(1) g0": value})]
+            for seed, value in ((1, 0.456), (2, 0.62), (3, 0.60))}
+    summary = summarise(runs)
+    entry = summary[0]["recipes"]["paper"]
+    assert [n["label"] for n in entry["near"]] == ["s(10)/s(1) g0"]
+    text = "near the line: s(10)/s(1) g0 0.5587 (0.456–0.62), 0.05867 from 0.5"
+    assert text in to_markdown(summary, runs)
+    assert f"| not reproduced 3/3; {text} |" in verdict_table(summary)
+    far = summarise({("paper", 1): [row("C1", "not reproduced", **{"s(10)/s(1) g0": 0.9})]})
+    assert far[0]["recipes"]["paper"]["near"] == [] and "near the line" not in verdict_table(far)
+
+
+def test_every_claim_s_lines_name_headline_labels_its_rows_give():
+    """A line whose pattern names no label the claim writes would never mark anything: each pattern must match a
+    headline label of the committed study's rows for that claim."""
+    committed = json.loads((ROOT / "results" / "study" / "claims.json").read_text())
+    labels: dict[str, set[str]] = {}
+    for run in committed["runs"]:
+        for r in run["rows"]:
+            labels.setdefault(r["claim"], set()).update(r["headline"])
+    for record in REGISTRY:
+        for line in record.lines:
+            assert any(re.fullmatch(line.labels, label) for label in labels[record.id]), (record.id, line.labels)

@@ -56,7 +56,8 @@ def frames() -> dict[str, pl.DataFrame]:
                          else 3.0 / ((k + 1) ** scale))
                     geometry.append({"step": step, "metric": metric, "group": g, "k": k, "n": 64, "mean": v,
                                      "median": v, "q10": 0.7 * v, "q90": 1.3 * v})
-            shares = {"fixed_point": 0.3 + 0.3 * i, "orbit": 0.1, "slider": 0.1, "other": 0.5 - 0.3 * i}
+            shares = {"fixed_point": 0.3 + 0.3 * i, "slowing_drift": 0.05, "orbit": 0.05, "slider": 0.1,
+                      "other": 0.5 - 0.3 * i}
             for regime, share in shares.items():
                 geometry.append({"step": step, "metric": f"regime_{regime}", "group": g, "k": K, "n": 64,
                                  "mean": share, "median": share, "q10": share, "q90": share})

@@ -66,3 +66,34 @@ def test_lens_means_over_batches_equal_the_sums_of_one_batch_of_all_windows():
         assert row["tokens"] == one["tokens"] == 16
         assert row["top1_agreement"] == one["top1_agree"] / 16
         assert row["mean_kl"] == pytest.approx(one["kl_sum"] / 16, rel=1e-12)
+
+
+@torch.no_grad()
+def test_the_lens_rest_is_not_the_exit_rules_rest_where_a_group_injects_its_input():
+    """On one position (no earlier ones to attend to) a rule's rest decode is the later layers once without the
+    groups' injection or norm; the lens's is the forward pass, injection included. With adapter injection the two
+    differ; on a model without injection or group norm they are the same computation."""
+    from twoscale.decoding.engine import decode_rest, new_cache
+
+    def both(model: LoopedGPT) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        idx = torch.tensor([[7]])
+        state = model(idx, [LOOPS] * 3, record_trajectories=True).trajectories[0][2][:, 0]  # group 0, k = 2: (1, C)
+        first = model.segment_index(0)
+        rule = decode_rest(model, state, first, new_cache(model, LOOPS, 1), 0)
+        by_hand = state[:, None]
+        for segment in model.segments[first + 1:]:
+            by_hand = model.apply_segment(segment, by_hand)  # each layer once, no injection, no group norm
+        lens = decoded_logits(model, state[:, None], 0, "rest")[:, 0]
+        return rule, model.logits_of(by_hand)[:, 0], lens
+
+    adapter = tiny_model()
+    for step in adapter.group_steps:  # trained away from its initial [I 0], as `huginn`'s is
+        step.inject.weight.add_(0.1 * torch.randn(step.inject.weight.shape, dtype=torch.float64))
+    rule, by_hand, lens = both(adapter)
+    assert torch.allclose(rule, by_hand, rtol=0, atol=1e-12)
+    assert (rule - lens).abs().max() > 1e-3
+    torch.manual_seed(0)
+    plain = LoopedGPT(ModelConfig(vocab_size=50, n_layer=6, n_head=2, n_embd=16, block_size=8, dropout=0.0,
+                                  bias=False, groups=((1, 1), (2, 3), (4, 4)))).double().eval()
+    rule, by_hand, lens = both(plain)
+    assert torch.allclose(rule, lens, rtol=0, atol=1e-12) and torch.allclose(rule, by_hand, rtol=0, atol=1e-12)

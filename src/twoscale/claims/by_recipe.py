@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twoscale.claims.table import claim as claim_record
 from twoscale.config.errors import TwoscaleError
-from twoscale.report.claim import Claim
+from twoscale.report.claim import Claim, Line
+from twoscale.report.verdicts import RETIMING_SPREAD
 
 Runs = Mapping[tuple[str, int], Sequence[Mapping[str, Any]]]
 
@@ -51,6 +53,38 @@ def recipes_of(runs: Runs) -> dict[str, list[int]]:
     return seeds
 
 
+def near_the_line(headline: Mapping[str, Mapping[str, Any]], lines: Sequence[Line]) -> list[dict[str, Any]]:
+    """The headline numbers (each a `spread` over seeds) that lie within their own uncertainty of a line they are
+    decided against: the seeds' range (a timing's widened by RETIMING_SPREAD each way) reaches the line, or the mean
+    is no farther from it than the seeds' range is wide. Each with its line and margin |mean - line|."""
+    near = []
+    for label, s in headline.items():
+        for line in lines:
+            if s["n"] == 0 or not re.fullmatch(line.labels, label):
+                continue
+            widen = RETIMING_SPREAD if line.timed else 0.0
+            low, high = s["min"] - widen * abs(s["min"]), s["max"] + widen * abs(s["max"])
+            for value in line.values:
+                margin = abs(s["mean"] - value)
+                if low <= value <= high or margin <= s["max"] - s["min"]:
+                    near.append({"label": label, "line": value, "margin": margin, "timed": line.timed, **s})
+    return near
+
+
+def near_text(near: Sequence[Mapping[str, Any]]) -> str:
+    """'near the line: s(10)/s(1) g0 0.549 (0.476–0.629), 0.049 from 0.5', each number near a line once, with its
+    margin to every line it is near."""
+    labels = list(dict.fromkeys(n["label"] for n in near))
+
+    def one(label: str) -> str:
+        own = [n for n in near if n["label"] == label]
+        retimed = f" (retimed ±{RETIMING_SPREAD:.0%})" if own[0]["timed"] else ""
+        margins = ", ".join(f"{number(n['margin'])} from {number(n['line'])}" for n in own)
+        return f"{label} {spread_text(own[0])}{retimed}, {margins}"
+
+    return "near the line: " + "; ".join(map(one, labels))
+
+
 def summarise(runs: Runs) -> list[dict[str, Any]]:
     """One row per claim: {claim, statement, test, recipes: {recipe: {seeds, verdict, verdicts, headline}}}, where
     headline maps each label to its `spread` over the recipe's seeds (labels in the order the runs give them)."""
@@ -66,11 +100,13 @@ def summarise(runs: Runs) -> list[dict[str, Any]]:
             if not rows:
                 continue
             labels = list(dict.fromkeys(label for row in rows for label in row["headline"]))
+            headline = {label: spread([row["headline"].get(label) for row in rows]) for label in labels}
             out["recipes"][recipe] = {
                 "seeds": [seed for seed in seeds if claim in by_run[(recipe, seed)]],
                 "verdict": recipe_verdict([row["verdict"] for row in rows]),
                 "verdicts": [row["verdict"] for row in rows],
-                "headline": {label: spread([row["headline"].get(label) for row in rows]) for label in labels},
+                "headline": headline,
+                "near": near_the_line(headline, claim_record(claim).lines),
             }
         summary.append(out)
     return summary
@@ -123,7 +159,8 @@ def to_markdown(summary: Sequence[Mapping[str, Any]], runs: Runs, origins: Seque
                 cells.append("not measured")
                 continue
             numbers = "; ".join(f"{label} {spread_text(s)}" for label, s in entry["headline"].items())
-            cells.append(f"**{entry['verdict']}**<br>{numbers}")
+            near = f"<br>{near_text(entry['near'])}" if entry.get("near") else ""
+            cells.append(f"**{entry['verdict']}**{near}<br>{numbers}")
         lines.append("| " + " | ".join(table_cell(c) for c in cells) + " |")
     if any(len(seeds) > 1 for seeds in recipes.values()):
         lines += ["", *seed_by_seed(summary, runs)]
@@ -199,9 +236,16 @@ def verdict_table(summary: Sequence[Mapping[str, Any]], docs: str = "docs/claims
     lines = ["| claim | " + " | ".join(f"`{recipe}`" for recipe in recipes) + " |", "|---|" + "---|" * len(recipes)]
     for row in summary:
         record = claim_record(row["claim"])
-        verdicts = [row["recipes"].get(recipe, {}).get("verdict", "not measured") for recipe in recipes]
+        verdicts = [_verdict_cell(row["recipes"].get(recipe)) for recipe in recipes]
         lines.append(f"| [{record.id}]({docs}{record.section}) {record.title} | " + " | ".join(verdicts) + " |")
     return "\n".join(lines)
+
+
+def _verdict_cell(entry: Mapping[str, Any] | None) -> str:
+    """A recipe's verdict in the README's table, and the numbers near their line with their margins."""
+    if entry is None:
+        return "not measured"
+    return entry["verdict"] + (f"; {near_text(entry['near'])}" if entry.get("near") else "")
 
 
 def verdict_sources(readme: str) -> list[str]:

@@ -25,7 +25,7 @@ from twoscale.exits.verdicts import (
     acceleration_exit,
     power_of_ten,
 )
-from twoscale.report.claim import Claim, Headline, Revision, fmt, pct, ratio_value, sci, speed_text, times
+from twoscale.report.claim import Claim, Headline, Line, Revision, fmt, pct, ratio_value, sci, speed_text, times
 from twoscale.report.verdicts import Verdict
 
 
@@ -103,7 +103,9 @@ def _c6_measured(verdict: Verdict, sweep: pl.DataFrame, latency: pl.DataFrame | 
         "full-depth ppl": full["perplexity"], "full-depth ms/token": full["ms_per_token"],
         f"{C6_ACCELERATION} latency ratio": ratio_value(cut.get("ratio")),
         f"{C6_ACCELERATION} FLOP ratio": (cut.get("best") or {}).get("flop_ratio"),
-        f"{C6_ACCELERATION} ppl spread over the paper's τ": tests["flat"].get("spread")}
+        f"{C6_ACCELERATION} ppl spread over the paper's τ": tests["flat"].get("spread"),
+        **{f"{k['strategy']} latency ratio to {C6_ACCELERATION}": ratio_value(k["ratio"])
+           for k in tests["kl_slower"]["kl"]}}
 
 
 _LO, _HI = PAPER_RANGE
@@ -147,10 +149,11 @@ C6 = Claim(
     f"at every swept τ ≤ {power_of_ten(C6_FIRST_ORDER_KNEE)} and more than 1% above full depth at some swept "
     f"τ ∈ ({power_of_ten(C6_FIRST_ORDER_KNEE)}, {power_of_ten(_HI)}] (no threshold on one side, or the rule never "
     f"exiting in that interval: undecided); the absolute '{C6_FIRST_ORDER_ABSOLUTE}' (‖Δ^(k)‖ < τ) is reported "
-    f"beside, not scored. (b) and (c) only where stopping where the rule stops could have hurt: some fixed depth "
-    f"from the rule's earliest exit (its fewest mean loops per group over every setting) to its fewest mean loops "
-    f"in the range read is more than 1% worse than full depth (else undecided: flat holds, and a degradation "
-    f"fails, whatever the rule does). "
+    f"beside, not scored. Where stopping where the rule stops could not have hurt (no fixed depth within the span "
+    f"of mean loops per group the rule stops after at the thresholds the check reads, (b): {PAPER_SPAN}, (c): every "
+    f"swept τ ≤ {power_of_ten(_HI)}, is more than 1% worse than full depth), (b) and (c) decide only against that "
+    f"prediction: a spread above 1% fails (b), and a rule seen more than 1% off full depth decides (c); a flat "
+    f"rule leaves both undecided (flat holds, and a degradation fails, whatever the rule does). "
     f"(d) Every strategy with criterion '{C6_KL_CRITERION}' is slower at its best point among its thresholds in "
     f"{PAPER_SPAN} than '{C6_ACCELERATION}' at its best point in the same range: the latency ratio's interval lies "
     f"above 1 (all below: fails; straddling, no KL strategy or a missing best point: undecided); both at any "
@@ -173,11 +176,24 @@ C6 = Claim(
             reading="(b) and (c) undecided unless stopping where the rule stops could have hurt (a fixed depth from "
             "its earliest exit to where it stops more than 1% worse than full depth)",
             replaced="read wherever the rule exits",
-            why="on `huginn` fixed 2 and 3 loops are within 0.6% of full depth and acceleration cannot stop before 3; "
-            "on the GPU model every fixed depth is within 0.34%: flatness then holds, and a degradation fails, for "
-            "any rule",
+            why="on the GPU model every fixed depth is within 0.34% of full depth: flatness then holds, and a "
+            "degradation fails, for any rule",
             when="2026-11-28"),
+        Revision(
+            reading="the premise of (b) and (c) reads the depths the rule stops at over the thresholds the check "
+            "reads, and gates only the outcome it predicts: a spread above 1%, or a rule seen more than 1% off full "
+            "depth, decides",
+            replaced="from the rule's earliest exit over every setting swept (τ = ∞: one loop for the first-order "
+            "exit) to where it stops in the range read",
+            why="one loop is more than 1% worse on nearly every model, so (c) was decided wherever the first-order "
+            "exit was swept at τ = ∞, however little it exits at τ ≤ 1e-2: on `huginn` it stays within 1.1% of "
+            "full depth even at τ = 0.1, yet (c) failed at every seed; and `paper`'s first-order exit is 2.0-2.5% "
+            "worse at τ = 1e-2 at two seeds where no fixed depth it spans is: its degradation is its own",
+            when="2026-11-29, after the numbers"),
         KL_IN_ITS_RANGE),
+    lines=(Line(f"{C6_ACCELERATION} latency ratio", (1 - C6_MIN_LATENCY_CUT,), timed=True),
+           Line(f"{C6_ACCELERATION} ppl spread over the paper's τ", (C6_MAX_FLAT_SPREAD,)),
+           Line(f".+ latency ratio to {C6_ACCELERATION}", (1.0,), timed=True)),
 )
 
 
@@ -241,6 +257,7 @@ C6B = Claim(
             when="2026-11-28"),
         IN_PAPER_RANGE,
         KL_IN_ITS_RANGE),
+    lines=(Line(f"{C6_ACCELERATION} latency ratio vs K\\*", (1 - C6_MIN_LATENCY_CUT,), timed=True),),
 )
 
 CLAIMS = (C6, C6B)

@@ -95,33 +95,34 @@ def _never_exits(name: str, points: list[dict[str, Any]], max_loops: int, span: 
             f"{max_loops}, saving less than {C6_MIN_SAVED_LOOPS:g}")
 
 
-def could_hurt(sweep: pl.DataFrame, full: dict[str, Any], strategy: str, ranged: list[dict[str, Any]]
-               ) -> dict[str, Any]:
+def could_hurt(sweep: pl.DataFrame, full: dict[str, Any], ranged: list[dict[str, Any]]) -> dict[str, Any]:
     """The premise of a check that reads how a rule's quality holds as it exits earlier: stopping where the rule
-    stops could have hurt. The rule stops, over the thresholds read (`ranged`), as early as `reached` mean loops
-    per group, and can stop no earlier than `earliest` (its fewest over every setting swept: τ = ∞ exits as soon as
-    it can). Met when some fixed depth k with earliest <= k <= reached is more than 1% worse than full depth; where
-    none is, a flat perplexity holds, and a degradation fails, whatever the rule does."""
-    earliest = min(_mean_loops(sweep_points(sweep, strategy)))
-    reached = min(_mean_loops(ranged))
+    stops could have hurt. Over the thresholds the check reads (`ranged`), the rule stops after between `fewest`
+    and `most` mean loops per group. Met when some fixed depth k in that span is more than 1% worse than full depth.
+    Where none is, the fixed depths predict a flat perplexity and no degradation, so a check decides only what goes
+    against that prediction: a spread or a degradation seen in the rule's own perplexity. (Until 2026-11-29 the
+    span started at the rule's fewest loops over every setting swept, where τ = ∞ stops after one loop: on nearly
+    every model the premise then held however little the thresholds read made the rule exit.)"""
+    loops = _mean_loops(ranged)
+    fewest, most = min(loops), max(loops)
     depths = [{"loops": int(p["setting"]), "increase": p["perplexity"] / full["perplexity"] - 1}
-              for p in fixed_depths(sweep)
-              if earliest * (1 - ROUND_OFF) <= p["setting"] <= reached * (1 + ROUND_OFF)]
-    return {"earliest": earliest, "reached": reached, "depths": depths,
+              for p in fixed_depths(sweep) if fewest * (1 - ROUND_OFF) <= p["setting"] <= most * (1 + ROUND_OFF)]
+    return {"fewest": fewest, "most": most, "depths": depths,
             "met": any(d["increase"] > WITHIN for d in depths)}
 
 
-def _could_not_hurt(name: str, premise: dict[str, Any], span: str) -> str:
-    """Why a check on a rule's quality over a range of thresholds cannot decide: stopping there could not hurt."""
+def _could_not_hurt(name: str, premise: dict[str, Any], thresholds: str) -> str:
+    """Why a check on a rule's quality over a range of `thresholds` (as 'τ ∈ [1e-5, 1e-2]') cannot decide:
+    stopping there could not hurt."""
     depths = premise["depths"]
+    where = (f"'{name}' stops after {premise['fewest']:.2f}–{premise['most']:.2f} mean loops per group at "
+             f"{thresholds}")
     if not depths:
-        return (f"no fixed depth swept lies between '{name}''s earliest exit ({premise['earliest']:.2f} loops per "
-                f"group) and where it stops at τ ∈ {span} ({premise['reached']:.2f}): whether stopping there could "
-                "hurt is unknown")
+        return f"{where}, and no fixed depth swept lies in that span: whether stopping there could hurt is unknown"
     worst = max(depths, key=lambda d: d["increase"])
-    return (f"stopping where '{name}' stops at τ ∈ {span} could not hurt: every fixed depth from its earliest exit "
-            f"({premise['earliest']:.2f} loops per group) to there ({premise['reached']:.2f}) is within 1% of full "
-            f"depth (the worst {100 * worst['increase']:+.2f}% at {worst['loops']} loops)")
+    return (f"stopping where the rule stops could not hurt: {where}, and every fixed depth swept in that span "
+            f"({depths[0]['loops']}–{depths[-1]['loops']} loops) is within 1% of full depth (the worst "
+            f"{100 * worst['increase']:+.2f}% at {worst['loops']} loops)")
 
 
 def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
@@ -149,8 +150,8 @@ def _latency_cut(sweep: pl.DataFrame, latency: pl.DataFrame, full: dict[str, Any
 
 def _flat(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
     """(b) over the swept acceleration thresholds in the paper's range, max/min perplexity - 1 <= 1%; undecided
-    where the rule never exits there, or where stopping where it stops could not hurt (`could_hurt`): it would be
-    flat by construction."""
+    where the rule never exits there, or where stopping where it stops could not hurt (`could_hurt`) and it stayed
+    flat: flat by construction (a spread above 1% fails whatever the fixed depths say)."""
     points = [p for p in sweep_points(in_paper_range(sweep, C6_ACCELERATION), C6_ACCELERATION)
               if p["perplexity"] is not None]
     info: dict[str, Any] = {"points": points}
@@ -164,16 +165,18 @@ def _flat(sweep: pl.DataFrame, full: dict[str, Any]) -> dict[str, Any]:
     if not exits_early(points, full["max_loops"]):
         return {**info, "passes": None, "reason": _never_exits(C6_ACCELERATION, points, full["max_loops"],
                                                                 PAPER_SPAN)}
-    info["premise"] = premise = could_hurt(sweep, full, C6_ACCELERATION, points)
-    if not premise["met"]:
-        return {**info, "passes": None, "reason": _could_not_hurt(C6_ACCELERATION, premise, PAPER_SPAN)}
-    return {**info, "passes": spread <= C6_MAX_FLAT_SPREAD}
+    info["premise"] = premise = could_hurt(sweep, full, points)
+    flat = spread <= C6_MAX_FLAT_SPREAD
+    if not premise["met"] and flat:
+        return {**info, "passes": None, "reason": _could_not_hurt(C6_ACCELERATION, premise, f"τ ∈ {PAPER_SPAN}")}
+    return {**info, "passes": flat}
 
 
 def first_order_knee(sweep: pl.DataFrame, full: dict[str, Any], strategy: str = C6_FIRST_ORDER) -> dict[str, Any]:
     """(c) a first-order strategy is within 1% at every swept tau <= 1e-3 and more than 1% above full depth at
     some tau in (1e-3, 1e-2]; undecided where it never exits in (1e-3, 1e-2], or where stopping where it stops
-    there could not hurt (`could_hurt`): it could not degrade."""
+    at the thresholds (c) reads (every swept tau <= 1e-2) could not hurt (`could_hurt`) and the rule stayed within
+    1% at all of them: a failure by construction (a rule seen more than 1% worse has shown it can degrade)."""
     limit = (1 + WITHIN) * full["perplexity"]
     knee, high = C6_FIRST_ORDER_KNEE, PAPER_RANGE[1]
     points = [{**p, "increase": p["perplexity"] / full["perplexity"] - 1}
@@ -194,9 +197,9 @@ def first_order_knee(sweep: pl.DataFrame, full: dict[str, Any], strategy: str = 
     info["degrades_above"] = any(p["perplexity"] > limit for p in above)
     if not exits_early(above, full["max_loops"]):
         return {**info, "passes": None, "reason": _never_exits(strategy, above, full["max_loops"], above_span)}
-    info["premise"] = premise = could_hurt(sweep, full, strategy, above)
-    if not premise["met"]:
-        return {**info, "passes": None, "reason": _could_not_hurt(strategy, premise, above_span)}
+    info["premise"] = premise = could_hurt(sweep, full, below + above)
+    if not premise["met"] and info["within_below"] and not info["degrades_above"]:
+        return {**info, "passes": None, "reason": _could_not_hurt(strategy, premise, f"τ ≤ {power_of_ten(high)}")}
     return {**info, "passes": info["within_below"] and info["degrades_above"]}
 
 

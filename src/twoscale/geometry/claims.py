@@ -33,7 +33,7 @@ from twoscale.geometry.verdicts import (
     step_sizes_shrink,
     steps_shrink_over_training,
 )
-from twoscale.report.claim import Claim, Headline, Premise, Revision, counted, fmt
+from twoscale.report.claim import Claim, Headline, Line, Premise, Revision, counted, fmt
 from twoscale.report.verdicts import Verdict
 
 
@@ -85,6 +85,7 @@ S = Claim(
         why="whether more loops than trained degrade the model is what a user of a looped model asks; it made the "
         "check stricter",
         when="November 2026"),),
+    lines=(Line("rise to the most loops", (S_TOLERANCE,)),),
 )
 
 
@@ -120,6 +121,20 @@ DEPTH_PREMISE = Revision(
     why="the GPU model's loss was 5.209 at one loop and 5.205 at its best: the geometry claims read 'reproduced' on "
     "the steps of a loop that does nothing",
     when="2026-11-28")
+
+DEPTH_LINE = Line(r"depth gain \(nats\)", (DEPTH_MIN_GAIN,))  # the premise of C1-C5
+
+REGIME_RULE = Revision(
+    reading="the per-token regimes reported beside (not scored): a fixed point's last step is at most 1e-3 of its "
+    "state, or its fitted tail reaches that within as many more loops as were measured; a token whose steps shrink "
+    "but stay large is a slowing drift (docs/methods.md#per-token-regimes)",
+    replaced="a fixed point was any token whose steps shrink (by the tail's fit) or whose last step is at most 1% "
+    "of the tail's largest (until 2026-11-28, de8ed87: of all K steps', with a slider's last step at least half "
+    "the tail's first)",
+    why="`paper`'s tokens, steps of ~100 against states of ~6,000 that shrink by about 1% a loop, were 77-100% "
+    "'fixed points' (before de8ed87 a referee's hand-built slow convergers were sliders)",
+    when="added 2026-11-26 (b9dc31b) after C3's and C5's numbers; revised 2026-11-28 (de8ed87) and 2026-11-29, "
+    "after the numbers")
 
 
 def _agreement_words(a: Mapping[str, Any]) -> str:
@@ -172,6 +187,7 @@ C1 = Claim(
     measured=_c1_measured,
     premise=depth_premise,
     revisions=(DEPTH_PREMISE,),
+    lines=(DEPTH_LINE, Line(r"s\(10\)/s\(1\) g\d+", (C1_MAX_RATIO,))),
 )
 
 
@@ -220,6 +236,7 @@ C2 = Claim(
         replaced="the first checkpoint (step 25, inside the 100-step warm-up) against the last",
         why="against a model that has barely trained, 'smaller later' is close to certain; it made the check stricter",
         when="November 2026"), DEPTH_PREMISE),
+    lines=(DEPTH_LINE,),
 )
 
 
@@ -283,7 +300,8 @@ C3 = Claim(
     verdict=step_cosine_settles,
     measured=_c3_measured,
     premise=depth_premise,
-    revisions=(DEPTH_PREMISE,),
+    revisions=(DEPTH_PREMISE, REGIME_RULE),
+    lines=(DEPTH_LINE, Line(r"late cosine g\d+", C3_BAND)),
 )
 
 
@@ -336,6 +354,7 @@ C4 = Claim(
     measured=_c4_measured,
     premise=depth_premise,
     revisions=(K_OF_EQ_2, DEPTH_PREMISE),
+    lines=(DEPTH_LINE, Line(rf"median DLR_(?!{C4_STRICT_LOOPS} )\d+ .+", (C4_MIN_DLR,))),
 )
 
 
@@ -384,7 +403,9 @@ C5 = Claim(
     verdict=spirals_and_jumps,
     measured=_c5_measured,
     premise=depth_premise,
-    revisions=(K_OF_EQ_2, DEPTH_PREMISE),
+    revisions=(K_OF_EQ_2, DEPTH_PREMISE, REGIME_RULE),
+    lines=(DEPTH_LINE, Line(r"turning g\d+ \(deg\)", (C5_MIN_TURNING_DEG,)),
+           Line(r"path/jump g\d+", (C5_MAX_PATH_TO_JUMP,))),
 )
 
 CLAIMS = (S, C1, C2, C3, C4, C5)

@@ -282,7 +282,7 @@ def fig3b_step_cosine(geometry: pl.DataFrame, path: Path) -> None:
 
 
 def fig_regimes(geometry: pl.DataFrame, path: Path) -> None:
-    """The share of tokens in each per-token regime (fixed point, orbit, slider, other) across training, stacked,
+    """The share of tokens in each per-token regime (`tables.REGIMES`) across training, stacked,
     per recipe and group (mean over seeds)."""
     name = "fig_regimes"
     recipes = figure_recipes(geometry, "geometry", name)

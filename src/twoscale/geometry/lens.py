@@ -1,9 +1,15 @@
 """A logit lens across loop steps: what the model would predict if it stopped group g after k loop steps, against
 what it predicts at full depth.
 
-Each iterate x^(k) of group g is decoded as the early-exit rules decode it (docs/methods.md#early-exit): "head",
-the final norm and LM head on the state, or "rest", every later layer and group once, then the head. Per group and
-k: the fraction of tokens whose top-1 token is the full-depth prediction's, and the mean KL(p_full ‖ p_k) in nats.
+Each iterate x^(k) of group g is decoded two ways, named as the early-exit rules name theirs: "head", the final
+norm and LM head on the state, exactly as a rule's head decode; or "rest", the model's own forward pass with group g
+stopped at k: every later segment once, each later group one full loop step (its input injection and group norm
+included), every position stopped at k together, then the head. A rule's "rest" decode is not this: it runs the
+later groups' layers without injection or group norm and attends to the earlier positions' cached step-1 entries
+(`decoding.engine.decode_rest`, the look-ahead a decoder can afford from its cache, as Huginn's coda). The lens asks
+what the model would predict had the group stopped at k, which only the forward pass answers
+(docs/methods.md#a-logit-lens-across-loop-steps). Per group and k: the fraction of tokens whose top-1 token is the
+full-depth prediction's, and the mean KL(p_full ‖ p_k) in nats.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from twoscale.models.looped_gpt import LoopedGPT
 
 def decoded_logits(model: LoopedGPT, state: Tensor, group: int, decode: str) -> Tensor:
     """The logits a state of looped group `group` decodes to: "head" (ln_f and the LM head on it) or "rest" (the
-    segments after the group, each group once, then ln_f and the LM head)."""
+    segments after the group, each later group one loop step with its injection and norm, then ln_f and the LM
+    head: the forward pass with the group stopped here, not a rule's cached look-ahead)."""
     if decode not in DECODES:
         raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
     if decode == "head":

@@ -193,20 +193,23 @@ def drift_to_loop_ratio(last_of_g: Tensor, first_of_h: Tensor, g_steps: Tensor) 
 # perfectly geometric ratio of 0.99 converges and noise around a constant step does not. A token with fewer than
 # three tail steps above the floor has no standard error and is not called converging by the fit.
 # Each token is then classified, in this order (docs/methods.md#per-token-regimes):
-#   fixed_point  at or converging onto a fixed point: its last step is at most CONVERGED_SHRINK of the tail's
-#                largest step, or at the precision floor, or it is converging (a damped flip, steps alternating
-#                in direction and shrinking, is one: hence this test comes before the orbit's);
-#   orbit        it returns: for a period p in 2..ORBIT_MAX_PERIOD, ‖x^(K) − x^(K−p)‖ is at most ORBIT_RETURN of
-#                the tail's mean step (the smallest such p is its period);
-#   slider       a steady drift: the tail's consecutive steps are aligned (mean cosine >= SLIDER_COSINE) and it is
-#                not converging;
-#   other        anything else (a wandering or growing path, say).
+#   fixed_point    at or converging onto a fixed point: its last step is at most FIXED_POINT_STEP of the state it
+#                  starts from (or at the precision floor), or it is converging and its fitted tail, extended,
+#                  reaches that bound within as many further loops as were measured (K);
+#   slowing_drift  its steps shrink (it is converging) but stay large against its state: a drift that slows down
+#                  (a damped flip that stays large is one: hence this test comes before the orbit's);
+#   orbit          it returns: for a period p in 2..ORBIT_MAX_PERIOD, ‖x^(K) − x^(K−p)‖ is at most ORBIT_RETURN of
+#                  the tail's mean step (the smallest such p is its period);
+#   slider         a steady drift: the tail's consecutive steps are aligned (mean cosine >= SLIDER_COSINE) and it is
+#                  not converging;
+#   other          anything else (a wandering or growing path, say).
 # A group of fewer than MIN_REGIME_LOOPS loop steps has too short a tail to tell them apart: every token "other".
-# Until November 2026 the fixed-point test compared the last step with the largest of all K steps and a slider
-# needed its last step to be at least half the tail's first; a referee's hand-built slow convergers (ratios 0.97
-# and 0.99 at K = 30) were called sliders, and sliders or 2-cycles after a large entry step fixed points.
+# Until 2026-11-29 a fixed point was any converging token, or one whose last step was at most 1% of the tail's
+# largest, whatever its size against the state: `paper`'s tokens, whose steps of ~100 against states of ~6,000
+# shrink by about 1% a loop, were 77-99% "fixed points". FIXED_POINT_STEP is the relative step at which the paper's
+# first-order exit stops without cost (C6(c)'s 1e-3): a token below it has, for exiting, arrived.
 
-CONVERGED_SHRINK = 0.01
+FIXED_POINT_STEP = 1e-3
 CONVERGING_SE = 2.0
 ORBIT_RETURN = 0.1
 ORBIT_MAX_PERIOD = 8
@@ -235,6 +238,15 @@ def tail_step_ratio_fit(sizes: Tensor, usable: Tensor) -> tuple[Tensor, Tensor]:
     return torch.where(fit, b, math.nan), torch.where(fit, se, math.nan)
 
 
+def loops_to_fixed_point(relative_last: Tensor, b: Tensor) -> Tensor:
+    """How many more loops a token whose relative step is `relative_last` and whose steps shrink by exp(b) a loop
+    (b < 0) needs to come within FIXED_POINT_STEP of its state; 0 where it is already there, inf where its steps
+    do not shrink (b >= 0 or NaN). The state's norm is taken as it is now: a converging state's norm settles."""
+    needed = torch.log(FIXED_POINT_STEP / relative_last) / b
+    there = relative_last <= FIXED_POINT_STEP
+    return torch.where(there, 0.0, torch.where(b < 0, needed, math.inf))
+
+
 def regimes(x: Tensor, floor: float) -> tuple[Tensor, Tensor]:
     """Each token's regime, an index into REGIMES, and its orbit's period (0 for the other regimes); both (N,)."""
     K, n = x.shape[0] - 1, x.shape[1]
@@ -247,16 +259,19 @@ def regimes(x: Tensor, floor: float) -> tuple[Tensor, Tensor]:
     floored = at_floor(x, floor)[-tail:].bool()
     b, se = tail_step_ratio_fit(sizes, ~floored)
     converging = b + CONVERGING_SE * se < 0  # False where NaN: too few usable steps
-    fixed = (sizes[-1] <= CONVERGED_SHRINK * sizes.max(0).values) | floored[-1] | converging
+    to_fixed_point = loops_to_fixed_point(relative_step_size(x)[-1], torch.where(converging, b, math.nan))
+    fixed = (to_fixed_point <= K) | floored[-1]
+    slowing = ~fixed & converging
     typical = sizes.mean(0)
     for p in range(min(ORBIT_MAX_PERIOD, K), 1, -1):  # the smallest period that returns is the one kept
         returns = _norm(x[-1] - x[-1 - p]) <= ORBIT_RETURN * typical
         period = torch.where(returns, p, period)
-    orbit = ~fixed & (period > 0)
+    orbit = ~fixed & ~slowing & (period > 0)
     aligned = torch.nanmean(step_cosine(x)[-(tail - 1):], 0) >= SLIDER_COSINE
-    slider = ~fixed & ~orbit & aligned & ~converging
-    code = torch.where(fixed, REGIMES.index("fixed_point"),
-                       torch.where(orbit, REGIMES.index("orbit"), torch.where(slider, REGIMES.index("slider"), other)))
+    slider = ~fixed & ~slowing & ~orbit & aligned
+    code = other
+    for regime, members in (("slider", slider), ("orbit", orbit), ("slowing_drift", slowing), ("fixed_point", fixed)):
+        code = torch.where(members, REGIMES.index(regime), code)
     return code, torch.where(orbit, period, 0)
 
 

@@ -11,7 +11,8 @@ from twoscale.report.tables import require
 
 GEOMETRY_COLUMNS = ("step", "metric", "group", "k", "mean", "median", "q10", "q90")
 DLR_SHOWN_LOOPS = (1, 2, 5, 10, 30)  # the K whose DLR_K the claims and the summaries print (tables hold every K)
-REGIMES = ("fixed_point", "orbit", "slider", "other")  # a token's regime in a group (`metrics.regimes`)
+# a token's regime in a group (`metrics.regimes`)
+REGIMES = ("fixed_point", "slowing_drift", "orbit", "slider", "other")
 FLOOR_EPS = 1000  # the precision floor in machine epsilons of the measuring dtype (float64: 2.2e-13)
 
 

@@ -102,8 +102,10 @@ def _floored_steps(geometry: pl.DataFrame, step: int) -> dict[int, dict[str, int
 def regime_readings(geometry: pl.DataFrame, step: int, metric: str, reduce: Callable[[dict[int, float], int], float]
               ) -> dict[int, dict[str, dict[str, float]]]:
     """Per group, each per-token regime's share of the tokens and `reduce(curve, K)` of the regime's per-k curve
-    of `metric` (the metric over that regime's tokens alone); {} for a table measured without regimes."""
-    if f"regime_{REGIMES[0]}" not in set(geometry["metric"].unique()):
+    of `metric` (the metric over that regime's tokens alone); {} for a table measured without regimes, or under an
+    earlier rule whose regimes are not these (a GPU run of 2026-11-27 has no slowing drift): its shares would be
+    read as this rule's."""
+    if not {f"regime_{regime}" for regime in REGIMES} <= set(geometry["metric"].unique()):
         return {}
     shares = {regime: _curves(geometry, f"regime_{regime}", step) for regime in REGIMES}
     curves = {regime: _curves(geometry, f"{metric}_{regime}", step) for regime in REGIMES}

@@ -47,6 +47,17 @@ class Revision:
 
 
 @dataclass(frozen=True)
+class Line:
+    """A line a claim's headline numbers are decided against: the labels it applies to (a regular expression the
+    whole label matches), the values of the line (a band has two) and whether the numbers are timings, whose
+    retiming moves them by up to `report.verdicts.RETIMING_SPREAD` (docs/claims.md#near-the-line)."""
+
+    labels: str
+    values: tuple[float, ...]
+    timed: bool = False
+
+
+@dataclass(frozen=True)
 class Claim:
     """One claim of the sources (or of ours, said so in its statement), read from a run's tables.
 
@@ -57,7 +68,8 @@ class Claim:
     tables by name, says whether the model gives the checks something to decide (a claim on loop geometry needs a
     loop that does something); where it is not met the claim is inconclusive, and its checks' reading is said
     beside. `revisions` are the readings chosen after the numbers were seen (empty: every reading was fixed before
-    them)."""
+    them). `lines` are the lines its deciding headline numbers are read against, so that a verdict whose numbers lie
+    within their own uncertainty of a line says so (`claims.by_recipe.near_the_line`)."""
 
     id: str
     system: str
@@ -69,6 +81,7 @@ class Claim:
     measured: Callable[..., tuple[str, Headline]]
     premise: Callable[[Mapping[str, pl.DataFrame | None]], Premise | None] | None = None
     revisions: tuple[Revision, ...] = ()
+    lines: tuple[Line, ...] = ()
 
     @property
     def section(self) -> str:

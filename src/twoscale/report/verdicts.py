@@ -27,6 +27,11 @@ from typing import Any, NamedTuple
 import polars as pl
 
 Check = bool | None  # one check of a claim: passes, fails, or cannot decide
+# How far timing the same models again moved a paired speed ratio, beyond its own interval: on a 2-core Zen 5 the
+# default run timed twice (2026-11-28, the same checkpoints bit for bit; docs/results.md) read `huginn`'s C6b ratio
+# 3.95× then 3.77× (-4.6%) and C7b's 0.20× then 0.19× (-5%), and one KL exit's ratio to acceleration crossed 1. A
+# timed number within this of its line is "near the line" (docs/claims.md#near-the-line)
+RETIMING_SPREAD = 0.05
 
 
 class Words(NamedTuple):

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.report.claim import Claim, Headline, fmt, ratio_value, speed_text, times
+from twoscale.report.claim import Claim, Headline, Line, Revision, fmt, ratio_value, speed_text, times
 from twoscale.sampler.thresholds import C7_MIN_SPEEDUP, C7B_MIN_SPEEDUP
 from twoscale.sampler.verdicts import Speedup, speedup_over_full_recurrence, speedup_over_matched_decoding
 
@@ -32,6 +32,15 @@ def _speedup_text(verdict: Speedup, reference: str) -> str:
     return (f"sampler vs {reference}: {speed_text(verdict.speedup)} in tokens/s{rounds}; "
             f"{times(verdict.flop_ratio)} in FLOPs per token")
 
+
+# the quality rule both claims read was made two-sided, with its distinct-fraction part, after C7 had been read
+EQUAL_QUALITY_AFTER = Revision(
+    reading="about equal quality is two-sided (the cross-entropy gap within ± sample.quality_tolerance) and asks a "
+    "distinct-token fraction at most sample.distinct_tolerance below full recurrence's",
+    replaced="a gap of at most sample.quality_tolerance above full recurrence's, with no check on repetition",
+    why="a degenerate, repetitive continuation is easy for the model to predict and scores a low cross-entropy, so a "
+    "one-sided rule admits it",
+    when="2026-11-24 (ea9d77f), after C7 had been read 'reproduced' at 4.494× on 2026-11-23 (d422333)")
 
 # "about equal quality", as both claims' tests say it (the tolerances are parameters of the sample section)
 _EQUAL_QUALITY = (
@@ -83,6 +92,8 @@ C7 = Claim(
     reads=("sample", "sample_speed"),
     verdict=speedup_over_full_recurrence,
     measured=_c7_measured,
+    revisions=(EQUAL_QUALITY_AFTER,),
+    lines=(Line("speed-up vs full recurrence", (C7_MIN_SPEEDUP,), timed=True),),
 )
 
 
@@ -109,11 +120,13 @@ C7B = Claim(
     f"loops of about equal quality (any loop count of sample.baseline_loops; chosen by loops, not by timing), "
     f"timed beside it in the same paired rounds: reproduced if the 95% interval of the ratio of tokens/s lies "
     f"at or above {C7B_MIN_SPEEDUP:g}×, not reproduced if it lies below (or if no setting is of about equal "
-    f"quality), inconclusive if it straddles {C7B_MIN_SPEEDUP:g}×. Fixed with C7, before any number: a loop "
-    f"that converges early makes fewer loops the fair baseline.",
+    f"quality), inconclusive if it straddles {C7B_MIN_SPEEDUP:g}×. Fixed with C7, before any number (its quality "
+    f"rule revised with C7's after them): a loop that converges early makes fewer loops the fair baseline.",
     reads=("sample", "sample_speed"),
     verdict=speedup_over_matched_decoding,
     measured=_c7b_measured,
+    revisions=(EQUAL_QUALITY_AFTER,),
+    lines=(Line("speed-up vs matched decoding", (C7B_MIN_SPEEDUP,), timed=True),),
 )
 
 CLAIMS = (C7, C7B)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from twoscale.report.claim import Claim, Headline, Revision, fmt
+from twoscale.report.claim import Claim, Headline, Line, Revision, fmt
 from twoscale.report.verdicts import Verdict
 from twoscale.surrogates.thresholds import C8_BLOCKS, C8_RECOVERY
 from twoscale.surrogates.verdicts import two_blocks_beat_scratch, two_blocks_recover
@@ -55,6 +55,7 @@ C8 = Claim(
         why="the default teacher's 2-layer control recovered 104% of its gain: a teacher whose depth has nothing "
         "to compress makes 'two shared blocks recover 90%' say nothing",
         when="2026-11-28"),),
+    lines=(Line(r"recovered \(k = \d+\)", (C8_RECOVERY,)),),
 )
 
 
