@@ -89,7 +89,7 @@ class HuggingfaceSource(Section):
 
 
 class DataParams(Section):
-    source: Literal["shakespeare", "text", "huggingface"]
+    source: Literal["shakespeare", "public_domain", "text", "huggingface"]
     text_files: list[str] = Field(description="files or globs, read when source is 'text'")
     huggingface: HuggingfaceSource
     max_chars: PositiveInt | None = Field(description="truncate the corpus to this many characters (null: all)")

