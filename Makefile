@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup setup-cluster reproduce push pull study study-copy study-round smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
+.PHONY: setup setup-cluster reproduce push pull study study-copy study-round screen screen-candidate smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
 
 # TORCH=system: reuse the torch that $(PYTHON) already has (a CUDA build, say) instead of the lock's torch==2.13.0
 TORCH ?= lock
@@ -90,6 +90,15 @@ study-copy:
 	  printf 'the default run (seed 1337, whose jobs the study takes):\n\n```\n'; $(RUN) python -m twoscale cost; \
 	  printf '```\n\nthe study:\n\n```\n'; $(RUN) python -m twoscale cost --params configs/study.yaml; \
 	  printf '```\n'; } > results/study/README.md
+
+# the depth screen (docs/results.md#the-depth-screen-pre-registered-2026-11-29-before-any-candidate-trained): one
+# candidate, configs/screen-$(NAME).yaml, trained and measured as far as the screen reads (under runs/screen-$(NAME)/);
+# then the table and figure of every candidate run so far (results/screen/)
+screen-candidate: setup
+	$(RUN) snakemake --cores all runs/screen-$(NAME)/results/geometry/loss_vs_loops.parquet \
+	  runs/screen-$(NAME)/results/surrogates/recovery.csv --configfile configs/screen-$(NAME).yaml
+screen: setup
+	$(RUN) python -m twoscale screen
 
 smoke: setup
 	$(RUN) snakemake --cores all --configfile configs/smoke.yaml

@@ -1,0 +1,77 @@
+"""The depth screen's reading of one candidate (docs/results.md#the-depth-screen-pre-registered-2026-11-29-before-any-
+candidate-trained): whether a setting uses its depth, from the tables its run leaves, fixed before any candidate
+trained. (a) both looped recipes gain at least MIN_DEPTH_GAIN nats from looping (the held-out loss at one loop
+minus the lowest over the loop counts measured, at the last checkpoint); (b) `huginn`'s K*, the fewest loops whose
+loss is within ln 1.01 of that lowest, is at least MIN_K_STAR; (c) the teacher's 2-layer control recovers less
+than MAX_CONTROL_RECOVERY of the teacher's gain over the unigram model. Beside them, what each model cost: its
+training's model FLOPs and wall minutes (one core each, on the machine named), from its training history."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+MIN_DEPTH_GAIN = 0.05       # nats, (a)
+MIN_K_STAR = 6              # loops, (b)
+MAX_CONTROL_RECOVERY = 0.9  # (c): C8's bar, read on the control
+WITHIN = math.log(1.01)     # a 1% perplexity: the tolerance of K*, as C6b's
+LOOPED = ("paper", "huginn")
+TEACHER = "plain"
+CONTROL_BLOCKS = 2
+
+
+def last_checkpoint_losses(loss_vs_loops: pl.DataFrame, recipe: str) -> dict[int, float]:
+    """The held-out loss at each loop count measured, at the recipe's last checkpoint."""
+    own = loss_vs_loops.filter(pl.col("recipe") == recipe)
+    if own.height == 0:
+        raise ValueError(f"no loss-against-loops rows for {recipe}")
+    last = own.filter(pl.col("step") == own["step"].max())
+    return {int(row["loops"]): float(row["val_loss"]) for row in last.iter_rows(named=True)}
+
+
+def depth_gain(losses: Mapping[int, float]) -> float:
+    """The loss at one loop minus the lowest over the loop counts measured."""
+    return losses[1] - min(losses.values())
+
+
+def k_star(losses: Mapping[int, float]) -> int:
+    """The fewest loops whose loss is within WITHIN of the lowest."""
+    lowest = min(losses.values())
+    return min(loops for loops, loss in losses.items() if loss <= lowest + WITHIN)
+
+
+def training_cost(history: pl.DataFrame) -> dict[str, float]:
+    """A training's model TFLOPs and wall minutes, summed over its steps."""
+    return {"tflop": float(history["model_tflop"].sum()), "minutes": float(history["seconds"].sum()) / 60}
+
+
+def control_recovery(recovery: pl.DataFrame, seed: int) -> float:
+    """The 2-layer control's recovery of the teacher's gain over the unigram model, at the seed."""
+    row = recovery.filter((pl.col("teacher") == TEACHER) & (pl.col("seed") == seed)
+                          & (pl.col("blocks") == CONTROL_BLOCKS))
+    if row.height != 1:
+        raise ValueError(f"no single {CONTROL_BLOCKS}-block row of {TEACHER} at seed {seed} in the recovery table")
+    return float(row["control_recovered"][0])
+
+
+def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,
+            histories: Mapping[str, pl.DataFrame], seed: int, machine: str) -> dict[str, Any]:
+    """One candidate's row: each criterion's number and whether it is met, each model's cost, and whether the
+    candidate uses its depth (all three met)."""
+    losses = {recipe: last_checkpoint_losses(loss_vs_loops, recipe) for recipe in LOOPED}
+    gains = {recipe: depth_gain(own) for recipe, own in losses.items()}
+    star = k_star(losses["huginn"])
+    control = control_recovery(recovery, seed)
+    row: dict[str, Any] = {"candidate": name, "seed": seed, "machine": machine,
+                           **{f"gain_{recipe}": gain for recipe, gain in gains.items()},
+                           "k_star_huginn": star, "control_recovered": control,
+                           "a": all(gain >= MIN_DEPTH_GAIN for gain in gains.values()),
+                           "b": star >= MIN_K_STAR, "c": control < MAX_CONTROL_RECOVERY}
+    for model, history in histories.items():
+        cost = training_cost(history)
+        row |= {f"tflop_{model}": cost["tflop"], f"minutes_{model}": cost["minutes"]}
+    row["uses_depth"] = row["a"] and row["b"] and row["c"]
+    return row

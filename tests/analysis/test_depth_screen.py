@@ -1,0 +1,102 @@
+"""The depth screen's reading of a candidate, on hand-built tables: depth gain, K*, the control's recovery and each
+model's training cost, and the table and figure of every candidate that has run."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from twoscale.analysis import depth_screen
+from twoscale.config.errors import TwoscaleError
+from twoscale.tools import screen
+
+# huginn at its last checkpoint: 0.16 nats from 1 loop to the lowest, 4.84 at 16 loops; 4 loops (4.85) is 0.0100
+# above it, just past ln 1.01 = 0.00995, and 8 loops (4.843) within: K* = 8
+HUGINN = {1: 5.0, 2: 4.9, 4: 4.85, 8: 4.843, 16: 4.84}
+PAPER = {1: 5.2, 2: 5.1, 4: 5.15, 8: 5.3, 16: 5.4}  # best at 2 loops: a gain of 0.1
+
+
+def loss_table(step: int, **recipes: dict[int, float]) -> pl.DataFrame:
+    return pl.DataFrame([{"recipe": recipe, "step": step, "loops": loops, "val_loss": loss}
+                         for recipe, losses in recipes.items() for loops, loss in losses.items()])
+
+
+def recovery_table(control: float) -> pl.DataFrame:
+    return pl.DataFrame([{"teacher": "plain", "seed": 1337, "blocks": blocks, "control_recovered": value}
+                         for blocks, value in ((1, 0.5), (2, control))])
+
+
+def history(tflop: list[float], seconds: list[float]) -> pl.DataFrame:
+    return pl.DataFrame({"model_tflop": tflop, "seconds": seconds})
+
+
+def test_depth_gain_and_k_star_by_hand():
+    assert depth_screen.depth_gain(HUGINN) == pytest.approx(0.16)
+    assert 4.85 - 4.84 > math.log(1.01) > 4.843 - 4.84
+    assert depth_screen.k_star(HUGINN) == 8 and depth_screen.k_star(PAPER) == 2
+
+
+def test_the_last_checkpoint_is_read_and_a_missing_recipe_is_named():
+    table = pl.concat([loss_table(300, huginn={1: 9.0, 2: 1.0}), loss_table(600, huginn=HUGINN)])
+    assert depth_screen.last_checkpoint_losses(table, "huginn") == HUGINN
+    with pytest.raises(ValueError, match="no loss-against-loops rows for paper"):
+        depth_screen.last_checkpoint_losses(table, "paper")
+
+
+def test_training_cost_sums_the_history():
+    assert depth_screen.training_cost(history([0.1, 0.2], [60.0, 120.0])) == {"tflop": pytest.approx(0.3),
+                                                                               "minutes": pytest.approx(3.0)}
+
+
+@pytest.mark.parametrize(("control", "c"), [(0.85, True), (1.04, False)])
+def test_a_candidate_uses_its_depth_only_where_all_three_hold(control, c):
+    row = depth_screen.reading("x", loss_table(600, huginn=HUGINN, paper=PAPER), recovery_table(control),
+                               {"huginn": history([1.0], [60.0])}, 1337, "a machine")
+    assert (row["gain_paper"], row["gain_huginn"]) == (pytest.approx(0.1), pytest.approx(0.16))
+    assert (row["a"], row["b"], row["c"], row["k_star_huginn"]) == (True, True, c, 8)
+    assert row["uses_depth"] is c and row["minutes_huginn"] == 1.0 and row["control_recovered"] == control
+    shallow = depth_screen.reading("y", loss_table(600, huginn={1: 5.0, 2: 4.99, 4: 4.98}, paper=PAPER),
+                                   recovery_table(control), {}, 1337, "a machine")
+    assert (shallow["a"], shallow["b"], shallow["uses_depth"]) == (False, False, False)  # 0.02 nats; K* = 1
+
+
+def write_run(root: Path, control: float) -> None:
+    results = root / "results"
+    (results / "geometry").mkdir(parents=True)
+    loss_table(600, huginn=HUGINN, paper=PAPER).write_parquet(results / "geometry/loss_vs_loops.parquet")
+    (results / "surrogates").mkdir()
+    recovery_table(control).write_csv(results / "surrogates/recovery.csv")
+    for model in ("paper", "huginn", "plain"):
+        folder = results / f"train/{model}/seed_1337"
+        folder.mkdir(parents=True)
+        history([2.0, 3.0], [30.0, 30.0]).write_parquet(folder / "history.parquet")
+        (folder / "metrics.json").write_text('{"machine": "a 2-core machine"}')
+
+
+def test_the_screen_reads_every_candidate_that_has_run_and_lists_the_others(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("")
+    (tmp_path / "configs").mkdir()
+    for name in ("width192", "steps2"):
+        (tmp_path / f"configs/screen-{name}.yaml").write_text("base: ../params.yaml\n")
+    write_run(tmp_path, 1.04)  # the default set
+    write_run(tmp_path / "runs/screen-steps2", 0.85)
+    args = argparse.Namespace(configs=Path("configs"), out_dir=Path("results/screen"))
+    screen.run(args)
+    table = pl.read_csv(tmp_path / "results/screen/screen.csv")
+    assert table["candidate"].to_list() == ["default", "steps2"]
+    assert table["uses_depth"].to_list() == [False, True] and table["tflop_huginn"].to_list() == [5.0, 5.0]
+    assert "Not run yet: width192." in capsys.readouterr().out
+    assert (tmp_path / "results/screen/depth_vs_cost.png").stat().st_size > 0
+
+
+def test_a_screen_with_nothing_run_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    with pytest.raises(TwoscaleError, match="no candidate has run yet"):
+        screen.run(argparse.Namespace(configs=Path("configs"), out_dir=Path("out")))
+    assert not (tmp_path / "out").exists()
