@@ -42,8 +42,10 @@ def with_change(path: str, value) -> dict:
 DELETE = object()
 
 
-@pytest.mark.parametrize("name", ["params.yaml", "configs/smoke.yaml", "configs/paper.yaml", "configs/study.yaml",
-                                  "configs/ablations.yaml", "configs/gpu.yaml", "configs/gpu-quick.yaml"])
+SHIPPED_SETS = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", ["params.yaml", *SHIPPED_SETS])
 def test_shipped_parameter_sets_are_valid(name):
     params = load_params(ROOT / name)
     assert params.train.checkpoint_steps[-1] == params.train.steps
@@ -482,7 +484,7 @@ def leaves(raw: dict, prefix: str = "") -> dict[str, object]:
         leaves(sub, f"{prefix}{name}.").items() if isinstance(sub, dict) and sub else [(f"{prefix}{name}", sub)])}
 
 
-@pytest.mark.parametrize("name", ["smoke", "paper", "study", "gpu", "gpu-quick"])
+@pytest.mark.parametrize("name", [Path(path).stem for path in SHIPPED_SETS if Path(path).stem != "ablations"])
 def test_a_shipped_set_holds_only_what_it_changes_of_params_yaml(name):
     raw = yaml.safe_load((ROOT / f"configs/{name}.yaml").read_text())
     assert raw.pop("base") == "../params.yaml"
