@@ -60,7 +60,7 @@ def test_shipped_parameter_sets_are_valid(name):
         ("train.steps", 2.5, "train.steps = 2.5: Input should be a valid integer"),
         ("model.n_layer", DELETE, "model.n_layer: missing (required key)"),
         ("model.widht", 3, "model.widht: unknown key"),
-        ("data.source", "web", "data.source = 'web': Input should be 'shakespeare', 'text' or 'huggingface'"),
+        ("data.source", "web", "data.source = 'web': Input should be 'shakespeare', 'public_domain', 'text' or 'huggingface'"),
         ("runtime.device", "tpu", "runtime.device = 'tpu'"),
         ("data.val_fraction", 0.7, "data.val_fraction = 0.7: Input should be less than 0.5"),
         ("tokenize.vocab_size", 100, "tokenize.vocab_size = 100: Input should be greater than or equal to 260"),
