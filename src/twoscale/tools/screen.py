@@ -97,7 +97,10 @@ def run(args: argparse.Namespace) -> None:
     rows, waiting = [], []
     for name, params_file in candidates(args.configs).items():
         row = read_candidate(name, params_file)
-        (rows.append(row) if row is not None else waiting.append(name))
+        if row is None:
+            waiting.append(name)
+        else:
+            rows.append(row)
     if not rows:
         raise TwoscaleError("screen: no candidate has run yet (make screen-candidate NAME=<name>)")
     args.out_dir.mkdir(parents=True, exist_ok=True)
