@@ -70,7 +70,18 @@ def test_shipped_parameter_sets_are_valid(name):
         ("train.learning_rate", math.inf, "train.learning_rate = inf: Input should be a finite number"),
         ("train.weight_decay", math.inf, "train.weight_decay = inf: Input should be a finite number"),
         ("sample.state_std", math.nan, "sample.state_std = nan: Input should be a finite number"),
-        ("sweep.strategies.kl_head.settings", [1e-3, math.nan], "sweep.strategies.kl_head.settings"),
+        # .inf (exit at once) is the one threshold that is not finite: -.inf and NaN would be written into a build
+        # record as .inf is (null), so a set sweeping them could reuse the results of one sweeping .inf
+        ("sweep.strategies.kl_head.settings", [1e-3, math.nan],
+         "sweep.strategies.kl_head.settings.1 = nan: Input should be greater than or equal to 0"),
+        ("sweep.strategies.kl_head.settings", [-math.inf, 1e-3],
+         "sweep.strategies.kl_head.settings.0 = -inf: Input should be greater than or equal to 0"),
+        ("sweep.strategies.kl_head.settings", [0, -1e-3], "sweep.strategies.kl_head.settings.1 = -0.001: Input"),
+        # a bound on what a typo can ask for, said in one short line
+        ("runtime.seeds", list(range(100_000)), "runtime.seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
+         "14, 15, 16, 17, 18, 19, 20, 21, 2... (100000 items): List should have at most 64 items"),
+        ("sweep.strategies.kl_head.settings", [i / 1000 for i in range(129)],
+         "sweep.strategies.kl_head.settings = [0.0, 0.001, 0.002"),
         # a seed folds onto a generator state one to one only in 0..2**32-1; a count is a whole number as written
         ("runtime.seeds", [-1], "runtime.seeds.0 = -1: Input should be greater than or equal to 0"),
         ("runtime.seeds", [2**32], "runtime.seeds.0 = 4294967296: Input should be less than or equal to 4294967295"),
@@ -244,7 +255,7 @@ def test_snakemake_refuses_a_parameter_file_whose_name_cannot_be_a_folder(tmp_pa
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [1.5, 4]}}, "loops must be whole numbers"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4, math.inf]}}, "loops must be whole numbers"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},
-          "argmax": {"spec": {"criterion": "argmax"}, "settings": [-math.inf]}}, "hits must be whole numbers"),
+          "argmax": {"spec": {"criterion": "argmax"}, "settings": [math.inf]}}, "hits must be whole numbers"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4, 9]}}, "fixed loops 9 > max_loops 4"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4], "timed": False}}, "fixed must be timed"),
         ({"fixed": {"spec": {"criterion": "fixed"}, "settings": [4]},

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -20,7 +19,6 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -35,6 +33,10 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 # give the same weights); within this range every seed is its own generator state.
 MAX_SEED = 2**32 - 1
 Seed = Annotated[StrictInt, Field(ge=0, le=MAX_SEED)]
+# Every seed is a run of every recipe and every setting a decoding of the sweep: past these a parameter set is a
+# typo, and Snakemake would plan it for minutes before saying anything
+MAX_SEEDS = 64
+MAX_SETTINGS = 128
 
 
 class ParamsError(TwoscaleError):
@@ -53,7 +55,7 @@ class RuntimeParams(Section):
         "natively, else fp32); measure and sweep always run in fp32"
     )
     seeds: list[Seed] = Field(
-        min_length=1,
+        min_length=1, max_length=MAX_SEEDS,
         description=f"one training run per recipe and seed; a seed (0 to {MAX_SEED}) sets every random choice of "
         "its run",
     )
@@ -301,19 +303,14 @@ class SweepStrategy(Section):
     spec: dict[str, Any] = Field(
         description="exit spec without the swept setting, e.g. {criterion: acceleration, variant: vector, hits: 2}"
     )
-    settings: list[Annotated[float, Field(allow_inf_nan=True)]] = Field(  # ...but a threshold may be .inf
-        min_length=1, description="swept values: thresholds (.inf: exit at once, 0: never), or the loop counts of "
-        "fixed, or the hit counts of argmax"
+    # ...but a threshold may be .inf; not -.inf or NaN, which a build record (strict JSON, where .inf is null)
+    # could not tell from .inf
+    settings: list[Annotated[float, Field(allow_inf_nan=True, ge=0)]] = Field(
+        min_length=1, max_length=MAX_SETTINGS, description="swept values: thresholds (.inf: exit at once, 0: never), "
+        "or the loop counts of fixed, or the hit counts of argmax"
     )
     timed: StrictBool = Field(True, description="timed by the latency stage; an untimed strategy is compared by "
                         "quality and FLOPs only, and a speed verdict that needs its latency is inconclusive")
-
-    @field_validator("settings")
-    @classmethod
-    def _no_nan(cls, settings: list[float]) -> list[float]:
-        if any(math.isnan(setting) for setting in settings):
-            raise ValueError("a setting is NaN")
-        return settings
 
 
 class SweepParams(Section):
@@ -594,7 +591,15 @@ def _describe_error(error: dict[str, Any], prefix: str = "") -> str:
         return f"{location}: unknown key"
     if isinstance(error["input"], dict) and error["type"] == "value_error":  # a check across a section's keys
         return f"{location}: {message}" if location else message
-    return f"{location} = {error['input']!r}: {message}" if location else message
+    return f"{location} = {_shown_value(error['input'])}: {message}" if location else message
+
+
+def _shown_value(value: Any, most: int = 80) -> str:
+    """The value as written, cut short where it is long (a list of 100,000 seeds)."""
+    shown = repr(value)
+    if len(shown) <= most:
+        return shown
+    return f"{shown[:most]}... ({len(value)} items)" if isinstance(value, (list, dict)) else f"{shown[:most]}..."
 
 
 def parse_params(raw: Any, source: str = "params") -> Params:
