@@ -3,7 +3,7 @@ each exit criterion (its decode included) beside the cost of one loop step of a 
 of each strategy at a given setting, and tokens/s of the parallel sampler beside ordinary cached decoding.
 
 The exit timings run as in cached generation: batch size 1, one new token attending to a real KV cache of a
-prompt. Training runs real optimizer steps (`training.train_step`) on a fresh model.
+prompt. Training runs real optimizer steps (`trainer.train_step`) on a fresh model.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def strategy_latency(
 
 def sampler_medians(model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, full_loops: int,
                     matched_loops: int, settings: SamplerSettings, repeats: int) -> dict[str, dict[str, float]]:
-    """The sample stage's paired rounds (`sampling.sampler_throughput`) as the benchmark reports them: per method,
+    """The sample stage's paired rounds (`comparison.sampler_throughput`) as the benchmark reports them: per method,
     the median of its rounds' tokens/s and their spread (max − min)."""
     rates = sampler_throughput(model, prompts, new_tokens, full_loops, matched_loops, settings, repeats)
     return {name: {"tokens_per_s": statistics.median(values), "spread": max(values) - min(values)}

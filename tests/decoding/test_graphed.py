@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 from twoscale.decoding.engine import CriterionClock, generate, new_cache, step_token, token_stepper
 from twoscale.decoding.graphed import GraphedDecoder, advance, first_read, next_read
-from twoscale.decoding.rules import ExitRule, make_rule
+from twoscale.decoding.rules import ACCELERATION_VARIANTS, CRITERIA, DECODES, ExitRule, make_rule
 from twoscale.models.looped_gpt import LoopedGPT
 
 MAX_LOOPS = 6
@@ -28,12 +29,35 @@ RULE_SETS = {  # one spec per group; thresholds at which the tiny model's tokens
     "kl_rest": [{"criterion": "kl", "decode": "rest", "threshold": 1e-5}] * 3,
     "argmax_cosine": [{"criterion": "argmax", "hits": 2}, {"criterion": "cosine", "threshold": 3e-3},
                       {"criterion": "fixed", "loops": 4}],
+    "entropy_difference": [{"criterion": "entropy_difference", "decode": "head", "threshold": 1e-4},
+                           {"criterion": "entropy_difference", "decode": "rest", "threshold": 1e-4},
+                           {"criterion": "entropy_difference", "decode": "head", "threshold": 1e-4}],
+    "latent_difference": [{"criterion": "latent_difference", "threshold": 0.1}] * 3,
+    "by_state_size_difference_step_norm": [
+        {"criterion": "acceleration", "variant": "by_state", "threshold": 1e-2},
+        {"criterion": "acceleration", "variant": "size_difference", "threshold": 1e-4},
+        {"criterion": "step_norm", "threshold": 1e-2}],
 }
 OTHER_MODELS_RULE_SETS = {  # the other norms and injections: ordinary decoding, and rules beside a fixed group
     "fixed": [{"criterion": "fixed", "loops": n} for n in (2, 6, 3)],
     "mixed": [{"criterion": "fixed", "loops": 5}, {"criterion": "acceleration", "threshold": 1e-3, "min_loops": 4},
               {"criterion": "kl", "decode": "rest", "threshold": 3e-3, "max_loops": 4}],
 }
+
+
+# every option of a criterion that changes what its static decoding computes, with the values it takes
+OPTIONS = {("acceleration", "variant"): ACCELERATION_VARIANTS, ("kl", "decode"): DECODES,
+           ("entropy_difference", "decode"): DECODES, ("step_norm", "relative"): (True, False)}
+
+
+def test_every_exit_criterion_and_option_has_a_static_decoding_test():
+    """A rule added to the registry (`rules.CRITERIA`) without a case here would run on the GPU path untested."""
+    specs = [spec for specs in {**RULE_SETS, **OTHER_MODELS_RULE_SETS}.values() for spec in specs]
+    assert {spec["criterion"] for spec in specs} == set(CRITERIA)
+    for (criterion, option), values in OPTIONS.items():
+        default = inspect.signature(CRITERIA[criterion]).parameters[option].default
+        tested = {spec.get(option, default) for spec in specs if spec["criterion"] == criterion}
+        assert tested == set(values), (criterion, option)
 
 
 def rules_of(name: str) -> list[ExitRule]:

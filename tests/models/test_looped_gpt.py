@@ -418,3 +418,15 @@ def test_rescaled_groups_keep_every_state_at_the_norm_of_the_group_input():
     for trajectory in model(tokens(), [6, 6, 6], record_trajectories=True).trajectories:
         norms = trajectory.norm(dim=-1)
         torch.testing.assert_close(norms, norms[:1].expand_as(norms))
+
+
+def test_the_model_s_choices_are_the_parameters_choices():
+    """The model file stands alone (it imports nothing of the package), so the parameters' schema writes the norms
+    and injections again: the two lists are the same."""
+    from typing import get_args
+
+    from twoscale.config.params import ModelParams
+    from twoscale.models.looped_gpt import Injection, Norm
+
+    assert get_args(Norm) == get_args(ModelParams.model_fields["norm"].annotation)
+    assert get_args(Injection) == get_args(ModelParams.model_fields["injection"].annotation)

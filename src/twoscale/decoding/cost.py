@@ -2,7 +2,7 @@
 
 A token's cost follows from its loop count in every group, its position and the exit rules: a criterion that reads
 a next-token distribution decodes after every loop step of its group ("head": the LM head only; "rest": every layer
-of the later segments once, then the LM head; see `generation`).
+of the later segments once, then the LM head; see `rules.head_decode` and `engine.decode_rest`).
 
 FLOPs count 2 per multiply-add of every linear layer and of attention's scores and mixing, the usual model-FLOPs
 count. A layer application on the token at position p reads p + 1 keys: 24 C² (query, key and value 6 C², output

@@ -28,7 +28,7 @@ consumes logits:
   Huginn's coda does: the KL exit of Geiping et al.
 - "head": only the final norm and LM head on the group's current state (`head_decode`): the cheap variant.
 
-Cached decoding (`generation.step_tokens`, which both the sweep's teacher-forced quality and generation run) drives
+Cached decoding (`engine.step_tokens`, which both the sweep's teacher-forced quality and generation run) drives
 a rule step by step as the group runs; nothing here replays a stored trajectory.
 """
 
@@ -100,7 +100,7 @@ class Criterion:
         return {"criterion": self.name}
 
 
-class Never(Criterion):
+class FixedDepth(Criterion):
     """No early exit: value +inf at every step, so a token runs to `max_loops` (the `fixed` baseline)."""
 
     name = "fixed"
@@ -436,7 +436,7 @@ class ExitRule:
         """The loop count of a rule that never exits early and stops every token at the same step (ordinary
         decoding); None for any other rule."""
         limit = self.counter.max_loops
-        return limit if isinstance(self.criterion, Never) and isinstance(limit, int) else None
+        return limit if isinstance(self.criterion, FixedDepth) and isinstance(limit, int) else None
 
     @property
     def k(self) -> int:
@@ -486,7 +486,7 @@ def head_decode(model: Any, x: Tensor) -> Tensor:
 # --- building rules from plain specs -----------------------------------------------------------------------
 
 CRITERIA: dict[str, type[Criterion]] = {
-    "fixed": Never,
+    "fixed": FixedDepth,
     "acceleration": Acceleration,
     "step_norm": StepNorm,
     "kl": KL,
@@ -535,7 +535,7 @@ def make_rule(spec: dict[str, Any] | str, max_loops: int | None = None) -> ExitR
         loops = int(options["loops"])
         if max_loops is not None and loops > max_loops:
             raise ValueError(f"fixed loops {loops} > max_loops {max_loops}")
-        return ExitRule(Never(), hits=1, max_loops=loops)
+        return ExitRule(FixedDepth(), hits=1, max_loops=loops)
     if name == "argmax" and "threshold" in spec:
         raise ValueError("argmax has no threshold; set hits (consecutive unchanged steps, default 5)")
     return ExitRule(CRITERIA[name](**options), spec.get("threshold"), spec.get("hits"),

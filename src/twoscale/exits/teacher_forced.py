@@ -1,6 +1,6 @@
 """The sweep's quality path: teacher-forced evaluation with per-token early exits in every looped group.
 
-The computation is the cached decoding of `generation` (the one generation times), the next token given instead of
+The computation is the cached decoding of `decoding.engine` (the one generation times), the next token given instead of
 picked: every token decides its own exit in every group with the group's `ExitRule`, and a later token reads an
 exited position's deepest cache entry. Two routes compute it:
 

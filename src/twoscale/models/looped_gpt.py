@@ -17,11 +17,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+# "pre": GPT-2's pre-LayerNorm; "sandwich": a norm after each residual sum too; "group": a LayerNorm after each group
+# step; "rescale": each group step's output rescaled per token to the norm of the group's input
+Norm = Literal["pre", "sandwich", "group", "rescale"]
+# how a group step reads the group's input x^(0): "none"; "add": state + W x^(0); "adapter" (Huginn's):
+# W concat(state, x^(0))
+Injection = Literal["none", "add", "adapter"]
 
 
 @dataclass(frozen=True)
@@ -34,9 +41,8 @@ class ModelConfig:
     dropout: float
     bias: bool
     groups: tuple[tuple[int, int], ...]  # inclusive (first, last) layer ranges, sorted, disjoint; none: a plain GPT
-    norm: str = "pre"  # "pre" (GPT-2) | "sandwich" (a norm after each residual sum) | "group" (LayerNorm after each
-    # group step) | "rescale" (each group step's output rescaled per token to the norm of the group input)
-    injection: str = "none"  # "none" | "add" (state + W x^(0)) | "adapter" (Huginn: W concat(state, x^(0)))
+    norm: Norm = "pre"
+    injection: Injection = "none"
     scale_embedding: bool = False  # token embeddings times sqrt(n_embd), as in Huginn
 
     @classmethod
@@ -205,8 +211,7 @@ class Block(nn.Module):
     def cached(self, x: torch.Tensor, context: Context) -> torch.Tensor:
         """The block on states x (N, C) of positions whose attention reads keys and values kept elsewhere (a KV
         cache): `context` takes their own keys and values (N, H, D), stores what it keeps, and returns the keys
-        and values the positions attend with, laid out as one of SharedKeys, KeysPerQuery, WholeSequences. The
-        one engine of cached decoding, per-token exits, the parallel sampler and the benchmark."""
+        and values the positions attend with, laid out as one of SharedKeys, KeysPerQuery, WholeSequences."""
         q, k, v = self.attn.heads(self.ln_1(x))
         return self.feed_forward(self.add_attention(x, self.attn.attend(q, context(k, v))))
 

@@ -1,2 +1,3 @@
-"""The workflow's plumbing, which every other part may use and which imports none of them: the typed parameters,
-what each stage depends on, file IO, MLflow tracking and the error type."""
+"""How the stages run: their declaration (stages.yaml) and the jobs, sources and parameter keys read from it, the
+Snakemake rules and DVC stages written from it, build records and the check of what a stage reads, the preloaded
+interpreter that runs stage commands, and MLflow tracking."""

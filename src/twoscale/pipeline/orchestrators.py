@@ -39,8 +39,8 @@ SNAPSHOT_ENV = "TWOSCALE_PARAMS_SNAPSHOT"  # how the jobs Snakemake spawns (on a
 
 def params_snapshot(path: str | Path, folder: Path = SNAPSHOTS) -> Path:
     """A copy of the parameter set at `path` in `folder`, named by a hash of its content (written once): the file's
-    bytes, or for an overlay the whole set it resolves to (`params.read_raw`), so that every job reads one complete
-    set however its base changes while the run is under way."""
+    bytes, or for an overlay the whole set it resolves to (`parameter_files.read_raw`), so that every job reads one
+    complete set however its base changes while the run is under way."""
     try:
         content = Path(path).read_bytes()
     except OSError as exc:
