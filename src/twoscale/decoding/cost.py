@@ -4,11 +4,8 @@ A token's cost follows from its loop count in every group, its position and the 
 a next-token distribution decodes after every loop step of its group ("head": the LM head only; "rest": every layer
 of the later segments once, then the LM head; see `rules.head_decode` and `engine.decode_rest`).
 
-FLOPs count 2 per multiply-add of every linear layer and of attention's scores and mixing, the usual model-FLOPs
-count. A layer application on the token at position p reads p + 1 keys: 24 C² (query, key and value 6 C², output
-projection 2 C², MLP 16 C²) plus 4 (p + 1) C (q·k over the keys and the weighted sum of the values). One application
-of a group adds its input injection (adapter 4 C², add 2 C²); every LM head costs 2 C V. Embeddings, norms,
-activations and softmax are left out.
+FLOPs are the forward model FLOPs of `models.flops`: a layer application on the token at position p reads p + 1 keys;
+one application of a group adds its input injection; every LM head counts.
 """
 
 from __future__ import annotations
@@ -19,11 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from twoscale.decoding.rules import ExitRule
+from twoscale.models.flops import head_flops, injection_flops, layer_flops
 from twoscale.models.looped_gpt import LoopedGPT
 
 Tensor = torch.Tensor
-
-INJECTION_MULTIPLY_ADDS = {"none": 0, "add": 1, "adapter": 2}  # per token, in units of C²
 
 
 @dataclass(frozen=True)
@@ -44,7 +40,6 @@ def decode_layers(model: LoopedGPT, segment_index: int, rule: ExitRule) -> tuple
 def token_costs(model: LoopedGPT, loops: Tensor, positions: Tensor, rules: Sequence[ExitRule]) -> TokenCost:
     """Cost of N decoded tokens from their loop counts per group (G, N) and positions (N,) under `rules`."""
     config = model.config
-    C, V = config.n_embd, config.vocab_size
     loops = loops.double()
     layers = torch.zeros(loops.shape[1], dtype=torch.float64, device=loops.device)
     heads = torch.ones_like(layers)  # the token's own LM head
@@ -56,6 +51,5 @@ def token_costs(model: LoopedGPT, loops: Tensor, positions: Tensor, rules: Seque
         layers += (len(segment.layers) + rule_layers) * loops[segment.group]
         heads += rule_heads * loops[segment.group]
     keys = positions.to(torch.float64) + 1
-    injection = 2 * INJECTION_MULTIPLY_ADDS[config.injection] * C * C * loops.sum(0)
-    flops = layers * (24 * C * C + 4 * keys * C) + injection + heads * 2 * C * V
+    flops = layers * layer_flops(config, keys) + injection_flops(config) * loops.sum(0) + heads * head_flops(config)
     return TokenCost(layers, flops)

@@ -147,7 +147,7 @@ def decode_rest(model: LoopedGPT, x: Tensor, after_segment: int, caches: list[La
     for segment in model.segments[after_segment + 1 :]:
         for layer in segment.layers:
             x = block_step(model.blocks[layer], x, caches[layer], 1, position, rows, store=False)
-    return model.lm_head(model.ln_f(x))
+    return model.logits_of(x)
 
 
 def criterion_logits(model: LoopedGPT, rule: ExitRule, x: Tensor, segment_index: int, caches: list[LayerCache],
@@ -238,7 +238,7 @@ def step_tokens(model: LoopedGPT, tokens: Tensor, position: int, caches: list[La
         for layer in segment.layers:
             caches[layer].finish(position, fewest, deepest)
         loops.append(steps)
-    return model.lm_head(model.ln_f(x)), torch.stack(loops)
+    return model.logits_of(x), torch.stack(loops)
 
 
 def step_token(model: LoopedGPT, token: int, position: int, caches: list[LayerCache], rules: Sequence[ExitRule],

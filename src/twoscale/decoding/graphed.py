@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import functools
 import gc
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -132,17 +131,14 @@ class GraphedDecoder:
                 pending = []
             else:
                 pending.append(self._segment_work(segment))
-        pending.append(lambda x: self.logits.copy_(model.lm_head(model.ln_f(x))))
+        pending.append(lambda x: self.logits.copy_(model.logits_of(x)))
         self.pieces.append(self._piece(pending))
         self.rule_groups = [piece for piece in self.pieces if isinstance(piece, RuleGroup)]
 
     # --- the work on the buffers ---------------------------------------------------------------------------------
 
     def _embed(self, _: Tensor) -> Tensor:
-        tokens = self.model.wte(self.token)
-        if self.model.config.scale_embedding:
-            tokens = tokens * math.sqrt(self.model.config.n_embd)
-        return tokens + self.model.wpe(self.position.view(1))
+        return self.model.embed_at(self.token, self.position.view(1))
 
     def block(self, layer: int, x: Tensor, step: int) -> Tensor:
         """Layer `layer` on the newest position's state x (1, C) at loop step `step`, writing its cache entry there
@@ -261,7 +257,7 @@ class RuleGroup:
             for segment in model.segments[self.segment_index + 1 :]:
                 for layer in segment.layers:
                     x = self.decoder.look_ahead(layer, x)
-        return model.lm_head(model.ln_f(x))
+        return model.logits_of(x)
 
     def _step(self, k: int) -> None:
         criterion, x = self.rule.criterion, self.decoder.x

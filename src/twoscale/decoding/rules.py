@@ -479,8 +479,8 @@ class ExitRule:
 
 
 def head_decode(model: Any, x: Tensor) -> Tensor:
-    """The "head" decode: the final norm and LM head on a state, model.lm_head(model.ln_f(x))."""
-    return model.lm_head(model.ln_f(x))
+    """The "head" decode: the final norm and LM head on a state."""
+    return model.logits_of(x)
 
 
 # --- building rules from plain specs -----------------------------------------------------------------------

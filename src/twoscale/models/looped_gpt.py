@@ -336,11 +336,15 @@ class LoopedGPT(nn.Module):
         T = idx.shape[1]
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than block_size {self.config.block_size}")
-        pos = torch.arange(start, start + T, device=idx.device)
+        return self.embed_at(idx, torch.arange(start, start + T, device=idx.device))
+
+    def embed_at(self, idx: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Token plus position embeddings of idx (..., T) at `positions` (T), a tensor: a captured CUDA graph reads
+        the position from a buffer, unchecked."""
         tokens = self.wte(idx)
         if self.config.scale_embedding:  # tied to the LM head, whose scale stays small
             tokens = tokens * math.sqrt(self.config.n_embd)
-        return self.drop(tokens + self.wpe(pos))
+        return self.drop(tokens + self.wpe(positions))
 
     def apply_segment(self, segment: Segment, x: torch.Tensor) -> torch.Tensor:
         """Run the segment's layers in order once (one application of a looped group)."""

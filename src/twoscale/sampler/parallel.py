@@ -349,7 +349,7 @@ def _refine(model: LoopedGPT, window: _Window, tokens: list[int], caches: list[L
         window.states[g], window.history[g] = state, [*window.history[g][1:], state]
         x = state
     window.steps_active = window.steps_active + 1
-    return model.lm_head(model.ln_f(x))
+    return model.logits_of(x)
 
 
 def _repick(tokens: list[int], picked: list[int], start: int, end: int) -> Tensor:

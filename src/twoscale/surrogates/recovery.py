@@ -91,10 +91,10 @@ def evaluate_recovery(teacher: LoopedGPT, surrogate: RaptorSurrogate, control: L
     for idx, targets in batches:
         idx, targets = idx.to(device), targets.to(device)
         states = teacher_states(teacher, idx)
-        teacher_logits = teacher.lm_head(teacher.ln_f(states[-1]))
+        teacher_logits = teacher.logits_of(states[-1])
         predicted = surrogate.rollout(states[0])
         r2.add(predicted, states[1:])
-        logits = {"teacher": teacher_logits, "surrogate": teacher.lm_head(teacher.ln_f(predicted[-1])),
+        logits = {"teacher": teacher_logits, "surrogate": teacher.logits_of(predicted[-1]),
                   "control": control(idx, []).logits}
         for name, score in scores.items():
             score.add(logits[name], teacher_logits, targets)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from twoscale.models.flops import head_flops, injection_flops, layer_flops
 from twoscale.models.looped_gpt import ModelConfig, segments
 
 
@@ -12,11 +13,10 @@ def training_step_flops(config: ModelConfig, loops: Sequence[int], backprop_dept
     (the input injection and the tied LM head included) and of attention's scores and mixing (the causal mask
     not subtracted), for every layer application; the applications that keep gradients cost twice that again
     backward. Normalisations, activations and the optimizer are left out."""
-    C, T = config.n_embd, config.block_size
-    tokens = batch_size * T
-    block = 2 * tokens * 12 * C * C + 4 * batch_size * T * T * C  # qkv 3C², proj C², MLP 8C²; QKᵀ and AV
-    inject = {"none": 0, "add": 2 * tokens * C * C, "adapter": 2 * tokens * 2 * C * C}[config.injection]
-    head = 2 * tokens * C * config.vocab_size
+    tokens = batch_size * config.block_size
+    block = tokens * layer_flops(config, config.block_size)  # every token read as attending to the whole window
+    inject = tokens * injection_flops(config)
+    head = tokens * head_flops(config)
     forward = with_grad = head
     for segment in segments(config):
         application = len(segment.layers) * block + (inject if segment.group is not None else 0)
