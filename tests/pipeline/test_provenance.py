@@ -376,3 +376,55 @@ def test_the_committed_study_read_as_a_reference_is_hashed_not_checked_against_t
     assert check.file(Path("results/study/claims.json")) == hashlib.sha256(b"{}\n").hexdigest()
     with pytest.raises(TwoscaleError, match="built from other parameters than p.yaml holds \\(runtime.seeds\\)"):
         check.file(Path("elsewhere/claims.json"))
+
+
+def landed(output: Path, job: Job, config: dict, text: str, inputs: dict[str, str] | None = None) -> Path:
+    with outputs_land_together(lambda outputs: write_records(outputs, job, config, inputs or {})):
+        write_text(output, text)
+    return output
+
+
+def swapped_with_its_record(source: Path, target: Path) -> None:
+    """`source` and its record copied over `target` and its record, as by hand."""
+    target.write_bytes(source.read_bytes())
+    record_path(target).write_bytes(record_path(source).read_bytes())
+    record_path(target).with_suffix(".stat").unlink()
+
+
+@pytest.mark.parametrize("name", ["checkpoints/step_10.pt", "metrics.json"])
+def test_another_recipe_s_file_swapped_in_with_its_record_is_stale_and_refused(tmp_path, config, monkeypatch, name):
+    """huginn's checkpoint (or metrics) and its record copied into paper's folder: the record describes the file and
+    its parameter keys may be paper's too, but it is not the record of the job that writes that path."""
+    from twoscale.pipeline.orchestrators import stale_outputs
+
+    monkeypatch.chdir(tmp_path)
+    written = {recipe: landed(Path(f"runs/smoke/results/train/{recipe}/seed_1337/{name}"),
+                              Job("train", {"recipe": recipe, "seed": 1337}), config, f"{recipe}'s")
+               for recipe in ("paper", "huginn")}
+    params_file = Path("configs/smoke.yaml")
+    assert stale_outputs([str(path) for path in written.values()], config, params_file) == []
+    swapped_with_its_record(written["huginn"], written["paper"])
+    assert stale_outputs([str(path) for path in written.values()], config, params_file) == [str(written["paper"])]
+    with pytest.raises(TwoscaleError, match=r"its build record is a train job's \({'recipe': 'huginn', 'seed': "
+                                            r"1337}\), not that of the train job that writes it \({'recipe': "
+                                            r"'paper', 'seed': '1337'}\): moved or swapped with its record"):
+        provenance.BuildCheck(config, params_file).file(written["paper"])
+
+
+def test_a_measurement_of_another_step_swapped_in_with_its_record_is_stale(tmp_path, config, monkeypatch):
+    """A record names no step: that it is another checkpoint's measurement shows in the checkpoint it read."""
+    from twoscale.pipeline.orchestrators import stale_outputs
+
+    monkeypatch.chdir(tmp_path)
+    first, last = config["train"]["checkpoint_steps"][0], config["train"]["checkpoint_steps"][-1]
+    train = Job("train", {"recipe": "paper", "seed": 1337})
+    tables = {}
+    for step in (first, last):
+        checkpoint = landed(Path(f"results/train/paper/seed_1337/checkpoints/step_{step}.pt"), train, config,
+                            f"weights {step}")
+        tables[step] = landed(Path(f"results/measure/paper/seed_1337/step_{step}/geometry.parquet"), MEASURE,
+                              config, f"rows {step}", {str(checkpoint): provenance.current_hash(checkpoint)})
+    params_file = Path("params.yaml")
+    assert stale_outputs([str(path) for path in tables.values()], config, params_file) == []
+    swapped_with_its_record(tables[last], tables[first])
+    assert stale_outputs([str(path) for path in tables.values()], config, params_file) == [str(tables[first])]

@@ -30,7 +30,7 @@ from typing import Any
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import atomic_path, finite_or_null, once_landed, sha256_file, write_json
-from twoscale.config.parameter_files import changed_keys, shown_keys
+from twoscale.config.parameter_files import RUNS, changed_keys, shown_keys
 from twoscale.pipeline.dependencies import (
     STAGES,
     declared_stages,
@@ -227,6 +227,43 @@ def dvc_stage(path: Path, config: dict[str, Any]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Owner:
+    """The job that writes an output: its stage, its wildcard values and the files it reads, as the default set's
+    layout has them (`in_default_layout`)."""
+
+    stage: str
+    job: dict[str, str]
+    inputs: frozenset[str]
+
+    def disowns(self, record: Record, sources: list[str]) -> bool:
+        """Whether a record, whose job read `sources`, was written by another job than this one: another stage,
+        another recipe, seed, strategy or number of blocks, or (for what a record's job does not name: a
+        checkpoint's step) a file read that this job does not read."""
+        return (record.job.stage != self.stage
+                or any(str(value) != self.job[key] for key, value in record.job.keys.items() if key in self.job)
+                or any(source not in self.inputs for source in sources))
+
+
+def in_default_layout(path: str | Path) -> str:
+    """A path relative to the checkout with its parameter set's root (runs/<name>/) taken off: where the default set
+    keeps the file. Every set lays its files out alike under its root."""
+    parts = PurePosixPath(os.path.relpath(os.path.abspath(path))).parts
+    return PurePosixPath(*parts[2:]).as_posix() if len(parts) > 2 and parts[0] == RUNS else PurePosixPath(
+        *parts).as_posix()
+
+
+def owners(config: dict[str, Any]) -> dict[str, Owner]:
+    """Every output of the set's jobs (in the default set's layout) by the job that writes it."""
+    found = {}
+    for stage in stages(config):
+        for job in stage.jobs():
+            inputs = frozenset(os.path.normpath(path.format(**job)) for path in stage.inputs)
+            for output in stage.outputs:
+                found[os.path.normpath(output.format(**job))] = Owner(stage.name, job, inputs)
+    return found
+
+
 class BuildCheck:
     """Files checked so far (their content hashes), so that what many inputs were built from is read once.
 
@@ -240,6 +277,13 @@ class BuildCheck:
         self.hashes: dict[str, str] = {}  # by absolute path
         self.under_way: set[str] = set()
         self.unrecorded = self.missing = 0
+        self._owners: dict[str, Owner] | None = None
+
+    def owner(self, path: Path) -> Owner | None:
+        """The job of the parameters in force that writes `path`, in any set's folder; None where none does."""
+        if self._owners is None:
+            self._owners = owners(self.config)
+        return self._owners.get(in_default_layout(path))
 
     def file(self, path: Path, reader: Path | None = None) -> str:
         """The file's content hash, once it and what it was built from are checked (TwoscaleError in one line
@@ -272,6 +316,13 @@ class BuildCheck:
             raise TwoscaleError(f"{path}: not the file its build record describes (changed, or restored without its "
                                 f"record){through}: put the recorded file back, {rebuild(path, self.config)}, or "
                                 f"delete {record_path(path)} to read it unchecked")
+        sources = [Path(os.path.normpath(path.parent / source)) for source in record.inputs]  # relative to its folder
+        owner = self.owner(path)
+        if owner is not None and owner.disowns(record, [in_default_layout(source) for source in sources
+                                                         if os.path.abspath(source) not in self.unchecked]):
+            raise TwoscaleError(f"{path}: its build record is a {record.job.stage} job's ({record.job.keys}), not "
+                                f"that of the {owner.stage} job that writes it ({owner.job}): moved or swapped with "
+                                f"its record{through}: {rebuild(path, self.config)}")
         expected = record.job.params(self.config)
         if expected is None:
             raise TwoscaleError(f"{path}: built by a {record.job.stage} job ({record.job.keys}) that "
@@ -282,8 +333,7 @@ class BuildCheck:
         if changed:
             raise TwoscaleError(f"{path}: built from other parameters than {self.params_file} holds "
                                 f"({shown_keys(changed)}){through}: {rebuild(path, self.config)}")
-        for source, built_from in record.inputs.items():
-            source_path = Path(os.path.normpath(path.parent / source))  # recorded relative to the output's folder
+        for source_path, built_from in zip(sources, record.inputs.values(), strict=True):
             if not source_path.is_file():
                 self.missing += 1
             elif self.file(source_path, path) != built_from:
