@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -291,3 +292,17 @@ def test_an_interrupted_landing_is_seen_before_its_rollback_and_an_unreadable_jo
     with pytest.raises(TwoscaleError, match=r"\.a\.parquet\.landing\.json: an unreadable record of an interrupted "
                                             "write; delete it and rebuild what it names$"):
         interrupted(folder / "a.parquet")
+
+
+@pytest.mark.parametrize("make", ["folder", "socket"])
+def test_nothing_lands_over_a_folder_or_socket_and_the_refusal_is_one_line(tmp_path, make):
+    target = tmp_path / "summary.json"
+    if make == "folder":
+        (target / "inside").mkdir(parents=True)
+    else:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(target))
+    kind = "a folder" if make == "folder" else "a socket"
+    with pytest.raises(TwoscaleError, match=f"^cannot write {target}: {kind} is there \\(move it away\\)$"):
+        write_json(target, {"a": 1})
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["summary.json"]  # nothing left beside it

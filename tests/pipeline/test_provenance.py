@@ -428,3 +428,23 @@ def test_a_measurement_of_another_step_swapped_in_with_its_record_is_stale(tmp_p
     assert stale_outputs([str(path) for path in tables.values()], config, params_file) == []
     swapped_with_its_record(tables[last], tables[first])
     assert stale_outputs([str(path) for path in tables.values()], config, params_file) == [str(tables[first])]
+
+
+def test_a_folder_at_an_output_path_is_stale_and_a_reader_refuses_it(tmp_path, config, monkeypatch):
+    """A folder where measure writes a table (another run's table inside it): stale, so its job is planned, and
+    geometry, which reads the table, stops in one line instead of reading the folder as a dataset."""
+    from twoscale.pipeline.orchestrators import stale_outputs
+
+    monkeypatch.chdir(tmp_path)
+    step = config["train"]["checkpoint_steps"][0]
+    table = Path(f"results/measure/paper/seed_1337/step_{step}/geometry.parquet")
+    landed(table, MEASURE, config, "rows\n")
+    table.unlink()
+    (table / "part").mkdir(parents=True)
+    (table / "part/other.parquet").write_text("another run's rows\n")
+    assert stale_outputs([str(table)], config, Path("params.yaml")) == [str(table)]
+    with pytest.raises(TwoscaleError, match=rf"^{table}: a folder where the measure stage writes a file: move it "
+                                            r"away and rebuild it \(snakemake --cores all; with DVC: dvc repro -f "
+                                            rf"--downstream measure@paper-1337-{step}\)$"):
+        check_inputs(Job("geometry", {}), SimpleNamespace(measure_dir=Path("results/measure")), config,
+                     Path("params.yaml"))

@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -198,6 +199,8 @@ def atomic_path(path: str | Path, now: bool = False) -> Iterator[Path]:
     `outputs_land_together`, when that block succeeds, unless `now`: state that must outlive a failure, such as an
     interrupted run's checkpoints). If it fails, the folders made for `path` are removed again (when empty)."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise TwoscaleError(f"cannot write {path}: {not_a_file(path)} is there (move it away)")
     made = list(itertools.takewhile(lambda folder: not folder.exists(), [path.parent, *path.parent.parents]))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,6 +233,14 @@ def atomic_path(path: str | Path, now: bool = False) -> Iterator[Path]:
         if tmp_path is not None:
             tmp_path.unlink(missing_ok=True)
         _remove_empty(made)
+
+
+def not_a_file(path: Path) -> str:
+    """What is at `path` where a file belongs: a folder, a socket, ..."""
+    mode = path.stat().st_mode
+    kinds = [(stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"), (stat.S_ISFIFO, "a named pipe"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+    return next((kind for test, kind in kinds if test(mode)), "something other than a file")
 
 
 def _remove_empty(folders: list[Path]) -> None:

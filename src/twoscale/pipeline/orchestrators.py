@@ -133,14 +133,17 @@ def stale_outputs(outputs: list[str], config: dict, params_file: Path) -> list[s
     """Those of the set's outputs that are there but are not what their build records describe, or were built from
     other parameter values or other inputs than the set's (`provenance.BuildCheck`, the check a job makes of what it
     reads): a file replaced by hand (its modification time kept or not), or restored by `dvc checkout` without its
-    record; and those whose landing a kill interrupted (their job's rerun rolls it back). Snakemake, which looks at
-    times and at its own records, would call them current and the jobs reading them would refuse them; the default
-    target has Snakemake rebuild them. TwoscaleError in one line for an unreadable record of an interrupted
-    landing."""
+    record; a folder or other non-file where a file belongs (its job then refuses to write over it, in one line);
+    and those whose landing a kill interrupted (their job's rerun rolls it back). Snakemake, which looks at times
+    and at its own records, would call them current and the jobs reading them would refuse them; the default target
+    has Snakemake rebuild them. TwoscaleError in one line for an unreadable record of an interrupted landing."""
     check = BuildCheck(config, params_file)
     stale = []
     for path in map(Path, outputs):
         if interrupted(path) or interrupted(record_path(path)):  # its job's next run rolls the landing back
+            stale.append(str(path))
+            continue
+        if path.exists() and not path.is_file():  # a folder, a socket...: only a file is an output
             stale.append(str(path))
             continue
         try:

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from twoscale.config.errors import TwoscaleError
-from twoscale.config.io import atomic_path, finite_or_null, once_landed, sha256_file, write_json
+from twoscale.config.io import atomic_path, finite_or_null, not_a_file, once_landed, sha256_file, write_json
 from twoscale.config.parameter_files import RUNS, changed_keys, shown_keys
 from twoscale.pipeline.dependencies import (
     STAGES,
@@ -349,7 +349,12 @@ def check_inputs(job: Job, args: argparse.Namespace, config: dict[str, Any], par
     reference = _reference(job, args)
     if reference is not None:
         check.unchecked.add(os.path.abspath(reference))
-    read = {str(path): check.file(path) for path in _files_read(job, args, config) if path.is_file()}
+    given = list(_files_read(job, args, config))
+    for path in given:
+        if path.exists() and not path.is_file() and check.owner(path) is not None:
+            raise TwoscaleError(f"{path}: {not_a_file(path)} where the {check.owner(path).stage} stage writes a "
+                                f"file: move it away and {rebuild(path, config)}")
+    read = {str(path): check.file(path) for path in given if path.is_file()}
     if check.unrecorded:
         log.info("%d file(s) read, or read through others, without a build record: not checked", check.unrecorded)
     if check.missing:
