@@ -131,11 +131,15 @@ report: setup
 
 # the UI opens in its GenAI view unless asked for the model-training one: print the address of the runs table
 MLFLOW_PORT ?= 5000
-MLFLOW_WORKERS ?= 2  # MLflow's own default is 4 server processes, each loading MLflow: too many for a laptop
+# MLflow's own defaults, 4 server processes and a job runner of 7 more, each loading MLflow, did not start on a busy
+# 2-core machine (uvicorn restarts a worker that misses its health check while it loads): one process, no job runner
+# (MLFLOW_JOBS=true starts it; the UI needs it only for MLflow's own scheduled jobs)
+MLFLOW_WORKERS ?= 1
+MLFLOW_JOBS ?= false
 mlflow-ui: setup
 	@$(RUN) python -c "import mlflow; e = mlflow.MlflowClient('sqlite:///mlflow.db').get_experiment_by_name('twoscale'); \
 	  print('runs table: http://127.0.0.1:$(MLFLOW_PORT)/#/experiments/' + (e.experiment_id if e else '0') + '?workflowType=machine_learning')"
-	$(RUN) mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlartifacts --port $(MLFLOW_PORT) \
+	$(RUN) MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$(MLFLOW_JOBS) mlflow ui --backend-store-uri sqlite:///mlflow.db --default-artifact-root ./mlartifacts --port $(MLFLOW_PORT) \
 	  --workers $(MLFLOW_WORKERS)
 
 schema: setup
