@@ -175,15 +175,17 @@ def test_a_local_run_s_scheduler_is_woken_by_its_jobs_only(tmp_path):
 
 def test_config_key_value_is_refused_with_the_command_that_runs_the_same_set(repo):
     """Snakemake's --config would not reach the jobs (they read the parameter file): the refusal is one line whose
-    command writes the settings as an overlay of the parameter file and runs it, and that overlay resolves to the
-    parameter file with the settings over it (typed as YAML, as Snakemake users type them)."""
-    result = attempt(["snakemake", "-n", "--config", "data={max_chars: 300000}", "runtime={seeds: [1337, 7]}"], repo)
+    command writes the settings as an overlay of the parameter file and runs it with the user's other arguments (a
+    dry run stays one), and that overlay resolves to the parameter file with the settings over it (typed as YAML,
+    as Snakemake users type them). Asked again, it names another overlay and never writes over one."""
+    asked = ["snakemake", "-n", "--config", "data={max_chars: 300000}", "runtime={seeds: [1337, 7]}"]
+    result = attempt(asked, repo)
     assert result.returncode != 0
     line = (result.stdout + result.stderr).strip().splitlines()[-1]
     assert line == ("error: parameters come from a file, not --config KEY=VALUE; the same run, in a folder of its "
-                    "own: printf '%s\\n' 'base: ../params.yaml' 'data: {max_chars: 300000}' "
+                    "own: (set -C; printf '%s\\n' 'base: ../params.yaml' 'data: {max_chars: 300000}' "
                     "'runtime: {seeds: [1337, 7]}' > "
-                    "configs/override.yaml && snakemake --cores all --configfile configs/override.yaml")
+                    "configs/override.yaml) && snakemake -n --configfile configs/override.yaml")
     command = line.split("in a folder of its own: ", 1)[1]
     write, run_it = command.split(" && ")
     subprocess.run(["bash", "-c", write], cwd=repo, check=True)
@@ -191,10 +193,18 @@ def test_config_key_value_is_refused_with_the_command_that_runs_the_same_set(rep
     expected = yaml.safe_load((repo / "params.yaml").read_text())
     expected["data"]["max_chars"], expected["runtime"]["seeds"] = 300000, [1337, 7]
     assert resolved == expected
-    assert attempt([*run_it.split()[:1], "-n", *run_it.split()[1:]], repo).returncode == 0
+    assert attempt(run_it.split(), repo).returncode == 0
+    assert subprocess.run(["bash", "-c", write], cwd=repo, capture_output=True).returncode != 0  # never over one
+    again = (attempt(asked, repo).stderr).strip().splitlines()[-1]
+    assert "> configs/override-2.yaml) && snakemake -n --configfile configs/override-2.yaml" in again
 
 
-def test_override_commands_nest_and_quote_what_they_are_given():
-    command = override_command("configs/smoke.yaml", {"data": {"source": "it's"}, "runtime": {"seeds": "[3]"}})
-    assert command == ("printf '%s\\n' 'base: smoke.yaml' 'data: {source: it'\\''s}' 'runtime: {seeds: [3]}' > "
-                       "configs/smoke-override.yaml && snakemake --cores all --configfile configs/smoke-override.yaml")
+def test_override_commands_nest_and_quote_what_they_are_given_and_keep_the_user_s_arguments():
+    command = override_command("configs/smoke.yaml", {"data": {"source": "it's"}, "runtime": {"seeds": "[3]"}},
+                               ["--cores", "2", "--configfile", "configs/smoke.yaml", "-C", "a=1", "b=2", "-n",
+                                "runs/smoke/results/claims.md"])
+    assert command == ("(set -C; printf '%s\\n' 'base: smoke.yaml' 'data: {source: it'\"'\"'s}' "
+                       "'runtime: {seeds: [3]}' > configs/smoke-override.yaml) && snakemake --cores 2 -n "
+                       "runs/smoke/results/claims.md --configfile configs/smoke-override.yaml")
+    assert override_command("params.yaml", {"train": {"steps": 3}}).endswith(
+        "snakemake --cores all --configfile configs/override.yaml")

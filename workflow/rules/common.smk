@@ -48,7 +48,7 @@ except ParamsError as exc:
     sys.exit(f"error: {exc}")
 if workflow.config_settings.config:  # the values would not reach the jobs, which read the parameter file
     sys.exit("error: parameters come from a file, not --config KEY=VALUE; the same run, in a folder of its own: "
-             + orchestrators.override_command(PARAMS_FILE, workflow.config_settings.config))
+             + orchestrators.override_command(PARAMS_FILE, workflow.config_settings.config, sys.argv[1:]))
 config.clear()  # the set the file resolves to, not Snakemake's own deep merge of it into params.yaml (which keeps
 # the entries an overlay drops)
 config.update(read_raw(SNAPSHOT))

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,18 +117,42 @@ def as_typed(value):
     return value
 
 
-def override_command(params_file: str | Path, settings: dict) -> str:
+CONFIG_OPTIONS = ("--config", "-C", "--configfile", "--configfiles")  # Snakemake's options that name the parameters
+
+
+def without_config_options(arguments: list[str]) -> list[str]:
+    """Snakemake's command-line arguments without those that give parameters (`CONFIG_OPTIONS`, each with the
+    values that follow it)."""
+    kept, skipping = [], False
+    for argument in arguments:
+        if argument in CONFIG_OPTIONS or argument.startswith(tuple(f"{option}=" for option in CONFIG_OPTIONS)):
+            skipping = argument in CONFIG_OPTIONS
+        elif skipping and not argument.startswith("-"):
+            continue
+        else:
+            skipping = False
+            kept.append(argument)
+    return kept
+
+
+def override_command(params_file: str | Path, settings: dict, arguments: list[str] | None = None) -> str:
     """The shell command that runs Snakemake's `--config KEY=VALUE` settings the project's way: an overlay of
     `params_file` holding them (Snakemake takes only top-level keys, `train={steps: 100}`), written to
-    configs/override.yaml (configs/<name>-override.yaml over another set than params.yaml), run with --configfile, so
-    that its results go to a folder of their own (runs/override/) and the parameter file's stay as they are."""
+    configs/override.yaml (configs/<name>-override.yaml over another set than params.yaml; -2, -3... where that file
+    is there, and never written over), run with --configfile and the rest of the user's Snakemake `arguments`
+    (`--cores all` if none), so that its results go to a folder of their own (runs/override/) and the parameter
+    file's stay as they are."""
     stem = Path(params_file).stem
-    overlay = Path("configs") / ("override.yaml" if stem == "params" else f"{stem}-override.yaml")
+    name = "override" if stem == "params" else f"{stem}-override"
+    overlay = next(path for number in itertools.count(1)
+                   if not (path := Path("configs") / f"{name}{'' if number == 1 else f'-{number}'}.yaml").exists())
     lines = [f"base: {Path(os.path.relpath(params_file, overlay.parent)).as_posix()}"]
     lines += [yaml.safe_dump({key: value}, default_flow_style=True, width=10**6).strip()[1:-1]
               for key, value in as_typed(settings).items()]
-    quoted = " ".join("'" + line.replace("'", "'\\''") + "'" for line in lines)
-    return f"printf '%s\\n' {quoted} > {overlay} && snakemake --cores all --configfile {overlay}"
+    quoted = " ".join(shlex.quote(line) for line in lines)
+    options = " ".join(shlex.quote(argument) for argument in without_config_options(arguments or [])) or (
+        "--cores all")
+    return f"(set -C; printf '%s\\n' {quoted} > {overlay}) && snakemake {options} --configfile {overlay}"
 
 
 def stale_outputs(outputs: list[str], config: dict, params_file: Path) -> list[str]:
