@@ -154,3 +154,13 @@ def test_the_slow_tests_are_those_docs_development_lists():
                                 "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
     marked = {line for line in collected.stdout.splitlines() if line.startswith("tests/") and "::" in line}
     assert len(marked) >= 4 and listed == marked  # the premise: some are marked
+
+
+def test_the_smoke_set_s_job_count_in_the_docs_is_the_workflow_s():
+    from twoscale.config.parameter_files import read_raw
+    from twoscale.pipeline.jobs import stages
+
+    jobs = sum(len(stage.jobs()) for stage in stages(read_raw(ROOT / "configs/smoke.yaml")))
+    said = [(document.name, int(count)) for document in DOCUMENTS
+            for count in re.findall(r"the smoke set's (\d+) jobs", document.read_text().replace("\n", " "))]
+    assert said and all(count == jobs for _, count in said), (jobs, said)
