@@ -86,3 +86,15 @@ def test_a_file_that_cannot_be_read_is_one_line(tmp_path, capsys):
     assert main(["set", "--params", str(tmp_path / "missing.yaml"), "train.steps=3"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert error == [f"twoscale set: error: {tmp_path / 'missing.yaml'}: No such file or directory"]
+
+
+def test_a_file_that_resolve_wrote_keeps_its_own_list_indentation(tmp_path):
+    """`twoscale resolve --out` writes lists as PyYAML does, their dashes under their key: set changes the one value
+    and no other line."""
+    resolved = tmp_path / "whole.yaml"
+    assert main(["resolve", "configs/smoke.yaml", "--out", str(resolved)]) == 0
+    before = resolved.read_text()
+    assert "\nruntime:\n  device: auto\n  threads: 1\n  precision: auto\n  seeds:\n  - 1337\n" in before  # the premise
+    assert main(["set", "--params", str(resolved), "data.max_chars=200000", "runtime.seeds=[1337, 7]"]) == 0
+    assert sorted(changed_lines(before, resolved.read_text())) == sorted([
+        "-  max_chars: 300000", "+  max_chars: 200000", "+  - 7"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: params.yaml)")
 
 
-def round_trip():
-    """ruamel.yaml's round-trip reader and writer, set so that a file written in this project's style reads back
-    and writes out byte for byte: no line wrapping, lists indented under their key, null written as null."""
+def block_list_offset(text: str) -> int:
+    """How far the file indents a block list's dashes past its key: 2 in this project's files, 0 in PyYAML's (what
+    `twoscale resolve` writes); 2 where the file has no block list."""
+    lines = text.splitlines()
+    for key, item in zip(lines, lines[1:]):
+        if re.fullmatch(r"\s*[^\s#-][^#]*:\s*(#.*)?", key) and re.match(r"\s*- ", item):
+            return (len(item) - len(item.lstrip())) - (len(key) - len(key.lstrip()))
+    return 2
+
+
+def round_trip(offset: int = 2):
+    """ruamel.yaml's round-trip reader and writer, set so that a file written in this project's style (or with
+    block lists `offset` past their key) reads back and writes out byte for byte: no line wrapping, null written
+    as null."""
     from ruamel.yaml import YAML
 
     handler = YAML(typ="rt")
     handler.width = 4096
-    handler.indent(mapping=2, sequence=4, offset=2)
+    handler.indent(mapping=2, sequence=offset + 2, offset=offset)
     handler.preserve_quotes = True
     handler.representer.add_representer(
         type(None), lambda representer, _: representer.represent_scalar("tag:yaml.org,2002:null", "null"))
@@ -87,7 +99,7 @@ def styled_like(old: Any, new: Any) -> Any:
 
 def set_values(text: str, assignments: list[tuple[list[str], Any]]) -> str:
     """The file's text with each key's value replaced, the rest as it was; TwoscaleError for a key it lacks."""
-    handler = round_trip()
+    handler = round_trip(block_list_offset(text))
     data = handler.load(text)
     for parts, value in assignments:
         section = data
