@@ -208,3 +208,27 @@ def test_override_commands_nest_and_quote_what_they_are_given_and_keep_the_user_
                        "runs/smoke/results/claims.md --configfile configs/smoke-override.yaml")
     assert override_command("params.yaml", {"train": {"steps": 3}}).endswith(
         "snakemake --cores all --configfile configs/override.yaml")
+
+
+def test_no_report_is_made_while_outputs_are_to_be_rebuilt_or_a_run_is_writing(tmp_path):
+    """`snakemake --report` (make report) draws the outputs as they are: it refuses in one line while an output of
+    the committed run is to be built again (here a folder where a table belongs) or while another process writes
+    the results."""
+    repo = copy_repository(tmp_path / "repo", ROOT / "params.yaml")
+    dvc = holding(HOLD_STAGE_OUTPUT, repo)
+    try:
+        running = attempt(["snakemake", "--report", "report.html"], repo)
+    finally:
+        dvc.kill()
+        dvc.wait()
+    assert running.returncode != 0 and not (repo / "report.html").exists()
+    assert (running.stdout + running.stderr).strip().splitlines()[-1].startswith(
+        "error: no report now: DVC is running in this checkout (pid ")
+    table = repo / "results/geometry/geometry.parquet"
+    table.unlink()
+    (table / "part").mkdir(parents=True)
+    stale = attempt(["snakemake", "--report", "report.html"], repo)
+    assert stale.returncode != 0 and not (repo / "report.html").exists()
+    assert (stale.stdout + stale.stderr).strip().splitlines()[-1] == (
+        "error: no report while 1 output(s) are to be built again (results/geometry/geometry.parquet ...): run "
+        "snakemake --cores all --configfile params.yaml first")

@@ -82,6 +82,17 @@ if STALE:
     print(f"note: {len(STALE)} output(s) are not what their build records and {PARAMS_FILE} say, so they are built "
           f"again: {', '.join(STALE[:3])}{' ...' if len(STALE) > 3 else ''}", file=sys.stderr)
 
+# A report shows the outputs as they are: none while some are to be rebuilt, or while a run is rewriting them.
+if workflow.is_main_process and any(arg == "--report" or arg.startswith("--report=") for arg in sys.argv[1:]):
+    try:
+        with orchestrators.written_by(Path.cwd(), "snakemake --report"):
+            pass
+    except TwoscaleError as exc:
+        sys.exit(f"error: no report now: {exc}")
+    if STALE:
+        sys.exit(f"error: no report while {len(STALE)} output(s) are to be built again ({STALE[0]} ...): run "
+                 f"snakemake --cores all --configfile {PARAMS_FILE} first")
+
 
 def stale_rebuilt(wildcards):
     """The default target's way to rebuild the stale outputs: Snakemake's own --forcerun for them. (The Snakefile is
