@@ -20,7 +20,7 @@ from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import outputs_land_together, recover
 from twoscale.config.parameter_files import changed_keys, read_raw, shown_keys
 from twoscale.config.params import ParamsError, parse_params
-from twoscale.pipeline import dependencies, provenance
+from twoscale.pipeline import dependencies, orchestrators, provenance
 
 COMMAND_PACKAGES = ("stages", "tools")  # the pipeline's stages; the other commands
 
@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(stage_named(argv)).parse_args(argv)
     signal.signal(signal.SIGTERM, stop)
+    if args.stage in dependencies.STAGES:
+        orchestrators.watch_orchestrator()
     try:
         return run_stage(args)
     finally:

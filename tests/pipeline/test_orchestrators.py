@@ -232,3 +232,36 @@ def test_no_report_is_made_while_outputs_are_to_be_rebuilt_or_a_run_is_writing(t
     assert (stale.stdout + stale.stderr).strip().splitlines()[-1] == (
         "error: no report while 1 output(s) are to be built again (results/geometry/geometry.parquet ...): run "
         "snakemake --cores all --configfile params.yaml first")
+
+
+WATCHING_JOB = ("import time; from twoscale.pipeline.orchestrators import watch_orchestrator; "
+                "watch_orchestrator(0.1); time.sleep(30)")
+
+
+@pytest.mark.parametrize("same_machine", [True, False])
+def test_a_job_whose_snakemake_run_is_killed_stops_itself(same_machine):
+    """Killing Snakemake outright left its job running, unseen, to write beside the next run's jobs: the job now
+    watches the run that started it and stops itself (SIGTERM: its outputs do not land). A job started from
+    another machine's run (a Slurm node's) cannot see that run and leaves it alone."""
+    import socket
+
+    from twoscale.pipeline.orchestrators import ORCHESTRATOR_PID_ENV
+
+    run = subprocess.Popen(["sleep", "60"])
+    host = socket.gethostname() if same_machine else "another-machine"
+    job = subprocess.Popen([sys.executable, "-c", WATCHING_JOB], stderr=subprocess.PIPE, text=True,
+                           env={**environment(), ORCHESTRATOR_PID_ENV: f"{host} {run.pid}"})
+    try:
+        time.sleep(1.0)
+        assert job.poll() is None  # the run is there: the job goes on
+        run.kill()
+        run.wait()
+        if same_machine:
+            assert job.wait(timeout=10) == -signal.SIGTERM
+            assert f"the Snakemake run that started this job (pid {run.pid}) is gone: stopping" in job.stderr.read()
+        else:
+            time.sleep(1.0)
+            assert job.poll() is None
+    finally:
+        job.kill()
+        job.wait()

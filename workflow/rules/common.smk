@@ -59,6 +59,8 @@ validate(config, "../schemas/params.schema.json")
 PARAMS_PATH = Path(SNAPSHOT)
 
 os.environ.setdefault(tracking.ORCHESTRATOR_ENV, "snakemake")
+if workflow.is_main_process:  # a job whose run is killed outright stops itself (orchestrators.watch_orchestrator)
+    os.environ[orchestrators.ORCHESTRATOR_PID_ENV] = orchestrators.orchestrator_named()
 
 # Every output of every job of the set. The default target asks for each: Snakemake builds a missing file only
 # where something it must build reads it, so one removed (by a failed job, or by hand) beside the outputs built

@@ -21,6 +21,11 @@ import json
 import os
 import re
 import shlex
+import signal
+import socket
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +120,38 @@ def as_typed(value):
         with contextlib.suppress(yaml.YAMLError):
             return yaml.safe_load(value)
     return value
+
+
+ORCHESTRATOR_PID_ENV = "TWOSCALE_ORCHESTRATOR_PID"  # "<host> <pid>" of the Snakemake run that started a job
+
+
+def orchestrator_named() -> str:
+    """This process as the orchestrator its jobs watch (`watch_orchestrator`)."""
+    return f"{socket.gethostname()} {os.getpid()}"
+
+
+def watch_orchestrator(every_s: float = 2.0) -> None:
+    """In a job that a Snakemake run on this machine started: stop the job (SIGTERM to itself: its outputs do not
+    land) once that run is gone, killed outright, instead of running on unseen and writing beside the next run's
+    jobs. Nothing for a job run by hand, by DVC or on another machine (a Slurm node)."""
+    host, _, pid = os.environ.get(ORCHESTRATOR_PID_ENV, "").partition(" ")
+    if host != socket.gethostname() or not pid.isdigit():
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(every_s)
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                print(f"the Snakemake run that started this job (pid {pid}) is gone: stopping", file=sys.stderr,
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            except PermissionError:  # there, another user's: not ours, but there
+                continue
+
+    threading.Thread(target=watch, name="orchestrator-watch", daemon=True).start()
 
 
 CONFIG_OPTIONS = ("--config", "-C", "--configfile", "--configfiles")  # Snakemake's options that name the parameters
