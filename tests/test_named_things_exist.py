@@ -2,7 +2,7 @@
 exists, and every source file they name by its path: a name left behind by a move or a rename fails here, naming
 where it is written. A dotted name is read by its first part: a section of the parameters (`train.steps`, checked
 against the parameter schema), a module of the package by its last name (`engine.step_tokens`,
-`decoding.engine.LayerCache`) or a class or function of one (`LoopedGPT.apply_group`); others (`torch.compile`,
+`decoding.cache.LayerCache`) or a class or function of one (`LoopedGPT.apply_group`); others (`torch.compile`,
 `dvc.yaml`) are outside the package and not checked, unless what follows the first part is the package's
 (`generation.step_tokens`: a module gone)."""
 
@@ -167,7 +167,7 @@ def test_every_named_source_file_exists():
 @pytest.mark.parametrize(("text", "expected"), [
     ("the cached decoding of `generation.step_tokens`", ["x: `generation.step_tokens`"]),  # a module gone:
     ("see the `generation` module", ["x: the `generation` module"]),                    # read by its word
-    ("`engine.step_tokens` and `decoding.engine.LayerCache`", []),
+    ("`engine.step_tokens` and `decoding.cache.LayerCache`", []),
     ("`engine.no_such_function`", ["x: `engine.no_such_function`"]),
     ("`LoopedGPT.apply_group`, `LoopedGPT.ln_f` and `LoopedGPT.no_such_method`", ["x: `LoopedGPT.no_such_method`"]),
     ("`train.steps`, `sweep.strategies.kl_head.settings` and `train.stepz`", ["x: `train.stepz`"]),

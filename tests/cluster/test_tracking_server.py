@@ -33,9 +33,9 @@ from pathlib import Path
 
 import mlflow
 
-from twoscale.pipeline import tracking
+from twoscale.pipeline import run_names, tracking
 
-tracking.EXPERIMENT, job, folder = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+run_names.EXPERIMENT, job, folder = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 (folder / f"ready-{job}").touch()
 while not (folder / "go").exists():
     time.sleep(0.05)

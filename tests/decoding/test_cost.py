@@ -7,8 +7,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from twoscale.decoding.cache import new_cache
 from twoscale.decoding.cost import token_costs
-from twoscale.decoding.engine import new_cache, step_token
+from twoscale.decoding.engine import step_token
 from twoscale.decoding.rules import make_rule
 from twoscale.models.looped_gpt import LoopedGPT
 

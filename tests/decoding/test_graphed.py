@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-from twoscale.decoding.engine import CriterionClock, generate, new_cache, step_token, token_stepper
+from twoscale.decoding.cache import new_cache
+from twoscale.decoding.engine import CriterionClock, generate, step_token, token_stepper
 from twoscale.decoding.graphed import GraphedDecoder, advance, first_read, next_read
 from twoscale.decoding.rules import ACCELERATION_VARIANTS, CRITERIA, DECODES, ExitRule, make_rule
 from twoscale.models.looped_gpt import LoopedGPT

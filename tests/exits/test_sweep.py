@@ -12,7 +12,8 @@ import polars as pl
 import pytest
 import torch
 
-from twoscale.decoding.engine import cache_bytes, decode_prompt, new_cache
+from twoscale.decoding.cache import cache_bytes, new_cache
+from twoscale.decoding.engine import decode_prompt
 from twoscale.exits.sweep import latency_ms_per_token, rules_at, sweep_settings, timed_rounds
 from twoscale.training.batches import evaluate_loss
 

@@ -73,7 +73,8 @@ def test_the_lens_rest_is_not_the_exit_rules_rest_where_a_group_injects_its_inpu
     """On one position (no earlier ones to attend to) a rule's rest decode is the later layers once without the
     groups' injection or norm; the lens's is the forward pass, injection included. With adapter injection the two
     differ; on a model without injection or group norm they are the same computation."""
-    from twoscale.decoding.engine import decode_rest, new_cache
+    from twoscale.decoding.cache import new_cache
+    from twoscale.decoding.engine import decode_rest
 
     def both(model: LoopedGPT) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         idx = torch.tensor([[7]])

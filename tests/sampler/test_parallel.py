@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from twoscale.decoding.engine import generate, new_cache
+from twoscale.decoding.cache import new_cache
+from twoscale.decoding.engine import generate
 from twoscale.decoding.rules import make_rule
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.sampler.parallel import (

@@ -32,15 +32,12 @@ import copy
 import functools
 import gc
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
+from twoscale.decoding.cache import LayerCache
 from twoscale.decoding.rules import Criterion, ExitRule
 from twoscale.models.looped_gpt import LoopedGPT, Segment, SharedKeys, at_least_float32
-
-if TYPE_CHECKING:
-    from twoscale.decoding.engine import LayerCache
 
 Tensor = torch.Tensor
 

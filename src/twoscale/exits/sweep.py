@@ -25,7 +25,8 @@ import torch
 
 from twoscale.config.params import ParamsError, SweepParams
 from twoscale.config.progress import progress_bar
-from twoscale.decoding.engine import CriterionClock, PromptState, cache_bytes, decode_prompt, generate
+from twoscale.decoding.cache import cache_bytes
+from twoscale.decoding.engine import CriterionClock, PromptState, decode_prompt, generate
 from twoscale.decoding.rules import ExitRule, make_rule
 from twoscale.exits.teacher_forced import evaluate_settings
 from twoscale.models.looped_gpt import LoopedGPT

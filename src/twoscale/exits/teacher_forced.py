@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from twoscale.config.progress import progress_bar
+from twoscale.decoding.cache import new_cache
 from twoscale.decoding.cost import token_costs
-from twoscale.decoding.engine import new_cache, step_tokens
+from twoscale.decoding.engine import step_tokens
 from twoscale.decoding.rules import ExitRule, head_decode
 from twoscale.models.looped_gpt import Context, LoopedGPT, Segment, WholeSequences, at_least_float32
 from twoscale.training.batches import held_out_batches

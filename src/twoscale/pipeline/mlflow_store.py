@@ -21,7 +21,7 @@ import psutil
 from mlflow.entities import DatasetInput, InputTag, Metric
 
 from twoscale.config.errors import TwoscaleError, first_line
-from twoscale.pipeline.tracking import (
+from twoscale.pipeline.run_names import (
     EXPERIMENT,
     HOST_TAG,
     INVOCATION_TAG,

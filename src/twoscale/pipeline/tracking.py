@@ -39,7 +39,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
@@ -47,6 +46,14 @@ from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import waiting_file
 from twoscale.config.params import DataParams, params_hash
 from twoscale.pipeline.preload import COMMAND_PID_ENV
+from twoscale.pipeline.run_names import (
+    HOST_TAG,
+    INVOCATION_TAG,
+    PID_TAG,
+    PROCESS_START_TAG,
+    is_sqlite,
+    store_name,
+)
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -62,12 +69,9 @@ SERVER_TIMEOUT_S = 10
 # the last sample): a sample costs the store's writer about 10 ms (docs/running.md#tracking)
 os.environ.setdefault("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "2")
 
-EXPERIMENT = "twoscale"
 TRACKING_ENV = "TWOSCALE_TRACKING"  # on (the default) or off
 PARENT_ENV = "TWOSCALE_MLFLOW_PARENT_RUN"
 ORCHESTRATOR_ENV = "TWOSCALE_ORCHESTRATOR"
-INVOCATION_TAG = "twoscale.invocation"
-HOST_TAG, PID_TAG, PROCESS_START_TAG = "twoscale.host", "twoscale.pid", "twoscale.process_start"
 
 
 def project_root() -> Path:
@@ -76,15 +80,6 @@ def project_root() -> Path:
 
 def tracking_uri(root: Path | None = None) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root or project_root()) / 'mlflow.db'}"
-
-
-def is_sqlite(uri: str) -> bool:
-    return urlsplit(uri).scheme.lower() == "sqlite"
-
-
-def store_name(uri: str) -> str:
-    """The file of a SQLite store, else the URI."""
-    return uri.split(":///", 1)[1] if is_sqlite(uri) else uri
 
 
 def sqlite_on_slurm_warning(uri: str, submits_to_slurm: bool) -> str | None:

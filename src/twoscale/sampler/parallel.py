@@ -24,7 +24,7 @@ on the active window, positions F..A−1 (everything before F is frozen):
 Generation stops once the requested number of tokens is final (a token is final when the position before it froze)
 or a stop token becomes final; the output is cut there.
 
-KV cache: one entry per position and loop iteration of a looped layer (`decoding.engine.LayerCache`). An active position
+KV cache: one entry per position and loop iteration of a looped layer (`decoding.cache.LayerCache`). An active position
 at its iteration i reads a frozen position's entry of iteration min(i, d) (d: the iterations that position had), as
 ordinary cached decoding does, but never an entry computed before that position's input token last changed (from
 the first iteration after the change on). With r′ = `max_iterations` and a wavefront of one, every position runs its
@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import torch
 
-from twoscale.decoding.engine import LayerCache, new_cache, step_token, token_stepper
+from twoscale.decoding.cache import LayerCache, new_cache
+from twoscale.decoding.engine import step_token, token_stepper
 from twoscale.decoding.rules import make_rule
 from twoscale.models.looped_gpt import Block, KeysPerQuery, LoopedGPT, Segment
 from twoscale.training.device import clock
