@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from twoscale.decoding.cache import LayerCache, new_cache
 from twoscale.decoding.engine import (
     CriterionClock,
-    LayerCache,
     block_step,
     decode_prompt,
     decode_rest,
     generate,
-    new_cache,
     step_token,
     step_tokens,
 )

@@ -15,13 +15,13 @@ import copy
 import pytest
 import torch
 
-from twoscale.benchmark import step_costs
 from twoscale.decoding.engine import generate
 from twoscale.decoding.rules import make_rule
 from twoscale.exits.teacher_forced import teacher_forced
 from twoscale.geometry.spectrum import token_step
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.sampler.parallel import iterate_group, new_cache, run_once
+from twoscale.tools.timings import step_costs
 
 EDIT = 0.25  # the share of the group input the edited step adds to its output
 LOOPS = [2, 3, 1]

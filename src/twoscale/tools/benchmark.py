@@ -16,7 +16,6 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from twoscale.benchmark import sampler_medians, step_costs, strategy_latency, training_throughput
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import load_token_array, read_json, run_subdir, write_json
 from twoscale.config.parameter_files import results_root
@@ -29,6 +28,7 @@ from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument
 from twoscale.stages.validation import read_params
+from twoscale.tools.timings import sampler_medians, step_costs, strategy_latency, training_throughput
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import (
     configure_torch,

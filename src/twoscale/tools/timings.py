@@ -16,12 +16,11 @@ import numpy as np
 import torch
 
 from twoscale.config.params import TrainParams
+from twoscale.decoding.cache import LayerCache, new_cache
 from twoscale.decoding.engine import (
     CriterionClock,
-    LayerCache,
     block_step,
     decode_rest,
-    new_cache,
     step_token,
 )
 from twoscale.decoding.rules import head_decode
