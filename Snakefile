@@ -36,18 +36,10 @@ onerror:
     pipeline_finished("FAILED")
 
 
-# Everything: the claims table, every figure, and every output of every job (a file removed beside what was built
-# from it is built again).
+# Everything: every output of every job of the set, the claims table and every figure among them (a file removed
+# beside what was built from it is built again), and the outputs their build records disown, forced.
 rule all:
     default_target: True
     input:
         EVERY_OUTPUT,
         stale_rebuilt,
-        rules.claims.output,
-        rules.geometry_figures.output,
-        rules.precision_figures.output,
-        rules.mechanism_figures.output,
-        rules.exit_figures.output,
-        expand(rules.sampler_figures.output, recipe=config["sample"]["recipes"], seed=config["runtime"]["seeds"]),
-        expand(rules.phase_figures.output, recipe=config["teachers"], seed=config["runtime"]["seeds"]),
-        rules.surrogate_figures.output,

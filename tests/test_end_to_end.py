@@ -9,6 +9,7 @@ job, tagged with its recipe and seed.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import hashlib
@@ -46,6 +47,47 @@ def planned_jobs(repo: Path, *options: str) -> dict[str, int]:
         if len(parts) == 2 and parts[1].isdigit() and parts[0] not in {"job", "total", "all"}:
             jobs[parts[0]] = int(parts[1])
     return jobs
+
+
+def declared_jobs(config: dict) -> list[tuple[jobs.Stage, dict, set[str], set[str]]]:
+    """Every job of the declaration under `config`: its stage, wildcard values, and the files it reads and writes."""
+    return [(stage, job, {path.format(**job) for path in stage.inputs}, {path.format(**job) for path in stage.outputs})
+            for stage in jobs.stages(config) for job in stage.jobs()]
+
+
+def changed_jobs(before: dict, after: dict) -> dict[tuple, str]:
+    """The jobs of `after` that `before` lacks or whose parameter values (`dependencies.param_values`, the keys the
+    declaration gives their stage) differ: by (stage, wildcard values), each with DVC's name for it."""
+    def values(stage: str, job: dict, config: dict) -> dict | None:
+        try:
+            return dependencies.param_values(stage, config, job.get("recipe"), job.get("strategy"))
+        except KeyError:  # a strategy or recipe the set does not have
+            return None
+
+    had = {(stage.name, tuple(job.items())) for stage, job, _, _ in declared_jobs(before)}
+    return {(stage.name, tuple(job.items())): stage.dvc_name(job) for stage, job, _, _ in declared_jobs(after)
+            if (stage.name, tuple(job.items())) not in had or values(stage.name, job, before) != values(
+                stage.name, job, after)}
+
+
+def declared_reruns(before: dict, after: dict, touched: frozenset[str] = frozenset()) -> dict[tuple, str]:
+    """What the declaration says a run must redo when its parameters go from `before` to `after` and the files
+    `touched` are newer: the changed jobs (`changed_jobs`), every job reading a touched file, and every job reading
+    what those write."""
+    declared, redo, newer = declared_jobs(after), changed_jobs(before, after), set(touched)
+    while True:
+        newer |= {path for stage, job, _, outputs in declared if (stage.name, tuple(job.items())) in redo
+                  for path in outputs}
+        reading = {(stage.name, tuple(job.items())): stage.dvc_name(job) for stage, job, inputs, _ in declared
+                   if inputs & newer}
+        if reading.keys() <= redo.keys():
+            return redo
+        redo |= reading
+
+
+def per_stage(reruns: dict[tuple, str]) -> dict[str, int]:
+    """Jobs by stage, as Snakemake's dry run counts them."""
+    return dict(collections.Counter(stage for stage, _ in reruns))
 
 
 def dvc_changed_stages(repo: Path) -> set[str]:
@@ -641,10 +683,9 @@ def test_a_newer_checkpoint_plans_what_reads_it_by_mtime(first_run):
     os.utime(checkpoint)
     try:
         # surrogates reads the teachers' and recipes' checkpoints; like DVC, its rule names their whole folder
-        assert planned_jobs(first_run, *BY_MTIME) == {"measure": 1, "precision": 1, "spectrum": 1, "lens": 1,
-                                                      "geometry": 1, "geometry_figures": 1, "precision_figures": 1,
-                                                      "mechanism_figures": 1, "surrogates": 1,
-                                                      "surrogate_figures": 1, "claims": 1}
+        expected = per_stage(declared_reruns(smoke, smoke, frozenset({str(checkpoint.relative_to(first_run))})))
+        assert expected["measure"] == 1 and "train" not in expected  # the premise: a checkpoint's readers only
+        assert planned_jobs(first_run, *BY_MTIME) == expected
     finally:
         os.utime(checkpoint, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert planned_jobs(first_run, *BY_MTIME) == {}
@@ -654,8 +695,10 @@ def test_outputs_rebuilt_byte_for_byte_are_current_after_the_dvc_commit(first_ru
     """A newer input reruns a job whose outputs come out identical to what the DVC cache holds; the commit at the
     end links them to the cache, and they must not look older than their input afterwards."""
     step = read_raw(first_run / "params.yaml")["train"]["checkpoint_steps"][0]  # the smoke run's, not a committed one
-    os.utime(first_run / f"results/measure/paper/seed_1337/step_{step}/geometry.parquet")
-    assert planned_jobs(first_run, *BY_MTIME) == {"geometry": 1, "geometry_figures": 1, "claims": 1}
+    table = f"results/measure/paper/seed_1337/step_{step}/geometry.parquet"
+    os.utime(first_run / table)
+    smoke = read_raw(first_run / "params.yaml")
+    assert planned_jobs(first_run, *BY_MTIME) == per_stage(declared_reruns(smoke, smoke, frozenset({table})))
     before = (first_run / "results/geometry/geometry.parquet").read_bytes()
     run(["snakemake", "--cores", "2", *BY_MTIME], first_run)
     assert (first_run / "results/geometry/geometry.parquet").read_bytes() == before
@@ -686,49 +729,42 @@ def test_a_parameter_set_with_one_more_seed_runs_only_what_is_new(first_run):
     and the latency rounds (which time every setting of it) for the runs already done, and the stages that gather
     every run; nothing else of the runs already done. The new seed is not among runtime.explain_seeds: it gets the
     stages the verdicts read (distill at distill.blocks only), none that only explain."""
-    raw = yaml.safe_load((first_run / "params.yaml").read_text())
-    done = len(raw["runtime"]["seeds"])
+    before = yaml.safe_load((first_run / "params.yaml").read_text())
+    raw = copy.deepcopy(before)
     raw["runtime"]["seeds"] = [*raw["runtime"]["seeds"], 99]
     raw["sweep"]["strategies"]["acceleration"]["settings"].insert(1, 1.0e-4)
     plan = planned_with(first_run, raw)
-    recipes, steps, strategies = (len(raw["recipes"]), len(raw["train"]["checkpoint_steps"]),
-                                  len(raw["sweep"]["strategies"]))
-    teachers = len(raw["teachers"])
-    sampled = len(raw["sample"]["recipes"])
-    assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * (strategies + done),
-                    "latency": recipes * (1 + done), "sample": sampled, "sampler_figures": sampled, "geometry": 1,
-                    "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1, "claims": 1, "train_teacher": teachers,
-                    "phases": teachers, "phase_figures": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
-                    "surrogates": 1, "surrogate_figures": 1}
+    assert plan == per_stage(declared_reruns(before, raw))
+    done = len(before["runtime"]["seeds"])  # the premise: the runs done are planned where the grid changed only
+    assert plan["sweep"] == len(raw["recipes"]) * (len(raw["sweep"]["strategies"]) + done)
+    assert "spectrum" not in plan and "lens" not in plan  # the new seed explains nothing
 
 
 def test_a_set_at_more_seeds_takes_the_finished_run_s_jobs_and_plans_only_the_new_seed_s(first_run):
     """`make study`'s way: another parameter set, params.yaml at one more seed (writing under runs/<name>/), takes
     every job the default run built as it would (`twoscale reuse`), so Snakemake plans the new seed's jobs and the
     stages that gather runs; nothing of the first seed runs again. A second reuse takes nothing more."""
-    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    before = yaml.safe_load((first_run / "params.yaml").read_text())
+    raw = copy.deepcopy(before)
     raw["runtime"]["seeds"] = [*raw["runtime"]["seeds"], 99]
     (first_run / "configs/more.yaml").write_text(yaml.safe_dump(raw))
     taken = run(["python", "-m", "twoscale", "reuse", "--params", "configs/more.yaml"], first_run)
     assert "took" in taken and "train 2" in taken and "latency 2" in taken and "claims" not in taken
     assert (first_run / "runs/more/results/train/paper/seed_1337/.built").is_dir()
     plan = planned_jobs(first_run, "--configfile", "configs/more.yaml")
-    teachers, sampled = len(raw["teachers"]), len(raw["sample"]["recipes"])
-    recipes, steps = len(raw["recipes"]), len(raw["train"]["checkpoint_steps"])
-    assert plan == {"train": recipes, "measure": recipes * steps, "sweep": recipes * len(raw["sweep"]["strategies"]),
-                    "latency": recipes, "sample": sampled, "sampler_figures": sampled, "geometry": 1,
-                    "geometry_figures": 1, "tradeoff": 1, "exit_figures": 1, "claims": 1, "train_teacher": teachers,
-                    "phases": teachers, "phase_figures": teachers, "distill": teachers * len(raw["distill"]["blocks"]),
-                    "surrogates": 1, "surrogate_figures": 1}
+    assert plan == per_stage(declared_reruns(before, raw))
+    assert plan["train"] == len(raw["recipes"])  # the premise: the new seed's, nothing of the first seed's
     assert "took 0 jobs" in run(["python", "-m", "twoscale", "reuse", "--params", "configs/more.yaml"], first_run)
 
 
 def test_timing_one_strategy_no_more_reruns_the_latency_rounds_alone(first_run):
     """`timed` is not part of a strategy's quality sweep: flipping it plans the latency rounds and what gathers them."""
-    raw = yaml.safe_load((first_run / "params.yaml").read_text())
+    before = yaml.safe_load((first_run / "params.yaml").read_text())
+    raw = copy.deepcopy(before)
     raw["sweep"]["strategies"]["kl_rest"]["timed"] = False
-    assert planned_with(first_run, raw) == {"latency": len(smoke_runs(first_run)), "tradeoff": 1, "exit_figures": 1,
-                                            "claims": 1}
+    plan = planned_with(first_run, raw)
+    assert plan == per_stage(declared_reruns(before, raw))
+    assert "sweep" not in plan and plan["latency"] == len(smoke_runs(first_run))
 
 
 def dvc_graph(repo: Path) -> dict[str, set[str]]:
@@ -768,7 +804,9 @@ def after_recipe_change(first_run) -> dict:
     with params_edited(first_run, recipe_changed):
         seen = {"snakemake_plan": planned_jobs(first_run), "dvc_plan": dvc_changed_stages(first_run)}
     seen["dvc_graph"] = dvc_graph(first_run)
+    seen["before"], seen["recipe_changed"] = copy.deepcopy(raw), recipe_changed
     raw["teachers"]["plain"]["train"] = {"learning_rate": 0.002}
+    seen["teacher_changed"] = copy.deepcopy(raw)
     (first_run / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     seen["teacher_dvc_plan"] = dvc_changed_stages(first_run)
     seen["teacher_dvc_repro"] = run(["dvc", "repro"], first_run)
@@ -780,36 +818,21 @@ def after_recipe_change(first_run) -> dict:
 
 @pytest.mark.slow
 def test_a_recipe_change_reruns_that_recipe_and_the_gathering_stages_only(after_recipe_change):
-    smoke = read_raw(ROOT / "configs/smoke.yaml")
-    steps, strategies = smoke["train"]["checkpoint_steps"], list(smoke["sweep"]["strategies"])
-    assert after_recipe_change["snakemake_plan"] == {"train": 1, "measure": len(steps), "precision": len(steps),
-                                                     "spectrum": len(steps), "lens": len(steps),
-                                                     "mechanism_figures": 1, "beyond": 1, "precision_figures": 1,
-                                                     "sweep": len(strategies), "latency": 1, "sample": 1,
-                                                     "sampler_figures": 1, "geometry": 1, "geometry_figures": 1,
-                                                     "tradeoff": 1, "exit_figures": 1, "surrogates": 1,
-                                                     "surrogate_figures": 1, "claims": 1}
+    seen = after_recipe_change
+    reruns = declared_reruns(seen["before"], seen["recipe_changed"])
+    assert seen["snakemake_plan"] == per_stage(reruns)
+    assert seen["snakemake_plan"]["train"] == 1 and "train_teacher" not in seen["snakemake_plan"]  # the premise
     # DVC lists the stages whose own parameters changed; those after them follow in repro
-    assert after_recipe_change["dvc_plan"] == {"train@huginn-1337", "geometry", "precision_figures",
-                                               "mechanism_figures", "tradeoff", "surrogates", "claims"}
-    assert dvc_reruns(after_recipe_change["dvc_graph"], after_recipe_change["dvc_plan"]) == {
-        "train@huginn-1337", *(f"measure@huginn-1337-{step}" for step in steps),
-        *(f"precision@huginn-1337-{step}" for step in steps), "precision_figures",
-        *(f"spectrum@huginn-1337-{step}" for step in steps), *(f"lens@huginn-1337-{step}" for step in steps),
-        "mechanism_figures", "beyond@huginn-1337", *(f"sweep@huginn-1337-{name}" for name in strategies),
-        "latency@huginn-1337", "sample@huginn-1337", "sampler_figures@huginn-1337", "geometry", "geometry_figures",
-        "tradeoff", "exit_figures", "surrogates", "surrogate_figures", "claims"}
+    assert seen["dvc_plan"] == set(changed_jobs(seen["before"], seen["recipe_changed"]).values())
+    assert dvc_reruns(seen["dvc_graph"], seen["dvc_plan"]) == set(reruns.values())
 
 
 @pytest.mark.slow
 def test_dvc_reruns_a_teacher_s_change_as_its_graph_says_and_snakemake_then_has_nothing_to_do(after_recipe_change):
     """The graph read above, checked against a real `dvc repro`: the teacher's training and what follows it."""
-    distill = read_raw(ROOT / "configs/smoke.yaml")["distill"]
     reran = reran_by_dvc(after_recipe_change["teacher_dvc_repro"])
-    assert reran == {"train_teacher@plain-1337", "phases@plain-1337", "phase_figures@plain-1337",
-                     *(f"distill@plain-1337-{k}" for k in distill["blocks"]),
-                     *(f"distill_curve@plain-1337-{k}" for k in distill["curve_blocks"]),
-                     "surrogates", "surrogate_figures", "claims"}
+    assert reran == set(declared_reruns(after_recipe_change["before"], after_recipe_change["teacher_changed"]).values())
+    assert "train_teacher@plain-1337" in reran and not any(name.startswith("train@") for name in reran)
     assert reran == dvc_reruns(after_recipe_change["dvc_graph"], after_recipe_change["teacher_dvc_plan"])
     assert after_recipe_change["snakemake_after"] == {}
     assert after_recipe_change["dvc_after"] == set()
