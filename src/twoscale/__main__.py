@@ -20,7 +20,7 @@ from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import outputs_land_together, recover
 from twoscale.config.parameter_files import changed_keys, read_raw, shown_keys
 from twoscale.config.params import ParamsError, parse_params
-from twoscale.pipeline import dependencies, orchestrators, provenance
+from twoscale.pipeline import dependencies, orchestrators, provenance, tracking
 
 COMMAND_PACKAGES = ("stages", "tools")  # the pipeline's stages; the other commands
 
@@ -169,16 +169,21 @@ def run_stage(args: argparse.Namespace) -> int:
             if params_file is not None:
                 check_unchanged(params_file, before)
     except TwoscaleError as exc:
+        tracking.outputs_not_landed("FAILED")
         return fail(args, str(exc))
     except OSError as exc:  # a file the stage could not read or write: one line here, the traceback in its log
+        tracking.outputs_not_landed("FAILED")
         return fail(args, f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror or str(exc),
                     traceback.format_exc())
     except KeyboardInterrupt:
+        tracking.outputs_not_landed("KILLED")
         print(f"twoscale {args.stage}: interrupted", file=sys.stderr)
         return 130
     except Stopped:
+        tracking.outputs_not_landed("KILLED")
         print(f"twoscale {args.stage}: stopped (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
+    tracking.outputs_landed()
     job_line(args, f"done in {took(time.monotonic() - started)}")
     return 0
 

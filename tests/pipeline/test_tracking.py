@@ -385,3 +385,17 @@ def test_a_long_error_is_cut_at_a_word_and_says_so():
     assert text.startswith(kept) and text[len(kept)] == " "  # whole words only
     assert len(kept) > 80  # as many as fit
     assert first_line(RuntimeError()) == "RuntimeError"
+
+
+def test_a_stage_run_whose_outputs_did_not_land_is_not_left_finished(store):
+    """The stage's work ended (its run FINISHED), then its outputs did not land (the parameter file changed under
+    it, a write failed, a stop while landing): the run says so."""
+    with tracking.stage_run("measure", {}) as landed:
+        pass
+    tracking.outputs_landed()
+    with tracking.stage_run("measure", {}) as refused:
+        pass
+    assert client(store).get_run(refused.run_id).info.status == "FINISHED"
+    tracking.outputs_not_landed("FAILED")
+    assert client(store).get_run(refused.run_id).info.status == "FAILED"
+    assert client(store).get_run(landed.run_id).info.status == "FINISHED"

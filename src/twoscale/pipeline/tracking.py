@@ -231,6 +231,7 @@ class StageRun:
 
 
 _open_runs: list[tuple[Any, str]] = []  # this process's stage runs and their stores, innermost last
+_finished_runs: list[tuple[Any, str]] = []  # those it ended FINISHED, whose outputs land only after
 
 
 def _current_run() -> tuple[Any, str]:
@@ -356,6 +357,24 @@ def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str
     finally:
         _open_runs.remove((tracked, run_id))
         tracked.end_run(run_id, status)
+        if status == "FINISHED":
+            _finished_runs.append((tracked, run_id))
     if parent and not os.environ.get(PARENT_ENV):
         # under DVC nobody closes the parent: mark it finished after each stage (the next one reopens it)
         tracked.end_run(parent, "FINISHED")
+
+
+def outputs_landed() -> None:
+    """The stage runs this process ended FINISHED gave their outputs: they stay FINISHED."""
+    _finished_runs.clear()
+
+
+def outputs_not_landed(status: str) -> None:
+    """Mark as `status` (FAILED, KILLED) the stage runs this process ended FINISHED: the stage's work was done, but
+    its outputs did not land (refused after the work, a write that failed, a stop while they landed), so the run
+    did not give what it says. Nothing more is said where the store cannot be reached: the stage's own error is
+    the one to read."""
+    while _finished_runs:
+        tracked, run_id = _finished_runs.pop()
+        with contextlib.suppress(TwoscaleError, OSError):
+            tracked.end_run(run_id, status)
