@@ -112,9 +112,19 @@ def test_a_job_whose_writer_is_killed_goes_on_with_another(tmp_path, job_env):
     assert run.info.status == "FINISHED" and run.data.metrics == {"after": 1.0}
 
 
-@pytest.mark.parametrize(("raised", "said"), [(KeyError(), "MLflow: KeyError"),
-                                                (ValueError("bad run id\nmore"), "MLflow: ValueError: bad run id")])
-def test_an_mlflow_error_reaches_the_job_as_one_line_naming_its_type_once(raised, said, tmp_path):
+READ_ONLY = ("(raised as a result of Query-invoked autoflush; consider using a session.no_autoflush block if this "
+             "flush is occurring prematurely)\n(sqlite3.OperationalError) attempt to write a readonly database\n"
+             "[SQL: INSERT INTO runs ...]")
+
+
+@pytest.mark.parametrize(("raised", "said"), [
+    (KeyError(), "the MLflow store unused.db: KeyError"),
+    (ValueError("bad run id\nmore"), "the MLflow store unused.db: ValueError: bad run id"),
+    # what a read-only store raises, from SQLAlchemy through MLflow: its cause, not the preamble
+    (RuntimeError(READ_ONLY), "the MLflow store unused.db: RuntimeError: (sqlite3.OperationalError) attempt to write "
+                              "a readonly database"),
+])
+def test_an_mlflow_error_reaches_the_job_as_one_line_naming_the_store_its_type_and_cause(raised, said, tmp_path):
     from twoscale.pipeline import tracking_writer
 
     class Raising:

@@ -30,6 +30,7 @@ from typing import Any
 
 from twoscale.config.errors import TwoscaleError, first_line
 from twoscale.pipeline.preload import user_folder
+from twoscale.pipeline.run_names import store_name
 
 IDLE_ENV = "TWOSCALE_MLFLOW_WRITER_IDLE_S"
 IDLE_S = float(os.environ.get(IDLE_ENV, "60"))  # read by the writer as it starts
@@ -234,7 +235,8 @@ def _answer(store: _StoreOnce, operation: str, args: tuple, kwargs: dict, opened
         return "error", str(exc)
     except Exception as exc:  # noqa: BLE001 (MLflow raises many types; the job is told which, in one line)
         said = first_line(exc)  # the type's name alone when the exception has no text
-        return "error", f"MLflow: {said}" if said == type(exc).__name__ else f"MLflow: {type(exc).__name__}: {said}"
+        where = f"the MLflow store {store_name(store.arguments[0])}"
+        return "error", f"{where}: {said}" if said == type(exc).__name__ else f"{where}: {type(exc).__name__}: {said}"
     if operation == "start_run":
         opened.add(value)
     elif operation == "end_run":
