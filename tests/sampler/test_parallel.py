@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from twoscale.decoding.cache import new_cache
 from twoscale.decoding.engine import generate
-from twoscale.decoding.rules import make_rule
+from twoscale.decoding.rules import latent_difference, make_rule, relative_acceleration
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.sampler.parallel import (
     SamplerSettings,
@@ -21,8 +21,6 @@ from twoscale.sampler.parallel import (
     mix_embeddings,
     mix_noise,
     noise_weight,
-    relative_acceleration,
-    relative_change,
     run_once,
     sample,
     window_block,
@@ -129,7 +127,7 @@ def test_dampened_noise_against_hand_values():
 
 def test_freeze_criteria_against_hand_values():
     current, previous, before = torch.tensor([[3.0, 4.0]]), torch.tensor([[3.0, 3.0]]), torch.tensor([[3.0, 1.0]])
-    assert relative_change(current, previous).item() == pytest.approx(1 / 5)
+    assert latent_difference(current, previous).item() == pytest.approx(1 / 5)
     assert relative_acceleration(current, previous, before).item() == pytest.approx(abs(4 - 6 + 1) / 5)
 
 

@@ -59,6 +59,17 @@ def _ratio(num: Tensor, den: Tensor) -> Tensor:
     return torch.where(den > 0, num / safe, torch.where(num.isnan(), num, inf_or_zero))
 
 
+def latent_difference(x: Tensor, prev: Tensor) -> Tensor:
+    """‖x − prev‖ / ‖x‖ per row: how far a state moved, relative to its size."""
+    return _ratio(_norm(x - prev), _norm(x))
+
+
+def relative_acceleration(x: Tensor, prev: Tensor, before: Tensor) -> Tensor:
+    """‖(x − prev) − (prev − before)‖ / ‖x‖ per row: the second difference of three states, relative to the last
+    one's size (the acceleration rule's by_state variant)."""
+    return _ratio(_norm((x - prev) - (prev - before)), _norm(x))
+
+
 def _nan(x: Tensor) -> Tensor:
     return torch.full(x.shape[:1], math.nan, dtype=at_least_float32(x).dtype, device=x.device)
 
@@ -183,7 +194,7 @@ class LatentDifference(Criterion):
     def score(self, x: Tensor, logits: Tensor | None = None) -> Tensor:
         x, prev = at_least_float32(x), self.memory["x"]
         self.memory["x"] = x
-        return _ratio(_norm(x - prev), _norm(x))
+        return latent_difference(x, prev)
 
 
 class Cosine(Criterion):

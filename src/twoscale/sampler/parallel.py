@@ -45,7 +45,7 @@ import torch
 
 from twoscale.decoding.cache import LayerCache, new_cache
 from twoscale.decoding.engine import step_token, token_stepper
-from twoscale.decoding.rules import make_rule
+from twoscale.decoding.rules import latent_difference, make_rule, relative_acceleration
 from twoscale.models.looped_gpt import Block, KeysPerQuery, LoopedGPT, Segment
 from twoscale.training.device import clock
 
@@ -121,17 +121,6 @@ def mix_noise(states: Tensor, noise: Tensor, weight: Tensor) -> Tensor:
     """(1 − w) s + w n, one weight per position (row)."""
     w = weight.to(states.dtype)[:, None]
     return (1 - w) * states + w * noise
-
-
-def relative_change(current: Tensor, previous: Tensor) -> Tensor:
-    """‖s_t − s_{t−1}‖ / ‖s_t‖ per row."""
-    return torch.linalg.vector_norm(current - previous, dim=-1) / torch.linalg.vector_norm(current, dim=-1)
-
-
-def relative_acceleration(current: Tensor, previous: Tensor, before: Tensor) -> Tensor:
-    """‖s_t − 2 s_{t−1} + s_{t−2}‖ / ‖s_t‖ per row."""
-    second_difference = current - 2 * previous + before
-    return torch.linalg.vector_norm(second_difference, dim=-1) / torch.linalg.vector_norm(current, dim=-1)
 
 
 def frozen_prefix(settled: Tensor, token_changed: Tensor) -> int:
@@ -314,7 +303,7 @@ def _settled(window: _Window, settings: SamplerSettings) -> Tensor:
     """Which window positions settled in this outer step (their states' history includes this step's)."""
     if settings.freeze == "latent_diff":
         enough = window.steps_active >= 2
-        values = [relative_change(h[-1], h[-2]) for h in window.history]
+        values = [latent_difference(h[-1], h[-2]) for h in window.history]
     else:
         enough = window.steps_active >= 3
         values = [relative_acceleration(h[-1], h[-2], h[-3]) for h in window.history]
