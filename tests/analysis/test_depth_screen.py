@@ -75,6 +75,9 @@ def write_run(root: Path, control: float) -> None:
         folder.mkdir(parents=True)
         history([2.0, 3.0], [30.0, 30.0]).write_parquet(folder / "history.parquet")
         (folder / "metrics.json").write_text('{"machine": "a 2-core machine"}')
+        log = root / f"logs/train/{model}/seed_1337.log"
+        log.parent.mkdir(parents=True)
+        log.write_text("... done\nresources used: cpu_s=90.000 max_rss_mb=1.0\n")
 
 
 def test_the_screen_reads_every_candidate_that_has_run_and_lists_the_others(tmp_path, monkeypatch, capsys):
@@ -90,6 +93,7 @@ def test_the_screen_reads_every_candidate_that_has_run_and_lists_the_others(tmp_
     table = pl.read_csv(tmp_path / "results/screen/screen.csv")
     assert table["candidate"].to_list() == ["default", "steps2"]
     assert table["uses_depth"].to_list() == [False, True] and table["tflop_huginn"].to_list() == [5.0, 5.0]
+    assert table["minutes_huginn"].to_list() == [1.0, 1.0] and table["cpu_minutes_huginn"].to_list() == [1.5, 1.5]
     assert "Not run yet: width192." in capsys.readouterr().out
     assert (tmp_path / "results/screen/depth_vs_cost.png").stat().st_size > 0
 

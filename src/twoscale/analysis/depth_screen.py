@@ -58,9 +58,11 @@ def control_recovery(recovery: pl.DataFrame, seed: int) -> float:
 
 
 def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,
-            histories: Mapping[str, pl.DataFrame], seed: int, machine: str) -> dict[str, Any]:
-    """One candidate's row: each criterion's number and whether it is met, each model's cost, and whether the
-    candidate uses its depth (all three met)."""
+            histories: Mapping[str, pl.DataFrame], seed: int, machine: str,
+            cpu_seconds: Mapping[str, float | None] | None = None) -> dict[str, Any]:
+    """One candidate's row: each criterion's number and whether it is met, each model's cost (its training's CPU
+    minutes too, where its job recorded them: on a machine shared with other work the wall minutes grow, the CPU
+    minutes much less), and whether the candidate uses its depth (all three met)."""
     losses = {recipe: last_checkpoint_losses(loss_vs_loops, recipe) for recipe in LOOPED}
     gains = {recipe: depth_gain(own) for recipe, own in losses.items()}
     star = k_star(losses["huginn"])
@@ -72,6 +74,8 @@ def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,
                            "b": star >= MIN_K_STAR, "c": control < MAX_CONTROL_RECOVERY}
     for model, history in histories.items():
         cost = training_cost(history)
-        row |= {f"tflop_{model}": cost["tflop"], f"minutes_{model}": cost["minutes"]}
+        cpu = (cpu_seconds or {}).get(model)
+        row |= {f"tflop_{model}": cost["tflop"], f"minutes_{model}": cost["minutes"],
+                f"cpu_minutes_{model}": None if cpu is None else cpu / 60}
     row["uses_depth"] = row["a"] and row["b"] and row["c"]
     return row

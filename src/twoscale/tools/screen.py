@@ -24,13 +24,15 @@ from twoscale.analysis.depth_screen import (
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import atomic_path
 from twoscale.config.parameter_files import DEFAULT_PARAMS_FILE, results_root
+from twoscale.pipeline.job_times import recorded_cpu_seconds
 from twoscale.report.tables import markdown_table
 from twoscale.surrogates.tables import read_recovery
 
 HELP = "the depth screen's table and figure from every candidate run so far (configs/screen-*.yaml)"
 SEED = 1337
 COLUMNS = ("candidate", "gain_paper", "gain_huginn", "k_star_huginn", "control_recovered", "a", "b", "c",
-           "uses_depth", "tflop_huginn", "minutes_huginn", "minutes_paper", "minutes_plain", "machine")
+           "uses_depth", "tflop_huginn", "minutes_huginn", "cpu_minutes_huginn", "minutes_paper", "cpu_minutes_paper",
+           "minutes_plain", "cpu_minutes_plain", "machine")
 log = logging.getLogger(__name__)
 
 
@@ -54,9 +56,11 @@ def read_candidate(name: str, params_file: Path) -> dict | None:
     if not all(path.is_file() for path in needed.values()):
         return None
     metrics = json.loads((results / f"train/huginn/seed_{SEED}/metrics.json").read_text())
+    logs = results_root(params_file) / "logs/train"
     return reading(name, pl.read_parquet(needed["loss"]), read_recovery(needed["recovery"]),
                    {model: pl.read_parquet(needed[model]) for model in (*LOOPED, TEACHER)}, SEED,
-                   metrics["machine"])
+                   metrics["machine"],
+                   {model: recorded_cpu_seconds(logs / f"{model}/seed_{SEED}.log") for model in (*LOOPED, TEACHER)})
 
 
 PANELS = (  # what each panel draws per candidate, its line and its title
