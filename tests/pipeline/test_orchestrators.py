@@ -3,12 +3,14 @@ start while DVC is at work; each names the other's process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,11 +39,16 @@ with Repo('.') as repo, rwlock(repo.tmp_dir, repo.fs, 'dvc repro train', [], [re
 """
 
 
-def holding(code: str, cwd: Path) -> subprocess.Popen:
-    """A process running `code`, once it says it holds its lock."""
+@contextlib.contextmanager
+def holding(code: str, cwd: Path) -> Iterator[subprocess.Popen]:
+    """While open, a process running `code`, once it says it holds its lock; killed as the block ends."""
     process = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "held"
-    return process
+    try:
+        assert process.stdout.readline().strip() == "held"
+        yield process
+    finally:
+        process.kill()
+        process.wait()
 
 
 @pytest.fixture
@@ -50,12 +57,8 @@ def repo(tmp_path) -> Path:
 
 
 def test_snakemake_refuses_to_start_while_dvc_holds_the_repository(repo):
-    dvc = holding(HOLD_REPO_LOCK, repo)
-    try:
+    with holding(HOLD_REPO_LOCK, repo) as dvc:
         result = attempt(["snakemake", "--cores", "1"], repo)
-    finally:
-        dvc.kill()
-        dvc.wait()
     assert result.returncode != 0
     assert f"DVC is running in this checkout (pid {dvc.pid}" in result.stdout + result.stderr
     assert not (repo / "data/raw/corpus.txt").exists()
@@ -86,14 +89,10 @@ def test_dvc_stops_before_touching_anything_while_snakemake_runs(repo):
 
 
 def test_a_dvc_stage_at_work_stops_a_claim_naming_its_command(repo):
-    dvc = holding(HOLD_STAGE_OUTPUT, repo)
-    try:
+    with holding(HOLD_STAGE_OUTPUT, repo) as dvc:
         in_the_way = rf"^DVC is running in this checkout \(pid {dvc.pid}: dvc repro train\)"
         with pytest.raises(TwoscaleError, match=in_the_way), written_by(repo, "snakemake"):
             pass
-    finally:
-        dvc.kill()
-        dvc.wait()
 
 
 def test_a_claim_left_by_a_dead_process_is_no_obstacle(repo):
@@ -215,12 +214,8 @@ def test_no_report_is_made_while_outputs_are_to_be_rebuilt_or_a_run_is_writing(t
     the committed run is to be built again (here a folder where a table belongs) or while another process writes
     the results."""
     repo = copy_repository(tmp_path / "repo", ROOT / "params.yaml")
-    dvc = holding(HOLD_STAGE_OUTPUT, repo)
-    try:
+    with holding(HOLD_STAGE_OUTPUT, repo):
         running = attempt(["snakemake", "--report", "report.html"], repo)
-    finally:
-        dvc.kill()
-        dvc.wait()
     assert running.returncode != 0 and not (repo / "report.html").exists()
     assert (running.stdout + running.stderr).strip().splitlines()[-1].startswith(
         "error: no report now: DVC is running in this checkout (pid ")
