@@ -17,7 +17,7 @@ import mlflow
 import pytest
 from workspace import ROOT
 
-from twoscale.pipeline import tracking
+from twoscale.pipeline import run_names, tracking
 
 pytestmark = pytest.mark.cluster
 
@@ -31,22 +31,19 @@ STAGE_JOB = """
 import sys, time
 from pathlib import Path
 
-import mlflow
+from twoscale.pipeline import tracking
 
-from twoscale.pipeline import run_names, tracking
-
-run_names.EXPERIMENT, job, folder = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+job, folder = int(sys.argv[1]), Path(sys.argv[2])
 (folder / f"ready-{job}").touch()
 while not (folder / "go").exists():
     time.sleep(0.05)
 with tracking.stage_run("train", {}, {"recipe": "paper", "seed": str(job)}):
-    mlflow.log_params({"train.steps": 20, "train.learning_rate": 0.003})
-    for step in range(1, 21):
-        mlflow.log_metric("train_loss", 1 / step, step=step)
-    mlflow.log_metrics({"final_val_loss": 0.5, "job": job})
+    tracking.log_params({"train.steps": 20, "train.learning_rate": 0.003})
+    tracking.log_curves([{"step": step, "train_loss": 1 / step} for step in range(1, 21)])
+    tracking.log_metrics({"final_val_loss": 0.5, "job": job})
     history = folder / f"history-{job}.csv"
     history.write_text("step,loss\\n1,1.0\\n")
-    mlflow.log_artifact(str(history))
+    tracking.log_artifact(history)
 """
 
 
@@ -65,13 +62,13 @@ def server() -> str:
 
 @pytest.fixture(params=["server", "sqlite"])
 def store(request, tmp_path, monkeypatch) -> str:
-    """A fresh experiment in the tracking server, or in a new SQLite file of the default kind; its URI."""
+    """The tracking server (shared by every test: a test reads only its own invocation's runs), or a new SQLite
+    file of the default kind; its URI."""
     if request.param == "server":
         monkeypatch.setenv("MLFLOW_TRACKING_URI", request.getfixturevalue("server"))
     else:
         monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
         monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.setattr(tracking, "EXPERIMENT", f"test-{uuid.uuid4().hex[:12]}")
     monkeypatch.setenv(tracking.ORCHESTRATOR_ENV, "snakemake")
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
     return tracking.tracking_uri()
@@ -79,7 +76,7 @@ def store(request, tmp_path, monkeypatch) -> str:
 
 def run_jobs(parent: str, folder: Path) -> list[subprocess.CompletedProcess]:
     env = {**os.environ, tracking.PARENT_ENV: parent}
-    jobs = [subprocess.Popen([sys.executable, "-c", STAGE_JOB, tracking.EXPERIMENT, str(job), str(folder)],
+    jobs = [subprocess.Popen([sys.executable, "-c", STAGE_JOB, str(job), str(folder)],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for job in range(JOBS)]
     deadline = time.monotonic() + 300
@@ -103,9 +100,9 @@ def test_parallel_stage_jobs_each_leave_one_finished_nested_run(store, tmp_path)
     failed = [job.stderr[-2000:] for job in done if job.returncode]
     assert not failed, f"{len(failed)} of {JOBS} jobs failed; the first one's error:\n{(failed or [''])[0]}"
     client = mlflow.MlflowClient(tracking_uri=store)
-    experiment = client.get_experiment_by_name(tracking.EXPERIMENT)
-    runs = client.search_runs([experiment.experiment_id])
-    assert [run.info.run_id for run in runs if "mlflow.parentRunId" not in run.data.tags] == [parent]
+    experiment = client.get_experiment_by_name(run_names.EXPERIMENT)
+    runs = [run for run in client.search_runs([experiment.experiment_id])
+            if parent in (run.info.run_id, run.data.tags.get("mlflow.parentRunId"))]
     nested = [run for run in runs if run.data.tags.get("mlflow.parentRunId") == parent]
     assert len(runs) == JOBS + 1
     assert sorted(int(run.data.tags["seed"]) for run in nested) == list(range(JOBS))

@@ -13,7 +13,7 @@ import mlflow
 import psutil
 import pytest
 
-from twoscale.pipeline import tracking
+from twoscale.pipeline import run_names, tracking
 from twoscale.pipeline.tracking_writer import IDLE_ENV, writer_files
 
 JOB = """
@@ -44,7 +44,7 @@ def run_job(env, seed: int, sleep: float = 0.0) -> tuple[str, int, bool]:
 
 def runs(tmp_path) -> dict[str, mlflow.entities.Run]:
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name(tracking.EXPERIMENT)
+    experiment = client.get_experiment_by_name(run_names.EXPERIMENT)
     return {run.info.run_id: run for run in client.search_runs([experiment.experiment_id])}
 
 

@@ -24,7 +24,7 @@ from twoscale.config.io import sha256_file
 from twoscale.config.parameter_files import read_raw
 from twoscale.config.params import LoopSchedule, TrainParams, params_hash
 from twoscale.models.looped_gpt import ModelConfig
-from twoscale.pipeline import tracking
+from twoscale.pipeline import run_names, tracking
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows
 from twoscale.training.device import training_dtype
 from twoscale.training.trainer import (
@@ -604,7 +604,7 @@ def test_training_writes_the_same_outputs_with_tracking_on_and_off(tmp_path, mon
             import mlflow
 
             client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-            [run] = client.search_runs([client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id])
+            [run] = client.search_runs([client.get_experiment_by_name(run_names.EXPERIMENT).experiment_id])
             assert len(client.get_metric_history(run.info.run_id, "val_loss")) == 2
             assert client.search_model_versions() != []
             logged = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*") if path.is_file())

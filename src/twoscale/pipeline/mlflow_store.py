@@ -21,8 +21,8 @@ import psutil
 from mlflow.entities import DatasetInput, InputTag, Metric
 
 from twoscale.config.errors import TwoscaleError, first_line
+from twoscale.pipeline import run_names
 from twoscale.pipeline.run_names import (
-    EXPERIMENT,
     HOST_TAG,
     INVOCATION_TAG,
     PID_TAG,
@@ -113,10 +113,10 @@ class Store:
             database_log.setLevel(level)
 
     def _find_or_create_experiment(self) -> str:
-        experiment = self._client.get_experiment_by_name(EXPERIMENT)
+        experiment = self._client.get_experiment_by_name(run_names.EXPERIMENT)
         if experiment is None:
-            return self._client.create_experiment(EXPERIMENT, artifact_location=artifact_location(self.uri, self.root),
-                                                  tags=EXPERIMENT_KIND)
+            return self._client.create_experiment(run_names.EXPERIMENT, tags=EXPERIMENT_KIND,
+                                                  artifact_location=artifact_location(self.uri, self.root))
         for key, value in EXPERIMENT_KIND.items():
             if experiment.tags.get(key) != value:  # a store made before
                 self._client.set_experiment_tag(experiment.experiment_id, key, value)
