@@ -665,7 +665,7 @@ def test_an_edit_reruns_what_it_changes_in_both_orchestrators(first_run, module,
 def test_a_new_stage_module_reruns_nothing(first_run):
     """The entry point finds the stages by their modules: a new one leaves every job's sources as they were."""
     new = first_run / "src/twoscale/stages/hello.py"
-    new.write_text('"""Stage `hello`."""\n\nHELP = "say hello"\n\n\ndef add_arguments(parser):\n    pass\n\n\n'
+    new.write_text('"""Stage `hello`."""\n\nHELP = "say hello"\n\n\n'
                    'def run(args):\n    print("hello")\n')
     try:
         assert plans(first_run) == ({}, set())

@@ -56,8 +56,19 @@ def build_parser(stage: str | None = None) -> argparse.ArgumentParser:
         stage_parser.add_argument("--log", type=Path, help="write the stage's log and progress to this file, and "
                                   "only its start, end and errors to the console (a workflow's job)")
         if name == stage:
-            importlib.import_module(module).add_arguments(stage_parser)
+            add_arguments(name, importlib.import_module(module), stage_parser)
     return parser
+
+
+def add_arguments(name: str, command, parser: argparse.ArgumentParser) -> None:
+    """A command's options: a pipeline stage's as stages.yaml declares its command (inputs optional where the
+    module says what happens `WHEN_INPUTS_LEFT_OUT`), then those its module's `add_arguments` adds, if any."""
+    if name in dependencies.STAGES:
+        from twoscale.stages.common import add_declared_arguments  # only a stage's job loads it
+
+        add_declared_arguments(parser, name, getattr(command, "WHEN_INPUTS_LEFT_OUT", ""))
+    if hasattr(command, "add_arguments"):
+        command.add_arguments(parser)
 
 
 def stage_named(argv: list[str]) -> str | None:

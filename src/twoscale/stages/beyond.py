@@ -15,7 +15,6 @@ from twoscale.geometry.measurement import MEASURE_DTYPE, geometry_in
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import (
-    add_declared_arguments,
     load_run,
     log_geometry_curves,
     origin_columns,
@@ -28,16 +27,13 @@ HELP = "measure the final checkpoint's loop geometry looped beyond the trained r
 log = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "beyond")
-
 
 def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
     measure = params.measure
     model, meta, val_ids, device = open_checkpoint(args, params, run, measure.threads)
     loops, step = max(measure.beyond_loops), meta["step"]
-    with tracking.stage_run("beyond", {"measure": measure}, run.tags):
+    with tracking.stage_run(args.stage, {"measure": measure}, run.tags):
         log.info("%s, seed %d, step %d: %d windows, every group looped %d times", run.recipe, run.seed, step,
                  measure.n_sequences, loops)
         rows = geometry_in(model, val_ids, measure, measure.n_sequences, device, MEASURE_DTYPE, loops=loops,

@@ -20,10 +20,10 @@ from twoscale.config.io import read_csv, read_parquet, run_subdir, write_parquet
 from twoscale.config.params import Params
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import declared_stages, input_options
+from twoscale.pipeline.dependencies import declared_stages
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
-from twoscale.stages.common import add_declared_arguments, load, per_checkpoint_tables
+from twoscale.stages.common import load, per_checkpoint_tables
 from twoscale.surrogates.tables import read_recovery
 
 HELP = "put the paper's findings beside our numbers, with verdicts"
@@ -45,11 +45,12 @@ REFERENCE = Path(declared_stages()["claims"]["reference"])
 REFERENCE_NAME = "the committed study"
 
 
+# every input optional: a run without sweeps (or samples, ...) reports those claims as not measured, and
+# --from-tables reads none of them
+WHEN_INPUTS_LEFT_OUT = "left out, the claims it feeds are reported as not measured"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Every input optional: a run without sweeps (or samples, ...) reports those claims as not measured, and
-    --from-tables reads none of them."""
-    add_declared_arguments(parser, "claims", optional=tuple(input_options("claims")),
-                           when_left_out="left out, the claims it feeds are reported as not measured")
     parser.add_argument("--reference", type=Path, default=REFERENCE,
                         help="a claims.json this run is read against where its parameters are the same but for "
                         "the seeds and what computed its numbers is not (another processor or arithmetic): "
@@ -225,7 +226,7 @@ def run(args: argparse.Namespace) -> None:
         params = load(args)
         tables = gather(args, params)
         sections = {name: getattr(params, name) for name in ("measure", "sweep", "sample", "distill")}
-        with tracking.stage_run("claims", sections):
+        with tracking.stage_run(args.stage, sections):
             for name, frame in tables.items():
                 write_parquet(args.out_dir / BUNDLE_DIR / f"{name}.parquet", frame)
             summary = write_report(tables, args.out_dir, args.reference)

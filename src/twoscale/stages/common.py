@@ -119,16 +119,16 @@ def described(stage: str, option: str) -> str:
     return f"reads {readable(folder)}{written}"
 
 
-def add_declared_arguments(parser: argparse.ArgumentParser, stage: str, optional: tuple[str, ...] = (),
-                           when_left_out: str = "") -> None:
+def add_declared_arguments(parser: argparse.ArgumentParser, stage: str, when_inputs_left_out: str = "") -> None:
     """The stage's command line as stages.yaml declares its command, in its order: --params, the options that name
-    its job, and one option per file or folder it reads or writes, each required unless `optional` (whose help
-    then adds `when_left_out`)."""
+    its job, and one option per file or folder it reads or writes, each required, but for the inputs where the
+    stage says what happens `when_inputs_left_out` (its help then says so too)."""
     add_params_argument(parser)
+    optional = input_options(stage) if when_inputs_left_out else ()
     for option in command_options(stage):
         if option in JOB_OPTIONS:
             parser.add_argument(option, required=True, **JOB_OPTIONS[option])
         elif option in optional:
-            parser.add_argument(option, type=Path, help=f"{described(stage, option)}; {when_left_out}")
+            parser.add_argument(option, type=Path, help=f"{described(stage, option)}; {when_inputs_left_out}")
         else:
             parser.add_argument(option, type=Path, required=True, help=described(stage, option))

@@ -9,7 +9,7 @@ from pathlib import Path
 from twoscale.config.io import atomic_path, write_json
 from twoscale.data.corpus import build_corpus
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_declared_arguments, load
+from twoscale.stages.common import load
 
 HELP = "fetch or read the raw text and write it with a manifest"
 
@@ -17,7 +17,6 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "corpus")
     parser.add_argument("--cache-dir", type=Path, default=Path("data/cache"), help="downloaded sources")
 
 
@@ -28,7 +27,7 @@ def run(args: argparse.Namespace) -> None:
             manifest = build_corpus(params.data, root=Path.cwd(), cache_dir=args.cache_dir, out=out)
         log.info("corpus: %d documents, %d characters from %s",
                  manifest["n_documents"], manifest["n_chars"], params.data.source)
-        with tracking.stage_run("corpus", {"data": params.data}) as _:
+        with tracking.stage_run(args.stage, {"data": params.data}) as _:
             tracking.log_metrics({"n_documents": manifest["n_documents"], "n_chars": manifest["n_chars"]})
             write_json(args.out_dir / "manifest.json", manifest)
             tracking.log_artifact(args.out_dir / "manifest.json")

@@ -20,7 +20,7 @@ from twoscale.config.io import load_token_array, read_json, write_json, write_pa
 from twoscale.config.progress import progress_bar
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_declared_arguments, load_teacher_run
+from twoscale.stages.common import load_teacher_run
 from twoscale.surrogates.distillation import distill, save_surrogate, train_plain_gpt
 from twoscale.surrogates.model import RaptorSurrogate, SurrogateConfig
 from twoscale.surrogates.recovery import evaluate_recovery
@@ -32,9 +32,6 @@ HELP = "distil a k-block surrogate of one plain GPT and train its k-layer contro
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "distill")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -60,7 +57,7 @@ def run(args: argparse.Namespace) -> None:
     tags = {**run.tags, "blocks": str(k)}
     log.info("%s seed %d: %d-block surrogate (%d parameters) of %d layers, phases %s; control: %d layers",
              run.recipe, run.seed, k, surrogate.num_parameters(), teacher.config.n_layer, phases, k)
-    with tracking.stage_run("distill", {"distill": settings, "model": run.model, "train": run.train}, tags, source):
+    with tracking.stage_run(args.stage, {"distill": settings, "model": run.model, "train": run.train}, tags, source):
         steps = settings.phase_steps + settings.rollout_steps
         with progress_bar(total=steps, desc=f"distill {run.recipe} k={k}", unit="step") as bar:
             def step_done(row: dict) -> None:

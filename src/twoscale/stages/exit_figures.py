@@ -14,7 +14,7 @@ import polars as pl
 from twoscale.config.io import read_parquet, run_subdir
 from twoscale.exits import figures
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_declared_arguments, draw_figures, load
+from twoscale.stages.common import draw_figures, load
 
 HELP = "draw Figure 4, the exit trade-off and the per-token depth map from the sweep's tables"
 log = logging.getLogger(__name__)
@@ -22,9 +22,6 @@ log = logging.getLogger(__name__)
 FIGURES = {"fig4_exit_sweep.png": figures.fig4_exit_sweep, "exit_tradeoff.png": figures.fig_exit_tradeoff}
 DEPTH_FIGURE = "exit_depth.png"
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "exit_figures")
 
 
 def read_depth(strategies_dir: Path, sweep: pl.DataFrame) -> pl.DataFrame:
@@ -42,6 +39,6 @@ def run(args: argparse.Namespace) -> None:
     depth = read_depth(args.strategies_dir, sweep)
     drawings = {filename: functools.partial(draw, sweep) for filename, draw in FIGURES.items()}
     drawings[DEPTH_FIGURE] = functools.partial(figures.fig_exit_depth, sweep, depth)
-    with tracking.stage_run("exit_figures", {}):
+    with tracking.stage_run(args.stage, {}):
         draw_figures(drawings, args.figures_dir)
     log.info("exit figures: %s", ", ".join(sorted(drawings)))

@@ -13,14 +13,11 @@ import polars as pl
 from twoscale.config.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_declared_arguments, load
+from twoscale.stages.common import load
 
 HELP = "gather the measurements across training into tables"
 
 log = logging.getLogger(__name__)
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "geometry")
 
 
 def checkpoint_dirs(measure_dir: Path, runs: list[tuple[str, int]], steps: list[int]
@@ -47,7 +44,7 @@ def run(args: argparse.Namespace) -> None:
     summaries = [{"recipe": recipe, "seed": seed, **read_json(folder / "summary.json")}
                  for recipe, seed, _, folder in checkpoints]
     summary = pl.DataFrame(summaries).select("recipe", "seed", "step", pl.all().exclude("recipe", "seed", "step"))
-    with tracking.stage_run("geometry", {"train": params.train}):
+    with tracking.stage_run(args.stage, {"train": params.train}):
         for row in summaries:
             prefix = f"{row['recipe']}/seed_{row['seed']}/"
             tracking.log_metrics({prefix + k: v for k, v in row.items() if k not in ("recipe", "seed", "step")},

@@ -12,7 +12,7 @@ from twoscale.config.io import read_parquet
 from twoscale.geometry import figures
 from twoscale.geometry.tables import MEASUREMENT_TABLES
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_declared_arguments, draw_figures, load
+from twoscale.stages.common import draw_figures, load
 
 HELP = "draw Figures 1-3 and the loop diagnostics from the geometry tables"
 log = logging.getLogger(__name__)
@@ -30,15 +30,12 @@ FIGURES = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "geometry_figures")
-
 
 def run(args: argparse.Namespace) -> None:
     load(args)
     tables = {name: read_parquet(args.geometry_dir / f"{name}.parquet", "the geometry stage")
               for name in MEASUREMENT_TABLES}
-    with tracking.stage_run("geometry_figures", {}):
+    with tracking.stage_run(args.stage, {}):
         draw_figures({filename: functools.partial(draw, *(tables[name] for name in inputs))
                       for filename, (draw, inputs) in FIGURES.items()}, args.figures_dir)
     log.info("geometry figures: %s", ", ".join(sorted(FIGURES)))

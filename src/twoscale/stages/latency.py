@@ -17,7 +17,7 @@ from twoscale.exits.sweep import latency_ms_per_token, timed_rounds
 from twoscale.exits.tables import compared_points
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_declared_arguments, origin_columns, run_columns
+from twoscale.stages.common import origin_columns, run_columns
 from twoscale.stages.validation import read_params
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
@@ -26,9 +26,6 @@ HELP = "time every early-exit setting on the final checkpoint, in paired rounds"
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "latency")
 
 
 def sweep_tables(folder: Path, strategies: list[str]) -> pl.DataFrame:
@@ -55,7 +52,7 @@ def run(args: argparse.Namespace) -> None:
              figure_rounds)
     # the system-metrics sampler (a thread of the MLflow writer) takes a few ms of the machine every 2 s: a token's
     # time at most, which the median over a round's tokens leaves out (docs/running.md#tracking)
-    with tracking.stage_run("latency", {"sweep": params.sweep}, run.tags, source):
+    with tracking.stage_run(args.stage, {"sweep": params.sweep}, run.tags, source):
         latency_ms_per_token(model, prompts[:1], 2, {"criterion": "fixed"}, 1, sweep.max_loops)  # warm-up
         rows = timed_rounds(model, prompts, sweep.new_tokens, points, sweep.max_loops, rounds,
                             progress=f"latency {run.recipe} seed {run.seed}")

@@ -14,7 +14,7 @@ from twoscale.config.io import write_parquet
 from twoscale.geometry.lens import lens_means
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_declared_arguments, load_run, origin_columns, run_columns
+from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance
 
@@ -22,9 +22,6 @@ HELP = "decode every loop step of one checkpoint (logit lens): top-1 agreement a
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "lens")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -36,7 +33,7 @@ def run(args: argparse.Namespace) -> None:
     batches = [x.to(device) for x, _ in held_out_batches(val_ids, lens.n_windows, lens.batch_size,
                                                            model.config.block_size)]
     tags = {**run.tags, "checkpoint": f"step_{step}"}
-    with tracking.stage_run("lens", {"lens": lens, "measure": params.measure}, tags):
+    with tracking.stage_run(args.stage, {"lens": lens, "measure": params.measure}, tags):
         log.info("%s, seed %d, step %d: %d windows, every group looped %d times, each step decoded", run.recipe,
                  run.seed, step, lens.n_windows, loops)
         source = provenance(device, next(model.parameters()).dtype)

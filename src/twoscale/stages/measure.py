@@ -21,7 +21,6 @@ from twoscale.geometry.tables import DLR_SHOWN_LOOPS, FLOOR_EPS
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import (
-    add_declared_arguments,
     load_run,
     origin_columns,
     run_columns,
@@ -32,9 +31,6 @@ HELP = "measure the geometry of the loop iterates of one checkpoint"
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "measure")
 
 
 AT_THE_LAST_LOOP = ("step_size", "step_cosine", "state_norm", "cross_token_cosine", "radial_fraction",
@@ -120,7 +116,7 @@ def run(args: argparse.Namespace) -> None:
     source = origin(train_metrics, provenance(device, MEASURE_DTYPE))
     log.info("measuring %s, seed %d, step %d in %s: %d windows, every group looped %d times",
              run.recipe, run.seed, step, source["precision"], params.measure.n_sequences, params.measure.max_loops)
-    with tracking.stage_run("measure", {"measure": params.measure},
+    with tracking.stage_run(args.stage, {"measure": params.measure},
                             {**run.tags, "checkpoint": f"step_{step}"}, source):
         m = measure_checkpoint(model, val_ids, params.measure, device, final=step == run.train.steps)
         summary = summarise(step, m, params.measure.max_loops)

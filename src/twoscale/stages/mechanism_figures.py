@@ -10,7 +10,6 @@ import logging
 from twoscale.geometry import mechanism_figures as figures
 from twoscale.pipeline import tracking
 from twoscale.stages.common import (
-    add_declared_arguments,
     draw_figures,
     load,
     per_checkpoint_tables,
@@ -20,15 +19,12 @@ HELP = "draw the loop map's eigenvalues, its predictions against the measured st
 log = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "mechanism_figures")
-
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     spectrum = per_checkpoint_tables(params, args.spectrum_dir, "the spectrum stage")
     lens = per_checkpoint_tables(params, args.lens_dir, "the lens stage")
-    with tracking.stage_run("mechanism_figures", {}):
+    with tracking.stage_run(args.stage, {}):
         draw_figures({"spectrum.png": lambda path: figures.fig_spectrum(spectrum, path),
                       "spectrum_agreement.png": lambda path: figures.fig_spectrum_agreement(spectrum, path),
                       "lens.png": lambda path: figures.fig_lens(lens, path)}, args.out_dir)

@@ -9,15 +9,12 @@ import logging
 
 from twoscale.config.io import read_json, read_parquet
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_declared_arguments, load_teacher_run
+from twoscale.stages.common import load_teacher_run
 from twoscale.surrogates import figures
 
 HELP = "draw one plain GPT's phases figure from the phases stage's outputs"
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "phase_figures")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -27,7 +24,7 @@ def run(args: argparse.Namespace) -> None:
     layers = int(rows["i"].max()) + 1
     distance = rows["distance"].to_numpy().reshape(layers, layers)
     phases = {int(k): [tuple(p) for p in v] for k, v in read_json(args.phases)["phases"].items()}
-    with tracking.stage_run("phase_figures", {}, run.tags):
+    with tracking.stage_run(args.stage, {}, run.tags):
         figures.fig_teacher_phases(distance, phases, f"{run.recipe} (seed {run.seed})", args.out)
         tracking.log_artifact(args.out, artifact_path="figures")
     log.info("phases figure of %s, seed %d: %s", run.recipe, run.seed, args.out)

@@ -20,7 +20,7 @@ from twoscale.config.params import DistillParams
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_declared_arguments, load_teacher_run
+from twoscale.stages.common import load_teacher_run
 from twoscale.surrogates.distillation import teacher_states
 from twoscale.surrogates.dynamics import sequence_summaries
 from twoscale.training.batches import held_out_batches
@@ -29,9 +29,6 @@ HELP = "split one plain GPT's depth into contiguous phases by max-cut, for every
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "phases")
 
 
 def layer_similarity(teacher: LoopedGPT, val_ids, distill: DistillParams, device: torch.device) -> torch.Tensor:
@@ -47,7 +44,7 @@ def run(args: argparse.Namespace) -> None:
     params, run = load_teacher_run(args)
     distill = params.distill
     teacher, meta, val_ids, device = open_checkpoint(args, params, run, distill.threads)
-    with tracking.stage_run("phases", {"distill": distill}, run.tags):
+    with tracking.stage_run(args.stage, {"distill": distill}, run.tags):
         similarity = layer_similarity(teacher, val_ids, distill, device)
         distance = 1.0 - similarity
         phases = {k: segment_phases(similarity, k) for k in distill.blocks_of(params.explains(run.seed))}

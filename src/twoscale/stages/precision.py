@@ -15,15 +15,12 @@ from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import PRECISIONS, geometry_in
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_declared_arguments, load_run, log_geometry_curves, run_columns
+from twoscale.stages.common import load_run, log_geometry_curves, run_columns
 
 HELP = "measure one checkpoint's loop geometry in float64, float32 and bfloat16 (the precision question)"
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "precision")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -31,7 +28,7 @@ def run(args: argparse.Namespace) -> None:
     measure = params.measure
     model, meta, val_ids, device = open_checkpoint(args, params, run, measure.threads)
     step = meta["step"]
-    with tracking.stage_run("precision", {"measure": measure}, {**run.tags, "checkpoint": f"step_{step}"}):
+    with tracking.stage_run(args.stage, {"measure": measure}, {**run.tags, "checkpoint": f"step_{step}"}):
         frames = []
         for name in measure.precisions:
             log.info("%s, seed %d, step %d in %s: %d windows, every group looped %d times", run.recipe, run.seed,

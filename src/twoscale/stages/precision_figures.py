@@ -10,7 +10,6 @@ import logging
 from twoscale.geometry import figures
 from twoscale.pipeline import tracking
 from twoscale.stages.common import (
-    add_declared_arguments,
     draw_figures,
     load,
     per_checkpoint_tables,
@@ -20,13 +19,10 @@ HELP = "draw the late step cosine against step size in each measuring precision"
 log = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "precision_figures")
-
 
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     table = per_checkpoint_tables(params, args.precision_dir, "the precision stage")
-    with tracking.stage_run("precision_figures", {}):
+    with tracking.stage_run(args.stage, {}):
         draw_figures({args.out.name: lambda path: figures.fig_precision(table, path)}, args.out.parent)
     log.info("precision figure: %s", args.out)

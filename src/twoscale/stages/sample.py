@@ -30,7 +30,7 @@ from twoscale.sampler.comparison import (
 )
 from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_declared_arguments, load_run, origin_columns, run_columns
+from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
 
@@ -38,9 +38,6 @@ HELP = "the parallel sampler against ordinary cached decoding on one run's final
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "sample")
 
 
 def paired_rounds(model: LoopedGPT, prompts: list[list[int]], sample: SampleParams, summary: pl.DataFrame
@@ -72,7 +69,7 @@ def run(args: argparse.Namespace) -> None:
              run.seed, meta["step"], len(prompts), len(grid), len(sample.baseline_loops))
     # the system-metrics sampler stalls this process a few ms every 10 s, about 0.1% of the timed seconds, falling
     # on the methods alike as they alternate (docs/running.md#tracking)
-    with tracking.stage_run("sample", {"sample": params.sample}, run.tags, source):
+    with tracking.stage_run(args.stage, {"sample": params.sample}, run.tags, source):
         rows = []
         prompts_bar = progress_bar(prompts, desc=f"sample {run.recipe} seed {run.seed}", unit="prompt")
         for index, prompt in enumerate(prompts_bar):

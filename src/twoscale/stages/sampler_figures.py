@@ -10,20 +10,17 @@ import logging
 from twoscale.config.io import read_csv
 from twoscale.pipeline import tracking
 from twoscale.sampler import figures
-from twoscale.stages.common import add_declared_arguments, load_run
+from twoscale.stages.common import load_run
 
 HELP = "draw one run's sampler figure from the sample stage's summary"
 log = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "sampler_figures")
-
 
 def run(args: argparse.Namespace) -> None:
     _, run = load_run(args)
     summary = read_csv(args.summary, f"the sample stage for {run.recipe}, seed {run.seed}")
-    with tracking.stage_run("sampler_figures", {}, run.tags):
+    with tracking.stage_run(args.stage, {}, run.tags):
         figures.fig_sampler_tradeoff(summary, args.out)
         tracking.log_artifact(args.out, artifact_path="figures")
     log.info("sampler figure of %s, seed %d: %s", run.recipe, run.seed, args.out)

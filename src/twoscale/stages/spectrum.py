@@ -19,7 +19,7 @@ from twoscale.geometry.measurement import MEASURE_DTYPE
 from twoscale.geometry.spectrum import token_spectra
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_declared_arguments, load_run, origin_columns, run_columns
+from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches
 from twoscale.training.device import provenance
 
@@ -27,9 +27,6 @@ HELP = "compute the loop map's leading eigenvalues per token at one checkpoint, 
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "spectrum")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -40,7 +37,7 @@ def run(args: argparse.Namespace) -> None:
     arnoldi = width > spectrum.exact_max_width
     (idx, _), = held_out_batches(val_ids, spectrum.n_windows, spectrum.n_windows, model.config.block_size)
     idx = idx[:, : spectrum.positions].to(device)  # causal: later positions do not reach the sampled ones
-    with tracking.stage_run("spectrum", {"spectrum": spectrum, "measure": params.measure},
+    with tracking.stage_run(args.stage, {"spectrum": spectrum, "measure": params.measure},
                             {**run.tags, "checkpoint": f"step_{step}"}):
         log.info("%s, seed %d, step %d: %d tokens per group, %s Jacobian of width %d, every group looped %d times",
                  run.recipe, run.seed, step, idx.numel(), "Arnoldi on the" if arnoldi else "the exact", width, loops)

@@ -9,16 +9,13 @@ import logging
 
 from twoscale.config.io import read_csv, read_parquet
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_declared_arguments, draw_figures, load
+from twoscale.stages.common import draw_figures, load
 from twoscale.surrogates import figures
 from twoscale.surrogates.tables import read_recovery
 
 HELP = "draw the surrogates' recovery and the dynamics of depth from the surrogates tables"
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "surrogate_figures")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -29,6 +26,6 @@ def run(args: argparse.Namespace) -> None:
     dynamics = read_parquet(args.surrogates_dir / "dynamics.parquet", producer)
     drawn = {"surrogate_recovery.png": lambda path: figures.fig_surrogate_recovery(recovery, layer_r2, path),
              "depth_dynamics.png": lambda path: figures.fig_depth_dynamics(dynamics, path)}
-    with tracking.stage_run("surrogate_figures", {}):
+    with tracking.stage_run(args.stage, {}):
         draw_figures(drawn, args.figures_dir)
     log.info("surrogate figures: %s", ", ".join(sorted(drawn)))

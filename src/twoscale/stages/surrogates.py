@@ -16,7 +16,7 @@ from twoscale.config.params import Params
 from twoscale.config.progress import progress_bar
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import load_final_model
-from twoscale.stages.common import add_declared_arguments, load
+from twoscale.stages.common import load
 from twoscale.surrogates.distillation import load_surrogate
 from twoscale.surrogates.dynamics import DepthDynamics
 from twoscale.surrogates.tables import recovery_table
@@ -29,9 +29,6 @@ log = logging.getLogger(__name__)
 
 StatesOf = Callable[[torch.Tensor], list[torch.Tensor]]
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "surrogates")
 
 
 @torch.no_grad()
@@ -94,7 +91,7 @@ def run(args: argparse.Namespace) -> None:
     evaluations = [read_json(args.distill_dir / run_subdir(name, seed) / f"k_{k}" / "evaluation.json")
                    for name, seed in params.teacher_runs() for k in settings.blocks_of(params.explains(seed))]
     recovery, layer_r2 = recovery_table(evaluations)
-    with tracking.stage_run("surrogates", {"distill": settings}):
+    with tracking.stage_run(args.stage, {"distill": settings}):
         rows = []
         models = models_to_measure(params, args, stats["vocab_size"], device)
         block_size = min(params.run(name, seed).model.block_size for name, seed in

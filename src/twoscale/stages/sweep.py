@@ -15,7 +15,7 @@ from twoscale.config.params import Params
 from twoscale.exits.sweep import sweep_settings, swept_key
 from twoscale.pipeline import tracking
 from twoscale.stages.checkpoints import open_checkpoint
-from twoscale.stages.common import add_declared_arguments, origin_columns, run_columns
+from twoscale.stages.common import origin_columns, run_columns
 from twoscale.stages.validation import read_params
 from twoscale.training.device import provenance
 
@@ -23,9 +23,6 @@ HELP = "sweep one early-exit strategy over its settings on the final checkpoint"
 
 log = logging.getLogger(__name__)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "sweep")
 
 
 def strategy_of(params: Params, name: str):
@@ -46,7 +43,7 @@ def run(args: argparse.Namespace) -> None:
     log.info("sweeping %s (%s) over %d settings on %s, seed %d, step %d", args.strategy, strategy.spec,
              len(strategy.settings), run.recipe, run.seed, meta["step"])
     source = provenance(device, next(model.parameters()).dtype)
-    with tracking.stage_run("sweep", {"sweep": params.sweep}, {**run.tags, "strategy": args.strategy}, source):
+    with tracking.stage_run(args.stage, {"sweep": params.sweep}, {**run.tags, "strategy": args.strategy}, source):
         swept = sweep_settings(model, val_ids, strategy.spec, strategy.settings, sweep.max_loops, sweep.n_windows,
                                sweep.batch_size, device, sweep.cache_mb, progress=f"sweep {run.recipe} {args.strategy}")
         for index, row in enumerate(swept.points):

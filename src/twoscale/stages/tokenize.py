@@ -29,7 +29,7 @@ from twoscale.data.tokenization import (
     unigram_cross_entropy,
 )
 from twoscale.pipeline import tracking
-from twoscale.stages.common import add_declared_arguments, load
+from twoscale.stages.common import load
 
 HELP = "train the byte-level BPE and write train/validation token arrays"
 
@@ -37,9 +37,6 @@ log = logging.getLogger(__name__)
 
 ENCODE_BATCH_CHARS = 1 << 20  # characters of documents encoded at a time: bounds the tokenizer's working memory
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "tokenize")
 
 
 def splits(corpus_path: Path, manifest: dict[str, Any], val_fraction: float) -> Iterator[tuple[str, str]]:
@@ -83,7 +80,7 @@ def run(args: argparse.Namespace) -> None:
         del val_ids  # the memory map, before its file is renamed
         log.info("tokens: %d train, %d validation; unigram baseline %.3f nats/token",
                  stats["train_tokens"], stats["val_tokens"], stats["unigram_val_loss"])
-        with tracking.stage_run("tokenize", {"data": params.data, "tokenize": params.tokenize}):
+        with tracking.stage_run(args.stage, {"data": params.data, "tokenize": params.tokenize}):
             tracking.log_metrics(stats)
             write_text(args.out_dir / "tokenizer.json", tokenizer.to_str())
             write_json(args.out_dir / "stats.json", stats)

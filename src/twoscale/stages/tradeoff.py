@@ -13,14 +13,11 @@ from twoscale.config.io import atomic_path, read_parquet, run_subdir, write_parq
 from twoscale.exits.tables import WITHIN, best_fixed_depth, best_within, full_depth, with_latency
 from twoscale.pipeline import tracking
 from twoscale.report.tables import of_run, runs_in
-from twoscale.stages.common import add_declared_arguments, load
+from twoscale.stages.common import load
 
 HELP = "gather the sweeps and summarise each strategy's trade-off"
 
 log = logging.getLogger(__name__)
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "tradeoff")
 
 
 def gather(strategies_dir: Path, runs: list[tuple[str, int]], names: list[str]) -> pl.DataFrame:
@@ -64,7 +61,7 @@ def run(args: argparse.Namespace) -> None:
     latency = gather_latency(args.latency_dir, params.runs())
     sweep = with_latency(gather(args.strategies_dir, params.runs(), list(params.sweep.strategies)), latency)
     summary = summarise(sweep)
-    with tracking.stage_run("tradeoff", {"sweep": params.sweep}):
+    with tracking.stage_run(args.stage, {"sweep": params.sweep}):
         write_parquet(args.out_dir / "sweep.parquet", sweep)
         write_parquet(args.out_dir / "latency.parquet", latency)
         with atomic_path(args.out_dir / "summary.csv") as tmp:

@@ -33,7 +33,7 @@ from twoscale.config.params import RunParams
 from twoscale.config.progress import progress_bar
 from twoscale.pipeline import tracking
 from twoscale.pipeline.provenance import remove_record
-from twoscale.stages.common import add_declared_arguments, load_run
+from twoscale.stages.common import load_run
 from twoscale.training.device import (
     configure_torch,
     datasheet_tflops,
@@ -66,7 +66,6 @@ MODEL_NAME = "twoscale-{recipe}"  # a recipe's final models in the MLflow model 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_declared_arguments(parser, "train")
     parser.add_argument("--resume-dir", type=Path, default=Path("results/.resume"),
                         help="keeps unfinished runs' checkpoints, in <recipe>/seed_<seed>/<fingerprint of "
                         "everything the run depends on>/ (default: results/.resume)")
@@ -200,7 +199,7 @@ def run(args: argparse.Namespace) -> None:
              run.recipe, run.seed, state.model.num_parameters(), list(config.groups), describe(device),
              params.runtime.threads, dtype, peak)
 
-    with tracking.stage_run("train", {"runtime": params.runtime, "model": run.model, "train": run.train}, run.tags,
+    with tracking.stage_run(args.stage, {"runtime": params.runtime, "model": run.model, "train": run.train}, run.tags,
                             provenance(device, dtype)):
         tracking.log_training_corpus(params.data, corpus, args.data_dir)
         started = time.perf_counter()
