@@ -32,13 +32,13 @@ from twoscale.stages.validation import read_params
 from twoscale.training.batches import held_out_prompts
 
 
-def decode_tokens(model, decoded, new_tokens, rules, max_loops, graphs):
+def decode_tokens(model, decoded, new_tokens, rules, graphs):
     """Greedy generation from a decoded prompt by one path (`graphs` None: the engine, else (read_every, fuse_rules)
     for the graphs): the ms of every generated token, the ms before the first, the logits and loop counts of each,
     the tokens."""
     read_every, fuse_rules = graphs or (READ_EVERY, None)
     started = time.perf_counter()
-    out = generate(model, decoded.prompt, new_tokens, rules, max_loops, decoded=decoded, graphs=graphs is not None,
+    out = generate(model, decoded.prompt, new_tokens, rules, decoded=decoded, graphs=graphs is not None,
                    read_every=read_every, fuse_rules=fuse_rules)
     setup_ms = 1000 * (time.perf_counter() - started) - sum(out.ms_per_token)
     first = len(decoded.prompt) - 1
@@ -70,9 +70,9 @@ def main() -> None:
     rounds: dict[int, list[float]] = {index: [] for index in range(len(cells))}
     loops: dict[int, float] = {}
     rules_of = {point: rules_at(timed[point[0]].spec, point[1], model.n_groups, sweep.max_loops) for point in points}
-    decoded = {point: [decode_prompt(model, prompt, rules_of[point], sweep.max_loops) for prompt in prompts]
+    decoded = {point: [decode_prompt(model, prompt, rules_of[point]) for prompt in prompts]
                for point in points}  # untimed, shared by both paths
-    references = {point: [decode_tokens(model, state, sweep.new_tokens, rules_of[point], sweep.max_loops, None)
+    references = {point: [decode_tokens(model, state, sweep.new_tokens, rules_of[point], None)
                           for state in decoded[point]] for point in points}  # also the eager path's warm-up
     same: dict[int, bool] = {}
     logit_gap: dict[int, float] = {}
@@ -84,7 +84,7 @@ def main() -> None:
             continue
         for state, (_, _, want_logits, want_loops, want) in zip(decoded[point], references[point], strict=True):
             _, _, got_logits, got_loops, got = decode_tokens(model, state, sweep.new_tokens, rules_of[point],
-                                                             sweep.max_loops, graphs)
+                                                             graphs)
             same[index] = same[index] and got == want and got_loops == want_loops
             logit_gap[index] = max(logit_gap[index], float((got_logits - want_logits).abs().max()))
     for round_index in range(args.rounds):
@@ -94,7 +94,7 @@ def main() -> None:
             times, mean_loops = [], []
             for prompt_state in decoded[(name, setting)]:
                 ms, setup_ms, _, counts, _ = decode_tokens(model, prompt_state, sweep.new_tokens,
-                                                           rules_of[(name, setting)], sweep.max_loops, graphs)
+                                                           rules_of[(name, setting)], graphs)
                 times += ms
                 setup[index].append(setup_ms)
                 mean_loops += [sum(position) / len(position) for position in counts]

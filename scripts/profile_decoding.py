@@ -50,9 +50,9 @@ def busy_and_idle(intervals: list[tuple[float, float]]) -> tuple[float, float]:
     return busy, idle
 
 
-def profile_point(model, prompt, new_tokens, rules, max_loops, fuse_rules, on_gpu):
+def profile_point(model, prompt, new_tokens, rules, fuse_rules, on_gpu):
     """The tokens' kernels, busy and idle time and wall time per token, the graphs captured before the profile."""
-    decoded = decode_prompt(model, prompt, rules, max_loops)
+    decoded = decode_prompt(model, prompt, rules)
     total = len(prompt) + new_tokens
     step = token_stepper(model, [cache.grown(total) for cache in decoded.caches], rules, graphs=True,
                          fuse_rules=fuse_rules)
@@ -96,7 +96,7 @@ def main() -> None:
         for fuse_rules in ([None] if name == "fixed" else [True, False]):
             row = {"strategy": name, "setting": setting,
                    "rule": "none" if fuse_rules is None else "compiled" if fuse_rules else "op by op"}
-            row |= profile_point(model, prompt, args.tokens, rules, sweep.max_loops, fuse_rules, on_gpu)
+            row |= profile_point(model, prompt, args.tokens, rules, fuse_rules, on_gpu)
             rows.append(row)
             print(row, flush=True)
     with args.out.open("w", newline="") as handle:

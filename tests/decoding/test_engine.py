@@ -32,7 +32,7 @@ def fixed(*loops: int):
 
 @pytest.mark.parametrize("loops", [(1, 1, 1), (2, 3, 1), (5, 5, 5)])
 def test_cached_generation_equals_the_full_forward_when_exits_are_off(model, loops):
-    out = generate(model, [3, 1, 4, 1], new_tokens=8, rules=fixed(*loops), max_loops=MAX_LOOPS)
+    out = generate(model, [3, 1, 4, 1], new_tokens=8, rules=fixed(*loops))
     assert len(out.tokens) == 12 and len(out.ms_per_token) == 8
     full = model(torch.tensor([out.tokens[:-1]]), list(loops)).logits[0]
     torch.testing.assert_close(torch.stack(out.logits), full, rtol=0, atol=1e-10)
@@ -41,7 +41,7 @@ def test_cached_generation_equals_the_full_forward_when_exits_are_off(model, loo
 
 
 def test_cached_generation_equals_the_full_forward_with_sandwich_norm_and_injection(variant_model):
-    out = generate(variant_model, [3, 1, 4, 1], new_tokens=6, rules=fixed(2, 3, 1), max_loops=MAX_LOOPS)
+    out = generate(variant_model, [3, 1, 4, 1], new_tokens=6, rules=fixed(2, 3, 1))
     full = variant_model(torch.tensor([out.tokens[:-1]]), [2, 3, 1]).logits[0]
     torch.testing.assert_close(torch.stack(out.logits), full, rtol=0, atol=1e-10)
 
@@ -91,7 +91,7 @@ def test_cache_rows_are_independent_sequences(model):
 def test_exits_give_each_token_its_own_loop_counts(model):
     rules = [make_rule({"criterion": "step_norm", "relative": True, "threshold": 0.07}, max_loops=MAX_LOOPS)
              for _ in range(3)]
-    out = generate(model, [3, 1, 4, 1], new_tokens=8, rules=rules, max_loops=MAX_LOOPS)
+    out = generate(model, [3, 1, 4, 1], new_tokens=8, rules=rules)
     counts = [n for position in out.loops for n in position]
     assert min(counts) >= 1 and max(counts) <= MAX_LOOPS and len(set(counts)) > 1
 
@@ -112,14 +112,14 @@ def test_generation_from_a_decoded_prompt_is_generation_from_the_prompt(model, s
         if position >= len(prompt) - 1:
             tokens.append(int(logits.argmax()))
     assert len({n for loops in expected_loops for n in loops}) > 1  # the rule exits at several depths
-    decoded = decode_prompt(model, prompt, rules, MAX_LOOPS)
-    for out in (generate(model, prompt, new_tokens, rules, MAX_LOOPS),
-                generate(model, prompt, new_tokens, rules, MAX_LOOPS, decoded=decoded),
-                generate(model, prompt, new_tokens, rules, MAX_LOOPS, decoded=decoded)):
+    decoded = decode_prompt(model, prompt, rules)
+    for out in (generate(model, prompt, new_tokens, rules),
+                generate(model, prompt, new_tokens, rules, decoded=decoded),
+                generate(model, prompt, new_tokens, rules, decoded=decoded)):
         assert out.tokens == tokens and out.loops == expected_loops and len(out.ms_per_token) == new_tokens
         assert all(torch.equal(got, want) for got, want in zip(out.logits, expected_logits, strict=True))
     with pytest.raises(ValueError, match="not this prompt"):
-        generate(model, prompt[:-1], new_tokens, rules, MAX_LOOPS, decoded=decoded)
+        generate(model, prompt[:-1], new_tokens, rules, decoded=decoded)
 
 
 def test_rest_decode_reads_the_cache_of_the_later_layers(model):
@@ -144,10 +144,9 @@ def test_rest_decode_reads_the_cache_of_the_later_layers(model):
 
 def test_too_long_or_unbounded_requests_are_refused(model):
     with pytest.raises(ValueError, match="block_size"):
-        generate(model, [1] * 10, new_tokens=10, rules=fixed(1, 1, 1), max_loops=MAX_LOOPS)
+        generate(model, [1] * 10, new_tokens=10, rules=fixed(1, 1, 1))
     with pytest.raises(ValueError, match="max_loops"):
-        generate(model, [1], new_tokens=2, rules=[make_rule({"criterion": "step_norm", "threshold": 0.1})] * 3,
-                 max_loops=MAX_LOOPS)
+        generate(model, [1], new_tokens=2, rules=[make_rule({"criterion": "step_norm", "threshold": 0.1})] * 3)
 
 
 def test_ordinary_decoding_runs_no_exit_bookkeeping(model):
@@ -156,6 +155,6 @@ def test_ordinary_decoding_runs_no_exit_bookkeeping(model):
     for rule in rules:
         rule.start = rule.step = None  # calling either would fail
     timer = CriterionClock()
-    out = generate(model, [3, 1, 4, 1], new_tokens=4, rules=rules, max_loops=MAX_LOOPS, timer=timer)
+    out = generate(model, [3, 1, 4, 1], new_tokens=4, rules=rules, timer=timer)
     assert all(position == [2, 3, 1] for position in out.loops) and timer.seconds == 0.0
 

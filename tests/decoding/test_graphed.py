@@ -125,8 +125,8 @@ def test_static_decoding_with_every_norm_and_injection_is_the_engines_decoding(v
 
 def test_generation_on_static_buffers_is_the_engines_generation(tiny_model):
     rules = rules_of("acceleration")
-    eager = generate(tiny_model, PROMPT, NEW_TOKENS, rules, MAX_LOOPS, graphs=False)
-    static = generate(tiny_model, PROMPT, NEW_TOKENS, rules_of("acceleration"), MAX_LOOPS, graphs=True)
+    eager = generate(tiny_model, PROMPT, NEW_TOKENS, rules, graphs=False)
+    static = generate(tiny_model, PROMPT, NEW_TOKENS, rules_of("acceleration"), graphs=True)
     assert static.tokens == eager.tokens and static.loops == eager.loops
     torch.testing.assert_close(torch.stack(static.logits), torch.stack(eager.logits), rtol=0, atol=1e-12)
 

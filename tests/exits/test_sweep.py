@@ -150,6 +150,6 @@ def test_depth_table_means_are_the_sweep_s_mean_loops_and_generation_s_loop_coun
         own = swept.depth.filter(pl.col("setting") == setting)
         for window, start in enumerate(WINDOW_STARTS):
             rules = rules_at(strategy, setting, 3, MAX_LOOPS)
-            generated = decode_prompt(tiny_model, VAL[start : start + 17].tolist(), rules, MAX_LOOPS).loops
+            generated = decode_prompt(tiny_model, VAL[start : start + 17].tolist(), rules).loops
             steps = own.filter(pl.col("window") == window).sort("position", "group")["exit_step"].to_list()
             assert steps == [loops for position in generated for loops in position]

@@ -128,7 +128,7 @@ def test_teacher_forced_logits_are_those_of_cached_generation(model, name):
     run = teacher_forced(model, idx, rules(FIRING[name]))
     for row in range(idx.shape[0]):
         window = idx[row].tolist()
-        out = generate(model, window, 1, rules(FIRING[name]), MAX_LOOPS)
+        out = generate(model, window, 1, rules(FIRING[name]))
         torch.testing.assert_close(torch.stack(out.logits[: len(window)]), run.logits[row], rtol=0, atol=1e-10)
         assert torch.tensor(out.loops[: len(window)]).T.tolist() == run.loops[:, row].tolist()
 

@@ -61,7 +61,7 @@ def test_the_recorded_pass(tiny_model, step):
 
 def test_cached_decoding(tiny_model, step):
     fixed = [make_rule({"criterion": "fixed", "loops": n}, max_loops=5) for n in LOOPS]
-    out = generate(tiny_model, [3, 1, 4, 1], new_tokens=5, rules=fixed, max_loops=5)
+    out = generate(tiny_model, [3, 1, 4, 1], new_tokens=5, rules=fixed)
     full = tiny_model(torch.tensor([out.tokens[:-1]]), LOOPS).logits[0]
     torch.testing.assert_close(torch.stack(out.logits), full, **ROUNDING)
 

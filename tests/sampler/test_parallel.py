@@ -44,7 +44,7 @@ def injected_model(groups=((1, 1), (2, 3), (4, 4)), n_layer=6, injection="adapte
 
 def ordinary(model: LoopedGPT, loops: int, new_tokens: int = 12) -> list[int]:
     rules = [make_rule({"criterion": "fixed", "loops": loops}) for _ in range(model.n_groups)]
-    return generate(model, PROMPT, new_tokens, rules, loops).tokens
+    return generate(model, PROMPT, new_tokens, rules).tokens
 
 
 # --- reduction to ordinary decoding ------------------------------------------------------------------------------

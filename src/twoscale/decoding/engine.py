@@ -187,9 +187,10 @@ class Generation:
     ms_per_token: list[float]  # wall time of each generated (not prompt) token
 
 
-def check_rules(rules: Sequence[ExitRule], max_loops: int) -> None:
-    if any(rule.max_loops is None or rule.max_loops > max_loops for rule in rules):
-        raise ValueError(f"every exit rule needs max_loops <= {max_loops}")
+def check_rules(rules: Sequence[ExitRule]) -> None:
+    """Each rule carries the loop budget: the cache holds as many loop steps as the largest."""
+    if any(rule.max_loops is None for rule in rules):
+        raise ValueError("every exit rule needs a max_loops (the most loops a token may run)")
 
 
 @dataclass
@@ -205,10 +206,10 @@ class PromptState:
 
 
 @torch.no_grad()
-def decode_prompt(model: LoopedGPT, prompt: Sequence[int], rules: Sequence[ExitRule], max_loops: int) -> PromptState:
+def decode_prompt(model: LoopedGPT, prompt: Sequence[int], rules: Sequence[ExitRule]) -> PromptState:
     """Every position of the prompt but the last, under the rules, one at a time and untimed."""
     model.eval()
-    check_rules(rules, max_loops)
+    check_rules(rules)
     if not prompt:
         raise ValueError("generation needs a prompt of at least one token")
     state = PromptState(list(prompt), new_cache(model, max(rule.max_loops for rule in rules), len(prompt) - 1), [],
@@ -226,7 +227,6 @@ def generate(
     prompt: Sequence[int],
     new_tokens: int,
     rules: Sequence[ExitRule],
-    max_loops: int,
     pick: Callable[[Tensor], int] = lambda logits: int(logits.argmax()),
     timer: CriterionClock | None = None,
     decoded: PromptState | None = None,
@@ -243,10 +243,10 @@ def generate(
     if total > model.config.block_size:
         raise ValueError(f"prompt + new tokens = {total} exceeds block_size {model.config.block_size}")
     if decoded is None:
-        decoded = decode_prompt(model, prompt, rules, max_loops)
+        decoded = decode_prompt(model, prompt, rules)
     elif decoded.prompt != list(prompt):
         raise ValueError("the decoded prompt is not this prompt")
-    check_rules(rules, max_loops)
+    check_rules(rules)
     caches = [cache.grown(total) for cache in decoded.caches]
     out = Generation(list(prompt), list(decoded.logits), list(decoded.loops), [])
     device = model.lm_head.weight.device

@@ -75,7 +75,7 @@ def latency_ms_per_token(
     rules = rules_at(strategy, setting, model.n_groups, max_loops)
     times, loops = [], []
     for index, prompt in enumerate(prompts):
-        out = generate(model, prompt, new_tokens, rules, max_loops, timer=timer,
+        out = generate(model, prompt, new_tokens, rules, timer=timer,
                        decoded=None if decoded is None else decoded[index])
         times += out.ms_per_token
         loops += [sum(position) / len(position) for position in out.loops[len(prompt) - 1 :]]
@@ -104,7 +104,7 @@ def timed_rounds(
             bar.update()
             if index not in decoded:
                 rules = rules_at(strategy, setting, model.n_groups, max_loops)
-                decoded[index] = [decode_prompt(model, prompt, rules, max_loops) for prompt in prompts]
+                decoded[index] = [decode_prompt(model, prompt, rules) for prompt in prompts]
             ms, loops = latency_ms_per_token(model, prompts, new_tokens, strategy, setting, max_loops,
                                              decoded=decoded[index])
             rows.append({"strategy": name, "setting": float(setting), "round": round_index, "ms_per_token": ms,
