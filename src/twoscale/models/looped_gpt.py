@@ -85,22 +85,22 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        B, T, C = x.shape  # batch, sequence length, embedding width (n_embd)
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
         dropout = self.dropout if self.training else 0.0
         if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             # PyTorch's CPU flash-attention backward is about 3x slower in bf16 than these batched matmuls
             y = matmul_attention(q, k, v, dropout)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
-        return self.resid_dropout(self.proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)  # (B, nh, T, hs)
+        return self.resid_dropout(self.proj(y.transpose(1, 2).contiguous().view(B, T, C)))  # heads side by side
 
     def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys and values of states x (N, C), split into heads: (N, H, D) each."""
         N, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=-1)
-        return tuple(t.view(N, self.n_head, C // self.n_head) for t in (q, k, v))
+        q, k, v = self.qkv(x).split(C, dim=-1)  # (N, C) each
+        return tuple(t.view(N, self.n_head, C // self.n_head) for t in (q, k, v))  # (N, nh, hs)
 
     def attend(self, q: torch.Tensor, kept: SharedKeys | KeysPerQuery | WholeSequences) -> torch.Tensor:
         """The attention output (N, C) of queries q (N, H, D) reading the keys and values `kept`."""
@@ -174,7 +174,7 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.proj(F.gelu(self.fc(x))))
+        return self.dropout(self.proj(F.gelu(self.fc(x))))  # (..., C) -> (..., 4C) -> (..., C)
 
 
 # (own keys, own values) -> the keys and values that the positions attend with
@@ -341,10 +341,10 @@ class LoopedGPT(nn.Module):
     def embed_at(self, idx: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Token plus position embeddings of idx (..., T) at `positions` (T), a tensor: a captured CUDA graph reads
         the position from a buffer, unchecked."""
-        tokens = self.wte(idx)
+        tokens = self.wte(idx)  # (..., T, C)
         if self.config.scale_embedding:  # tied to the LM head, whose scale stays small
             tokens = tokens * math.sqrt(self.config.n_embd)
-        return self.drop(tokens + self.wpe(positions))
+        return self.drop(tokens + self.wpe(positions))  # position embeddings (T, C) broadcast over the batch
 
     def apply_segment(self, segment: Segment, x: torch.Tensor) -> torch.Tensor:
         """Run the segment's layers in order once (one application of a looped group)."""
@@ -356,9 +356,8 @@ class LoopedGPT(nn.Module):
                     run_layer: LayerRunner | None = None) -> torch.Tensor:
         """One loop step of a looped group, x^(k-1) -> x^(k): the group input injected, the segment's layers in
         order, each through `run_layer(layer, h)` (the plain block by default; a cached, recorded or windowed one
-        where the caller keeps keys and values or states), the group's norm. The one loop step: forward, the
-        recorded pass, cached decoding, per-token exits, the parallel sampler, the spectrum and the benchmark all
-        run theirs here."""
+        where the caller keeps keys and values or states), the group's norm. Every state is (..., C): a batch of
+        sequences (B, T, C) or a set of positions (N, C); this is the only place a loop step is written."""
         step = self.group_steps[segment.group]
         h = step.enter(x, group_input)
         for layer in segment.layers:
@@ -399,13 +398,13 @@ class LoopedGPT(nn.Module):
     ) -> ModelOutput:
         """Logits for `idx` (B, T) with group g applied `loops[g]` times (each >= 1)."""
         self.check_loops(loops)
-        x = self.embed(idx)
+        x = self.embed(idx)  # (B, T, C)
         out = ModelOutput(logits=x)
         if record_trajectories:
             x = self._run_recorded(x, loops, out)
         else:
             x = self.run_segments(x, loops, 0, backprop_depth, straight_through)
-        out.logits = self.logits_of(x)
+        out.logits = self.logits_of(x)  # (B, T, vocab)
         if targets is not None:
             out.loss = F.cross_entropy(at_least_float32(out.logits.flatten(0, 1)), targets.flatten())
         return out
@@ -435,7 +434,7 @@ class LoopedGPT(nn.Module):
     def logits_of(self, x: torch.Tensor) -> torch.Tensor:
         """The final norm and LM head on the last states x."""
         with torch.autocast(x.device.type, enabled=False):  # logits in float32 (bf16 rounds them to ~0.05)
-            return self.lm_head(self.ln_f(x.to(self.lm_head.weight.dtype)))
+            return self.lm_head(self.ln_f(x.to(self.lm_head.weight.dtype)))  # (..., C) -> (..., vocab)
 
     def _run_recorded(self, x: torch.Tensor, loops: Sequence[int], out: ModelOutput) -> torch.Tensor:
         """The same computation, keeping every group's trajectory and the state after every layer run (in a
@@ -459,5 +458,5 @@ class LoopedGPT(nn.Module):
                 x = self.apply_group(segment, x, group_input, lambda layer, h, k=k, group=segment.group, inner=inner: (
                     record(layer, self.blocks[layer](h), group, k) if layer in inner else self.blocks[layer](h)))
                 trajectory.append(record(last, x, segment.group, k))
-            out.trajectories.append(torch.stack(trajectory))
+            out.trajectories.append(torch.stack(trajectory))  # (loops + 1, B, T, C)
         return x
