@@ -13,8 +13,8 @@ report: "workflow/report/workflow.rst"  # the report's home page: what the workf
 
 
 include: "workflow/rules/common.smk"
-# one file per system, written from src/twoscale/pipeline/stages.yaml (`python -m twoscale workflow`); a rule reads
-# the outputs of rules in files before its own
+# one file per system, written from src/twoscale/pipeline/declaration/stages.yaml (`python -m twoscale workflow`);
+# a rule reads the outputs of rules in files before its own
 include: "workflow/rules/data.smk"
 include: "workflow/rules/training.smk"
 include: "workflow/rules/geometry.smk"

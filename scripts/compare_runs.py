@@ -26,7 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
-from twoscale.pipeline.provenance import RECORDS, record_path
+from twoscale.pipeline.records.provenance import RECORDS, record_path
 
 CLOCK = frozenset({
     "seconds", "tokens_per_s", "model_tflops_per_s", "peak_tflops", "mfu", "mfu_datasheet",  # training

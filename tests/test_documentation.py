@@ -158,7 +158,7 @@ def test_the_slow_tests_are_those_docs_development_lists():
 
 def test_the_smoke_set_s_job_count_in_the_docs_is_the_workflow_s():
     from twoscale.config.parameter_files import read_raw
-    from twoscale.pipeline.jobs import stages
+    from twoscale.pipeline.declaration.jobs import stages
 
     jobs = sum(len(stage.jobs()) for stage in stages(read_raw(ROOT / "configs/smoke.yaml")))
     said = [(document.name, int(count)) for document in DOCUMENTS

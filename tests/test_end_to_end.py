@@ -29,7 +29,7 @@ from workspace import ROOT, attempt, copy_repository, environment, run
 
 from twoscale.__main__ import main
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline import dependencies, jobs
+from twoscale.pipeline.declaration import dependencies, jobs
 from twoscale.report.figures import UNREADABLE
 
 pytestmark = pytest.mark.e2e
@@ -653,7 +653,7 @@ def test_editing_a_module_of_one_stage_reruns_that_stage_and_what_follows_only(f
     ("sampler/thresholds.py", {"claims"}),
     ("exits/claims.py", {"claims"}),  # a claim's wording
     ("config/params.py", set()),  # the plumbing that runs every stage: nothing (scripts/compare_commits.py guards it)
-    ("pipeline/provenance.py", set()),
+    ("pipeline/records/provenance.py", set()),
 ])
 def test_an_edit_reruns_what_it_changes_in_both_orchestrators(first_run, module, stages):
     with source_edited(first_run, module):

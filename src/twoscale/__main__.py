@@ -20,7 +20,10 @@ from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import outputs_land_together, recover
 from twoscale.config.parameter_files import changed_keys, read_raw, shown_keys
 from twoscale.config.params import ParamsError, parse_params
-from twoscale.pipeline import dependencies, orchestrators, provenance, tracking
+from twoscale.pipeline import orchestrators
+from twoscale.pipeline.declaration import dependencies
+from twoscale.pipeline.observers import tracking
+from twoscale.pipeline.records import provenance
 
 COMMAND_PACKAGES = ("stages", "tools")  # the pipeline's stages; the other commands
 

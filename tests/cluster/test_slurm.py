@@ -24,8 +24,8 @@ import yaml
 from workspace import ROOT, attempt, copy_repository, environment, run
 
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline import jobs
-from twoscale.pipeline.dependencies import declaration, lookup
+from twoscale.pipeline.declaration import jobs
+from twoscale.pipeline.declaration.dependencies import declaration, lookup
 
 pytestmark = pytest.mark.cluster
 

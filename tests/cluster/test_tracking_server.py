@@ -17,7 +17,7 @@ import mlflow
 import pytest
 from workspace import ROOT
 
-from twoscale.pipeline import run_names, tracking
+from twoscale.pipeline.observers import run_names, tracking
 
 pytestmark = pytest.mark.cluster
 
@@ -31,7 +31,7 @@ STAGE_JOB = """
 import sys, time
 from pathlib import Path
 
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 
 job, folder = int(sys.argv[1]), Path(sys.argv[2])
 (folder / f"ready-{job}").touch()

@@ -161,7 +161,7 @@ def hook_sweep(module) -> None:
     module.check_strategies = unrecorded_call(module.check_strategies)
 
 
-HOOKS = {"twoscale.config.params": hook_params, "twoscale.pipeline.dependencies": hook_dependencies,
+HOOKS = {"twoscale.config.params": hook_params, "twoscale.pipeline.declaration.dependencies": hook_dependencies,
          "twoscale.training.trainer": hook_trainer, "twoscale.exits.sweep": hook_sweep}
 
 

@@ -17,8 +17,8 @@ from workspace import ROOT, copy_repository, run
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import finite_or_null, write_json
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline.dependencies import in_dvc_cache, lookup, param_values, sources
-from twoscale.pipeline.jobs import stages
+from twoscale.pipeline.declaration.dependencies import in_dvc_cache, lookup, param_values, sources
+from twoscale.pipeline.declaration.jobs import stages
 from twoscale.pipeline.orchestrators import (
     default_run_records,
     drop_stages_gone,
@@ -26,7 +26,7 @@ from twoscale.pipeline.orchestrators import (
     record_declared_keys,
     relock,
 )
-from twoscale.pipeline.provenance import RECORDS, Job
+from twoscale.pipeline.records.provenance import RECORDS, Job
 
 RERUN = "rerun the default run (make reproduce in a git worktree) and commit its results and dvc.lock"
 

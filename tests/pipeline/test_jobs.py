@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline import jobs
+from twoscale.pipeline.declaration import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from dvc.repo import Repo
 
 from twoscale.config.parameter_files import load_params, read_raw
 from twoscale.config.params import SweepParams, SweepStrategy
-from twoscale.pipeline import dependencies
+from twoscale.pipeline.declaration import dependencies
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

@@ -19,9 +19,9 @@ import yaml
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import outputs_land_together, write_text
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline import provenance
-from twoscale.pipeline.dependencies import declaration, input_options
-from twoscale.pipeline.provenance import Job, check_inputs, job_of, record_path, write_records
+from twoscale.pipeline.declaration.dependencies import declaration, input_options
+from twoscale.pipeline.records import provenance
+from twoscale.pipeline.records.provenance import Job, check_inputs, job_of, record_path, write_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -319,7 +319,7 @@ def test_what_a_job_writes_where_its_command_says_is_every_output_the_orchestrat
     """For one job of every stage, its command line as the declaration writes it: the outputs `files_written` finds
     from its output options (what the stage's next run recovers and clears) are the job's outputs in the plan of
     both orchestrators (jobs.stages), each with its build record and hash cache."""
-    from twoscale.pipeline.jobs import ITEM, stages
+    from twoscale.pipeline.declaration.jobs import ITEM, stages
 
     planned = {stage.name: stage for stage in stages(config)}
     for name, declared in declaration().items():
@@ -346,7 +346,7 @@ def test_what_a_job_writes_where_its_command_says_is_every_output_the_orchestrat
 def test_a_refusal_names_the_dvc_stage_that_rebuilds_the_file(config, monkeypatch):
     """In the checkout's layout, the stage DVC would force: its name, then its matrix values in the matrix's order
     (as dvc.lock names them); elsewhere, none."""
-    from twoscale.pipeline.provenance import dvc_stage, rebuild
+    from twoscale.pipeline.records.provenance import dvc_stage, rebuild
 
     monkeypatch.chdir(ROOT)
     assert dvc_stage(Path("data/prepared/train.npy"), config) == "tokenize"

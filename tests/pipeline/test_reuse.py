@@ -1,6 +1,6 @@
-"""Taking another parameter set's jobs (`pipeline.reuse`): a job is taken only when every output there was built as
-the target set would build it, and a taken job keeps its records and modification times. The jobs here are the
-data stages', written by hand with their records, as a stage writes them."""
+"""Taking another parameter set's jobs (`pipeline.records.reuse`): a job is taken only when every output there was
+built as the target set would build it, and a taken job keeps its records and modification times. The jobs here are
+the data stages', written by hand with their records, as a stage writes them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from twoscale.config.io import outputs_land_together, write_text
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline.provenance import Job, record_path, write_records
-from twoscale.pipeline.reuse import copy_jobs, shared_jobs
+from twoscale.pipeline.records.provenance import Job, record_path, write_records
+from twoscale.pipeline.records.reuse import copy_jobs, shared_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE, TARGET = Path("runs/one"), Path("runs/more")

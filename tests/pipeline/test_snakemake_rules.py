@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from twoscale.pipeline import dependencies
-from twoscale.pipeline.dependencies import declaration, output_paths
-from twoscale.pipeline.snakemake_rules import RULES_DIR, path_expression, rule_files, writers
+from twoscale.pipeline.declaration import dependencies
+from twoscale.pipeline.declaration.dependencies import declaration, output_paths
+from twoscale.pipeline.declaration.snakemake_rules import RULES_DIR, path_expression, rule_files, writers
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

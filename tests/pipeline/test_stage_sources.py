@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from twoscale.pipeline import dependencies
+from twoscale.pipeline.declaration import dependencies
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = ROOT / "src/twoscale"
-OBSERVER_FILES = {PACKAGE_DIR / "pipeline" / name for name in ("tracking.py", "tracking_writer.py", "mlflow_store.py")}
+OBSERVER_FILES = {*(PACKAGE_DIR / "pipeline/observers").glob("*.py")}
 # written out by hand: the folders and modules that run every stage and make none of its numbers
-PLUMBING_FILES = {*(PACKAGE_DIR / "config").glob("*.py"), *(PACKAGE_DIR / "pipeline").glob("*.py"),
+PLUMBING_FILES = {*(PACKAGE_DIR / "config").glob("*.py"), *(PACKAGE_DIR / "pipeline").rglob("*.py"),
                   PACKAGE_DIR / "__main__.py", PACKAGE_DIR / "stages/common.py"}
 
 

@@ -26,7 +26,7 @@ from twoscale.__main__ import main
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.parameter_files import load_params
 from twoscale.config.params import params_hash
-from twoscale.pipeline import mlflow_store, tracking
+from twoscale.pipeline.observers import mlflow_store, tracking
 from twoscale.training.trainer import read_checkpoint
 
 
@@ -80,7 +80,7 @@ def test_runs_left_running_by_dead_processes_of_this_host_are_closed_as_killed(s
 STAGE_THAT_WAITS = """
 import signal, sys, time
 from twoscale.__main__ import stop
-from twoscale.pipeline import mlflow_store, tracking
+from twoscale.pipeline.observers import mlflow_store, tracking
 signal.signal(signal.SIGTERM, stop)
 with tracking.stage_run("train", {}) as run:
     print(run.run_id, flush=True)
@@ -180,7 +180,7 @@ JOB_LOGGING_THE_CORPUS = """
 import sys, time
 from pathlib import Path
 import mlflow
-from twoscale.pipeline import mlflow_store, tracking
+from twoscale.pipeline.observers import mlflow_store, tracking
 store, me, other = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 with tracking.stage_run("train", {}, {"seed": me}):
     (store / me).touch()

@@ -13,12 +13,12 @@ import mlflow
 import psutil
 import pytest
 
-from twoscale.pipeline import run_names, tracking
-from twoscale.pipeline.tracking_writer import IDLE_ENV, writer_files
+from twoscale.pipeline.observers import run_names, tracking
+from twoscale.pipeline.observers.tracking_writer import IDLE_ENV, writer_files
 
 JOB = """
 import sys, time
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 with tracking.stage_run("geometry", {}, {"seed": sys.argv[1]}) as run:
     tracking.log_metrics({"value": float(sys.argv[1])})
     print(run.run_id, tracking.store().call("ping"), "mlflow" in sys.modules, flush=True)
@@ -85,7 +85,7 @@ def test_a_job_killed_outright_has_its_run_ended_killed_by_the_writer_at_once(tm
 JOB_OUTLIVING_ITS_WRITER = """
 import sys, time
 from pathlib import Path
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 go = Path(sys.argv[1])
 with tracking.stage_run("geometry", {}) as run:
     print(run.run_id, tracking.store().call("ping"), flush=True)
@@ -125,7 +125,7 @@ READ_ONLY = ("(raised as a result of Query-invoked autoflush; consider using a s
                               "a readonly database"),
 ])
 def test_an_mlflow_error_reaches_the_job_as_one_line_naming_the_store_its_type_and_cause(raised, said, tmp_path):
-    from twoscale.pipeline import tracking_writer
+    from twoscale.pipeline.observers import tracking_writer
 
     class Raising:
         def log_params(self, *args):

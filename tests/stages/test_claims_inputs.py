@@ -12,7 +12,7 @@ from workspace import ROOT
 from twoscale.__main__ import main
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import run_subdir
-from twoscale.pipeline.dependencies import DECLARATION
+from twoscale.pipeline.declaration.dependencies import DECLARATION
 from twoscale.stages.claims import (
     BUNDLE,
     RUNS_SCHEMA,

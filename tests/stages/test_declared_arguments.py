@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from twoscale.__main__ import build_parser
-from twoscale.pipeline.dependencies import STAGES, command_options, declaration, stage_module
+from twoscale.pipeline.declaration.dependencies import STAGES, command_options, declaration, stage_module
 
 
 def declared_command(stage: str) -> list[str]:

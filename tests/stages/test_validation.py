@@ -16,7 +16,8 @@ from workspace import ROOT
 from twoscale.config.parameter_files import load_params, read_raw
 from twoscale.config.params import ParamsError
 from twoscale.exits import sweep
-from twoscale.pipeline import dependencies, orchestrators
+from twoscale.pipeline import orchestrators
+from twoscale.pipeline.declaration import dependencies
 from twoscale.stages.validation import CHECKER, read_params, strategies_key
 from twoscale.training.gpu import GPU_DEVICE_FILES
 

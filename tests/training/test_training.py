@@ -24,7 +24,7 @@ from twoscale.config.io import sha256_file
 from twoscale.config.parameter_files import read_raw
 from twoscale.config.params import LoopSchedule, TrainParams, params_hash
 from twoscale.models.looped_gpt import ModelConfig
-from twoscale.pipeline import run_names, tracking
+from twoscale.pipeline.observers import run_names, tracking
 from twoscale.training.batches import evaluate_loss, evaluation_starts, random_batch, windows
 from twoscale.training.device import training_dtype
 from twoscale.training.trainer import (

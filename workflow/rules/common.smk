@@ -12,10 +12,10 @@ from pathlib import Path
 
 from snakemake.settings.enums import RerunTrigger
 
-from twoscale.pipeline import dependencies
-from twoscale.pipeline import jobs
+from twoscale.pipeline.declaration import dependencies
+from twoscale.pipeline.declaration import jobs
 from twoscale.pipeline import orchestrators
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.config import console
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.params import ParamsError
@@ -105,7 +105,7 @@ def stale_rebuilt(wildcards):
 
 
 # where the run writes: the checkout's data/, results/ and logs/ for params.yaml, under runs/<name>/ for another
-# parameter file (the declaration's paths, twoscale.pipeline.jobs)
+# parameter file (the declaration's paths, twoscale.pipeline.declaration.jobs)
 DATA, RESULTS, LOGS = (jobs.rooted(top, "" if RESULTS_ROOT == Path(".") else RESULTS_ROOT.as_posix())
                        for top in jobs.ROOTED)
 

@@ -36,8 +36,8 @@ from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import atomic_path, finite_or_null, interrupted, write_json
 from twoscale.config.parameter_files import changed_keys, is_overlay, parse_yaml, resolved_from, shown_keys
 from twoscale.config.params import HASH_CHARS, ParamsError
-from twoscale.pipeline.jobs import stages
-from twoscale.pipeline.provenance import RECORDS, BuildCheck, Job, Record, record_path
+from twoscale.pipeline.declaration.jobs import stages
+from twoscale.pipeline.records.provenance import RECORDS, BuildCheck, Job, Record, record_path
 
 WRITTEN = ("data", "results")  # what the pipeline writes
 SNAPSHOTS = Path(".snakemake/twoscale/params")

@@ -12,7 +12,7 @@ import polars as pl
 
 from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import MEASURE_DTYPE, geometry_in
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import (
     load_run,

@@ -19,8 +19,8 @@ from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import read_csv, read_parquet, run_subdir, write_parquet, write_text
 from twoscale.config.params import Params
 from twoscale.geometry.tables import MEASUREMENT_TABLES
-from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import declared_stages
+from twoscale.pipeline.declaration.dependencies import declared_stages
+from twoscale.pipeline.observers import tracking
 from twoscale.report.claim import CLAIMS_DOC
 from twoscale.report.tables import of_run
 from twoscale.stages.common import load, per_checkpoint_tables

@@ -16,8 +16,7 @@ import polars as pl
 from twoscale.config.io import read_parquet, run_subdir
 from twoscale.config.parameter_files import load_params
 from twoscale.config.params import Params, ParamsError, RunParams
-from twoscale.pipeline import tracking
-from twoscale.pipeline.dependencies import (
+from twoscale.pipeline.declaration.dependencies import (
     command_options,
     declared_stages,
     input_options,
@@ -27,6 +26,7 @@ from twoscale.pipeline.dependencies import (
     readable,
     same_or_inside,
 )
+from twoscale.pipeline.observers import tracking
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from twoscale.config.io import atomic_path, write_json
 from twoscale.data.corpus import build_corpus
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.common import load
 
 HELP = "fetch or read the raw text and write it with a manifest"

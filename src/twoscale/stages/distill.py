@@ -18,7 +18,7 @@ import torch
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import load_token_array, read_json, write_json, write_parquet
 from twoscale.config.progress import progress_bar
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import load_teacher_run
 from twoscale.surrogates.distillation import distill, save_surrogate, train_plain_gpt

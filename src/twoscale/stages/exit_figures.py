@@ -13,7 +13,7 @@ import polars as pl
 
 from twoscale.config.io import read_parquet, run_subdir
 from twoscale.exits import figures
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.common import draw_figures, load
 
 HELP = "draw Figure 4, the exit trade-off and the per-token depth map from the sweep's tables"

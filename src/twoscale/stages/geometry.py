@@ -12,7 +12,7 @@ import polars as pl
 
 from twoscale.config.io import atomic_path, read_json, read_parquet, run_subdir, write_parquet
 from twoscale.geometry.tables import MEASUREMENT_TABLES
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.common import load
 
 HELP = "gather the measurements across training into tables"

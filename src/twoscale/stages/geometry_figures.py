@@ -11,7 +11,7 @@ import logging
 from twoscale.config.io import read_parquet
 from twoscale.geometry import figures
 from twoscale.geometry.tables import MEASUREMENT_TABLES
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.common import draw_figures, load
 
 HELP = "draw Figures 1-3 and the loop diagnostics from the geometry tables"

@@ -15,7 +15,7 @@ import polars as pl
 from twoscale.config.io import read_parquet, write_parquet
 from twoscale.exits.sweep import latency_ms_per_token, timed_rounds
 from twoscale.exits.tables import compared_points
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import origin_columns, run_columns
 from twoscale.stages.validation import read_params

@@ -12,7 +12,7 @@ import polars as pl
 
 from twoscale.config.io import write_parquet
 from twoscale.geometry.lens import lens_means
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches

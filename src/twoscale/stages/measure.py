@@ -18,7 +18,7 @@ from twoscale.geometry.measurement import (
 )
 from twoscale.geometry.metrics import precision_floor
 from twoscale.geometry.tables import DLR_SHOWN_LOOPS, FLOOR_EPS
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import (
     load_run,

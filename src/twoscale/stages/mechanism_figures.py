@@ -8,7 +8,7 @@ import argparse
 import logging
 
 from twoscale.geometry import mechanism_figures as figures
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.common import (
     draw_figures,
     load,

@@ -8,7 +8,7 @@ import argparse
 import logging
 
 from twoscale.config.io import read_json, read_parquet
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.common import load_teacher_run
 from twoscale.surrogates import figures
 

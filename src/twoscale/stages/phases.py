@@ -18,7 +18,7 @@ from twoscale.analysis.phases import SimilarityAccumulator, cut_value, segment_p
 from twoscale.config.io import write_json, write_parquet
 from twoscale.config.params import DistillParams
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import load_teacher_run
 from twoscale.surrogates.distillation import teacher_states

@@ -13,7 +13,7 @@ import torch
 
 from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import PRECISIONS, geometry_in
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import load_run, log_geometry_curves, run_columns
 

@@ -18,7 +18,7 @@ from twoscale.config.io import write_parquet, write_text
 from twoscale.config.params import SampleParams
 from twoscale.config.progress import progress_bar
 from twoscale.models.looped_gpt import LoopedGPT
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.sampler.comparison import (
     SAMPLER,
     measure_prompt,

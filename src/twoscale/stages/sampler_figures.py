@@ -8,7 +8,7 @@ import argparse
 import logging
 
 from twoscale.config.io import read_csv
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.sampler import figures
 from twoscale.stages.common import load_run
 

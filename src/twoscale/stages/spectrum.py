@@ -17,7 +17,7 @@ import polars as pl
 from twoscale.config.io import write_parquet
 from twoscale.geometry.measurement import MEASURE_DTYPE
 from twoscale.geometry.spectrum import token_spectra
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_batches

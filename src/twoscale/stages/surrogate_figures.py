@@ -8,7 +8,7 @@ import argparse
 import logging
 
 from twoscale.config.io import read_csv, read_parquet
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.common import draw_figures, load
 from twoscale.surrogates import figures
 from twoscale.surrogates.tables import read_recovery

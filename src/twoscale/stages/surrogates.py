@@ -14,7 +14,7 @@ import torch
 from twoscale.config.io import atomic_path, load_token_array, read_json, run_subdir, write_parquet
 from twoscale.config.params import Params
 from twoscale.config.progress import progress_bar
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import load
 from twoscale.surrogates.distillation import load_surrogate

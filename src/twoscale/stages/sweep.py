@@ -13,7 +13,7 @@ from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import write_parquet
 from twoscale.config.params import Params
 from twoscale.exits.sweep import sweep_settings, swept_key
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import origin_columns, run_columns
 from twoscale.stages.validation import read_params

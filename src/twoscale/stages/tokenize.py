@@ -28,7 +28,7 @@ from twoscale.data.tokenization import (
     train_bpe,
     unigram_cross_entropy,
 )
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.stages.common import load
 
 HELP = "train the byte-level BPE and write train/validation token arrays"

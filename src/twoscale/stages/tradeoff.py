@@ -11,7 +11,7 @@ import polars as pl
 
 from twoscale.config.io import atomic_path, read_parquet, run_subdir, write_parquet
 from twoscale.exits.tables import WITHIN, best_fixed_depth, best_within, full_depth, with_latency
-from twoscale.pipeline import tracking
+from twoscale.pipeline.observers import tracking
 from twoscale.report.tables import of_run, runs_in
 from twoscale.stages.common import load
 

@@ -31,8 +31,8 @@ from twoscale.config.io import (
 from twoscale.config.parameter_files import parameter_set_of
 from twoscale.config.params import RunParams
 from twoscale.config.progress import progress_bar
-from twoscale.pipeline import tracking
-from twoscale.pipeline.provenance import remove_record
+from twoscale.pipeline.observers import tracking
+from twoscale.pipeline.records.provenance import remove_record
 from twoscale.stages.common import load_run
 from twoscale.training.device import (
     configure_torch,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from twoscale.config.parameter_files import load_params
 from twoscale.config.params import Params, ParamsError, SweepParams
-from twoscale.pipeline import dependencies
+from twoscale.pipeline.declaration import dependencies
 
 CHECKER = "twoscale.exits.sweep"  # the module of check_strategies
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from twoscale.config.parameter_files import results_root
-from twoscale.pipeline.dependencies import declaration, stage_module
+from twoscale.pipeline.declaration.dependencies import declaration, stage_module
 from twoscale.pipeline.job_times import read_job_times, run_summary, stage_rows
 from twoscale.report.tables import markdown_table
 from twoscale.stages.common import add_params_argument

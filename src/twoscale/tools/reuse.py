@@ -1,4 +1,4 @@
-"""Copy into a parameter set's run the jobs another set's run has already built as it would (`pipeline.reuse`):
+"""Copy into a parameter set's run the jobs another set's run has already built as it would (`pipeline.records.reuse`):
 `make study` takes the default run's seed-1337 jobs this way instead of running them again."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from twoscale.config.parameter_files import load_params, read_raw, results_root
-from twoscale.pipeline.reuse import copy_jobs, shared_jobs, summary
+from twoscale.pipeline.records.reuse import copy_jobs, shared_jobs, summary
 
 HELP = "copy into a parameter set's run the jobs another set's run has built as it would"
 

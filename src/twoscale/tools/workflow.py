@@ -1,6 +1,6 @@
-"""Write both orchestrators' files from the pipeline's declaration (src/twoscale/pipeline/stages.yaml): dvc.yaml,
-with the stages' derived source files, and Snakemake's rule files under workflow/rules/; a test fails when the
-committed files differ from what this writes. With --relock, also record in dvc.lock the checkout's source files
+"""Write both orchestrators' files from the pipeline's declaration (src/twoscale/pipeline/declaration/stages.yaml):
+dvc.yaml, with the stages' derived source files, and Snakemake's rule files under workflow/rules/; a test fails when
+the committed files differ from what this writes. With --relock, also record in dvc.lock the checkout's source files
 and the values of parameter keys declared since, and those keys in the default run's build records, after a change
 shown to leave every output as it was (docs/development.md)."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 from twoscale.config.io import write_text
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline.dependencies import declaration, dvc_yaml
+from twoscale.pipeline.declaration.dependencies import declaration, dvc_yaml
+from twoscale.pipeline.declaration.snakemake_rules import rule_files
 from twoscale.pipeline.orchestrators import record_declared_keys, relock
-from twoscale.pipeline.snakemake_rules import rule_files
 
-HELP = "write dvc.yaml and workflow/rules/*.smk from the pipeline's declaration (src/twoscale/pipeline/stages.yaml)"
+HELP = "write dvc.yaml and workflow/rules/*.smk from the pipeline's declaration (pipeline/declaration/stages.yaml)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from twoscale.config.errors import TwoscaleError
-from twoscale.pipeline.dependencies import declaration
-from twoscale.pipeline.jobs import ITEM, benchmark_path, rooted, stages
-from twoscale.pipeline.provenance import BuildCheck, Record, record_path
-from twoscale.pipeline.snakemake_rules import log_path
+from twoscale.pipeline.declaration.dependencies import declaration
+from twoscale.pipeline.declaration.jobs import ITEM, benchmark_path, rooted, stages
+from twoscale.pipeline.declaration.snakemake_rules import log_path
+from twoscale.pipeline.records.provenance import BuildCheck, Record, record_path
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import atomic_path, finite_or_null, not_a_file, once_landed, sha256_file, write_json
 from twoscale.config.parameter_files import RUNS, changed_keys, shown_keys
-from twoscale.pipeline.dependencies import (
+from twoscale.pipeline.declaration.dependencies import (
     STAGES,
     declared_stages,
     holds_job,
@@ -41,7 +41,7 @@ from twoscale.pipeline.dependencies import (
     param_values,
     stage_module,
 )
-from twoscale.pipeline.jobs import ITEM, WILDCARD, stages
+from twoscale.pipeline.declaration.jobs import ITEM, WILDCARD, stages
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import psutil
 from mlflow.entities import DatasetInput, InputTag, Metric
 
 from twoscale.config.errors import TwoscaleError, first_line
-from twoscale.pipeline import run_names
-from twoscale.pipeline.run_names import (
+from twoscale.pipeline.observers import run_names
+from twoscale.pipeline.observers.run_names import (
     HOST_TAG,
     INVOCATION_TAG,
     PID_TAG,

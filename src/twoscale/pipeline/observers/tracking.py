@@ -17,7 +17,7 @@ invocation closes, as KILLED, the runs still RUNNING whose process on this host 
 host, which may be alive on a shared tracking server).
 
 With TWOSCALE_TRACKING=off nothing is logged: the stages write the same outputs either way (tested), which is
-why this module and the two below it are not among any stage's sources (`dependencies.OBSERVERS`).
+why this package's modules are not among any stage's sources (`dependencies.OBSERVERS`).
 
 The calls that need MLflow are `mlflow_store.Store`'s. A job sends them to the store's writer (`tracking_writer`),
 which loads MLflow once for every job; a process that has loaded MLflow already (a test, a notebook) runs them
@@ -45,8 +45,7 @@ from pydantic import BaseModel
 from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import waiting_file
 from twoscale.config.params import DataParams, params_hash
-from twoscale.pipeline.preload import COMMAND_PID_ENV
-from twoscale.pipeline.run_names import (
+from twoscale.pipeline.observers.run_names import (
     HOST_TAG,
     INVOCATION_TAG,
     PID_TAG,
@@ -54,6 +53,7 @@ from twoscale.pipeline.run_names import (
     is_sqlite,
     store_name,
 )
+from twoscale.pipeline.preload import COMMAND_PID_ENV
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -115,10 +115,10 @@ def store(root: Path | None = None):
     root = root or project_root()
     uri = tracking_uri(root)
     if "mlflow" in sys.modules:
-        from twoscale.pipeline.mlflow_store import local_store
+        from twoscale.pipeline.observers.mlflow_store import local_store
 
         return local_store(uri, root, SERVER_TIMEOUT_S)
-    from twoscale.pipeline.tracking_writer import connect
+    from twoscale.pipeline.observers.tracking_writer import connect
 
     return connect(uri, root, SERVER_TIMEOUT_S)
 

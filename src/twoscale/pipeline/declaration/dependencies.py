@@ -26,8 +26,9 @@ import yaml
 from twoscale.config.parameter_files import parse_yaml
 
 PACKAGE = "twoscale"
-SOURCE_ROOT = Path(__file__).resolve().parents[2]  # src/, which holds the package
-OBSERVERS = frozenset(f"{PACKAGE}.pipeline.{name}" for name in ("tracking", "tracking_writer", "mlflow_store"))
+SOURCE_ROOT = Path(__file__).resolve().parents[3]  # src/, which holds the package
+OBSERVERS = frozenset(f"{PACKAGE}.pipeline.observers.{path.stem}"  # every module of the observers' package
+                      for path in Path(__file__).parents[1].joinpath("observers").glob("*.py"))
 PLUMBING_PACKAGES = (f"{PACKAGE}.config", f"{PACKAGE}.pipeline")  # the observers among them
 PLUMBING_MODULES = frozenset({f"{PACKAGE}.__main__", f"{PACKAGE}.stages.common"})
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from twoscale.config.errors import TwoscaleError, first_line
+from twoscale.pipeline.observers.run_names import store_name
 from twoscale.pipeline.preload import user_folder
-from twoscale.pipeline.run_names import store_name
 
 IDLE_ENV = "TWOSCALE_MLFLOW_WRITER_IDLE_S"
 IDLE_S = float(os.environ.get(IDLE_ENV, "60"))  # read by the writer as it starts
@@ -170,7 +170,7 @@ class _StoreOnce:
     def get(self):
         with self.lock:
             if self._store is None:
-                from twoscale.pipeline.mlflow_store import Store
+                from twoscale.pipeline.observers.mlflow_store import Store
 
                 self._store = Store(*self.arguments)
             return self._store

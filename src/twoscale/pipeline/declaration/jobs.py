@@ -10,8 +10,8 @@ Translation of the declaration (DVC's syntax):
 
 The declaration's paths lie under data/, results/ and logs/ of the checkout, where the default parameter set
 (params.yaml) writes; any other set puts them under its own root (runs/<name>/, params.results_root). A stage
-checks what it reads against these (twoscale.pipeline.provenance); the Snakemake rules say the same in their own
-syntax (twoscale.pipeline.snakemake_rules), and tests check both orchestrators plan exactly these jobs.
+checks what it reads against these (twoscale.pipeline.records.provenance); the Snakemake rules say the same in their own
+syntax (twoscale.pipeline.declaration.snakemake_rules), and tests check both orchestrators plan exactly these jobs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from twoscale.pipeline.dependencies import PER_CHECKPOINT, declaration, inside, lookup, output_paths
+from twoscale.pipeline.declaration.dependencies import PER_CHECKPOINT, declaration, inside, lookup, output_paths
 
 ITEM = re.compile(r"\$\{item\.(\w+)\}")
 WILDCARD = re.compile(r"\{(\w+)\}")  # a job's own wildcard in a stage's path
