@@ -894,14 +894,14 @@ def test_mlflow_holds_parent_and_nested_runs(first_run):
 
     train = next(r for r in snakemake_children
                  if r.data.tags["stage"] == "train" and r.data.tags["recipe"] == "paper")
-    curve = client.get_metric_history(train.info.run_id, "train_loss")
+    curve = client.get_metric_history(train.info.run_id, "train/loss")
     assert [m.step for m in curve] == list(range(1, smoke["train"]["steps"] + 1))
     sent = {m.step: m.timestamp for m in curve}  # while training: the first evaluation's points before the last
     assert sent[smoke["train"]["eval_every"]] < sent[smoke["train"]["steps"]]
     for child in snakemake_children:  # every stage but the figures' logs the parameter sections it reads
         assert bool(child.data.params) != child.data.tags["stage"].endswith("figures"), child.data.tags["stage"]
     assert train.data.params["train.learning_rate"] == "0.003"
-    assert "final_val_loss" in train.data.metrics
+    assert "final/val_loss" in train.data.metrics
     artifacts = {a.path for a in client.list_artifacts(train.info.run_id)}
     assert "history.csv" in artifacts
     assert client.search_logged_models([experiment.experiment_id],

@@ -110,7 +110,7 @@ def test_parallel_stage_jobs_each_leave_one_finished_nested_run(store, tmp_path)
     for run in nested:
         assert {"stage", "recipe", "seed", "orchestrator", "git_commit", "params_hash"} <= set(run.data.tags)
         assert run.data.params == {"train.steps": "20", "train.learning_rate": "0.003"}
-        assert len(client.get_metric_history(run.info.run_id, "train_loss")) == 20
+        assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 20
         assert run.data.metrics["job"] == int(run.data.tags["seed"])
         artifacts = [artifact.path for artifact in client.list_artifacts(run.info.run_id)]
         assert artifacts == [f"history-{run.data.tags['seed']}.csv"]

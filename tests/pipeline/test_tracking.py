@@ -137,6 +137,20 @@ def test_only_finite_numbers_are_logged_as_metrics(store):
         "a": 1.5, "e": 0.25, "f": 3.0}
 
 
+def test_a_training_s_metrics_stand_in_sections_by_their_first_word(store):
+    """MLflow's UI groups metrics by the part of their name before "/": the curves of training and validation and
+    the final numbers each in its own section, other names as they are."""
+    row = {"train_loss": 4.5, "val_loss": 4.75, "val_loss_loops_2": 4.25, "lr": 0.003, "tokens_per_s": 900.0,
+           "trained": 1.0, "value": 2.0}
+    with tracking.stage_run("train", {}) as run:
+        tracking.log_curves([{"step": 10, **row}])
+        tracking.log_metrics({"final_val_loss": 4.0, "final_step": 20})
+    metrics = client(store).get_run(run.run_id).data.metrics
+    assert {key: value for key, value in metrics.items() if not key.startswith("system/")} == {
+        "train/loss": 4.5, "val/loss": 4.75, "val/loss_loops_2": 4.25, "lr": 0.003, "tokens_per_s": 900.0,
+        "trained": 1.0, "value": 2.0, "final/val_loss": 4.0, "final/step": 20.0}
+
+
 # --- a training run, comparable with others: its machine's use, its corpus, its registered model ------------
 
 

@@ -605,7 +605,7 @@ def test_training_writes_the_same_outputs_with_tracking_on_and_off(tmp_path, mon
 
             client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
             [run] = client.search_runs([client.get_experiment_by_name(run_names.EXPERIMENT).experiment_id])
-            assert len(client.get_metric_history(run.info.run_id, "val_loss")) == 2
+            assert len(client.get_metric_history(run.info.run_id, "val/loss")) == 2
             assert client.search_model_versions() != []
             logged = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*") if path.is_file())
     assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")

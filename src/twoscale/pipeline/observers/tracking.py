@@ -278,15 +278,26 @@ def finite_metrics(values: Mapping[str, Any]) -> dict[str, float]:
             if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)}
 
 
+SECTIONS = ("train", "val", "final")  # a metric named <section>_<rest> is shown as <section>/<rest>
+
+
+def sectioned(name: str) -> str:
+    """A metric's name in MLflow, where the UI groups metrics by what comes before the first "/": a training's
+    curves and final numbers apart (train_loss: train/loss, val_loss: val/loss, final_val_loss: final/val_loss); a
+    name that starts with none of SECTIONS is kept."""
+    section, _, rest = name.partition("_")
+    return f"{section}/{rest}" if section in SECTIONS and rest else name
+
+
 def log_metrics(values: Mapping[str, Any], step: int | None = None) -> None:
-    """Log the `finite_metrics` of `values` to the open stage run (MLflow refuses None outright)."""
+    """Log the `finite_metrics` of `values` to the open stage run (MLflow refuses None outright), `sectioned`."""
     tracked, run_id = _current_run()
-    tracked.log_metrics(run_id, finite_metrics(values), step)
+    tracked.log_metrics(run_id, {sectioned(key): value for key, value in finite_metrics(values).items()}, step)
 
 
 def log_curves(rows: list[dict[str, Any]], step_key: str = "step") -> None:
-    """Log every finite value of each row as a point of its column's curve at the row's step."""
-    points = [(key, value, int(row[step_key])) for row in rows
+    """Log every finite value of each row as a point of its column's `sectioned` curve at the row's step."""
+    points = [(sectioned(key), value, int(row[step_key])) for row in rows
               for key, value in finite_metrics(row).items() if key != step_key]
     tracked, run_id = _current_run()
     tracked.log_points(run_id, points)
