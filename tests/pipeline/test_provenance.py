@@ -79,7 +79,7 @@ def test_an_output_lands_with_its_record(tmp_path, config):
     assert (record["sha256"], record["size"]) == (digest, 5)
     cache = output.parent / ".built" / "geometry.parquet.stat"  # the hash for this size and mtime, outside the record
     assert cache.read_text().startswith(f"5 {output.stat().st_mtime_ns} {output.stat().st_ino} ")
-    assert cache.read_text().endswith(f" {digest}")
+    assert cache.read_text().split()[-2] == digest  # then this user's signature of it
     assert record["stage"] == "measure" and record["job"] == {"recipe": "paper", "seed": 1337}
     measure = ("threads", "n_sequences", "batch_size", "max_loops", "loss_loops", "beyond_loops", "n_phases",
                "trajectory_token")
@@ -153,6 +153,22 @@ def test_an_input_only_touched_is_still_the_file_recorded(tmp_path, config):
     os.utime(output, ns=(1, 1))  # a checkout or `snakemake --touch`: the content is hashed again, and matches
     assert check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
     assert (output.parent / ".built/geometry.parquet.stat").read_text().startswith("5 1 ")  # cached again
+
+
+def test_a_hash_cache_rewritten_by_hand_for_an_edited_file_is_not_believed(tmp_path, config):
+    """A byte changed in a table, its hash cache rewritten with the file's new stamp and the old hash: the cache is
+    signed with this user's key, so the file is hashed again and refused; a cache that is not signed is as none."""
+    output = measured(tmp_path, config)
+    cache = output.parent / ".built/geometry.parquet.stat"
+    old_hash = cache.read_text().split()[-2]
+    output.write_text("ROWS\n")
+    found = output.stat()
+    forged = f"{found.st_size} {found.st_mtime_ns} {found.st_ino} {found.st_ctime_ns} {old_hash}"
+    for signature in ("", " " + "0" * 64):
+        cache.write_text(forged + signature)
+        assert provenance.current_hash(output) == hashlib.sha256(b"ROWS\n").hexdigest()
+        with pytest.raises(TwoscaleError, match="not the file its build record describes"):
+            check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
 
 
 def test_a_record_is_the_same_for_an_output_rebuilt_byte_for_byte(tmp_path, config):

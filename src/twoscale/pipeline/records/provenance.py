@@ -6,7 +6,9 @@ pipeline stage and job that wrote it (recipe, seed, strategy, blocks), the value
 hash and size, and the content hashes of the inputs the job read. A record holds nothing else, so an output rebuilt
 byte for byte from the same inputs gets the same record (DVC hashes the records of the folders it tracks). Beside
 it, `<name>.stat` (ignored by git and DVC) caches the file's hash for its size, mtime, inode and ctime, so that a
-file is hashed again only when it may have changed on disk. Inputs are recorded relative to the output's folder.
+file is hashed again only when it may have changed on disk; the cache is signed with a key of this user's
+(`STAMP_KEY`, never in the checkout), so that a stamp rewritten by hand for an edited file is not believed. Inputs
+are recorded relative to the output's folder.
 
 Before a stage runs, the files it reads are checked: those its command's input options name (a file, or in a
 folder the inputs the orchestrators would give its job under the parameters in force), and, through the records,
@@ -20,9 +22,13 @@ records existed, or put there by hand) is read unchecked, and the stage's log co
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
+import hmac
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -69,23 +75,63 @@ def _stamp(found: os.stat_result) -> str:
     return f"{found.st_size} {found.st_mtime_ns} {found.st_ino} {found.st_ctime_ns}"
 
 
+STAMP_KEY = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "twoscale/stamp.key"
+
+
+@functools.cache
+def _stamp_key() -> bytes | None:
+    """This user's secret for signing hash caches, made at first use (written whole, then linked into place, so
+    that jobs starting together read one key); None where it can be neither read nor made: nothing is cached."""
+    for _ in range(2):
+        try:
+            key = STAMP_KEY.read_bytes()
+            return key if len(key) == 32 else None
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        try:
+            STAMP_KEY.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=STAMP_KEY.parent, prefix=".key-") as made:
+                made.write(os.urandom(32))
+                made.flush()
+                os.chmod(made.name, 0o600)
+                os.link(made.name, STAMP_KEY)
+        except FileExistsError:  # another job made it first
+            pass
+        except OSError:
+            return None
+    return None
+
+
+def _signed(path: Path, stamp: str, digest: str) -> str | None:
+    key = _stamp_key()
+    message = f"{path.resolve()}\0{stamp}\0{digest}".encode()
+    return None if key is None else hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
 def _cache_hash(path: Path, found: os.stat_result, digest: str) -> None:
-    """Keep the hash of `path`, as it was when `found`, in the cache beside it (where the folder can be written: it
-    is only a cache)."""
+    """Keep the hash of `path`, as it was when `found`, in the cache beside it, signed (where the folder can be
+    written and the key read: it is only a cache)."""
+    stamp = _stamp(found)
+    signature = _signed(path, stamp, digest)
+    if signature is None:
+        return
     try:
         with atomic_path(_stat_path(path), now=True) as tmp:
-            tmp.write_text(f"{_stamp(found)} {digest}")
+            tmp.write_text(f"{stamp} {digest} {signature}")
     except (OSError, TwoscaleError):
         pass
 
 
 def current_hash(path: Path) -> str:
-    """The file's content hash, from the cache beside it while its stamp is the one cached; else hashed, and cached
-    again (where the folder can be written)."""
+    """The file's content hash, from the cache beside it while its stamp is the one cached and its signature is
+    this user's; else hashed, and cached again (where the folder can be written)."""
     found = path.stat()
     try:
-        cached_stamp, cached_hash = _stat_path(path).read_text().rsplit(" ", 1)
-        if cached_stamp == _stamp(found):
+        cached_stamp, cached_hash, signature = _stat_path(path).read_text().rsplit(" ", 2)
+        expected = _signed(path, cached_stamp, cached_hash)
+        if cached_stamp == _stamp(found) and expected is not None and hmac.compare_digest(signature, expected):
             return cached_hash
     except (OSError, ValueError):
         pass
