@@ -30,6 +30,8 @@ RULE_SETS = {  # one spec per group; thresholds at which the tiny model's tokens
     "kl_rest": [{"criterion": "kl", "decode": "rest", "threshold": 1e-5}] * 3,
     "argmax_cosine": [{"criterion": "argmax", "hits": 2}, {"criterion": "cosine", "threshold": 3e-3},
                       {"criterion": "fixed", "loops": 4}],
+    "argmax_head": [{"criterion": "argmax", "decode": "head", "hits": 1}, {"criterion": "argmax", "decode": "head",
+                    "hits": 2}, {"criterion": "fixed", "loops": 3}],
     "entropy_difference": [{"criterion": "entropy_difference", "decode": "head", "threshold": 1e-4},
                            {"criterion": "entropy_difference", "decode": "rest", "threshold": 1e-4},
                            {"criterion": "entropy_difference", "decode": "head", "threshold": 1e-4}],
@@ -48,7 +50,8 @@ OTHER_MODELS_RULE_SETS = {  # the other norms and injections: ordinary decoding,
 
 # every option of a criterion that changes what its static decoding computes, with the values it takes
 OPTIONS = {("acceleration", "variant"): ACCELERATION_VARIANTS, ("kl", "decode"): DECODES,
-           ("entropy_difference", "decode"): DECODES, ("step_norm", "relative"): (True, False)}
+           ("entropy_difference", "decode"): DECODES, ("argmax", "decode"): DECODES,
+           ("step_norm", "relative"): (True, False)}
 
 
 def test_every_exit_criterion_and_option_has_a_static_decoding_test():

@@ -121,6 +121,19 @@ THRESHOLD_CRITERIA = [
 ]
 
 
+def test_every_criterion_that_takes_a_threshold_is_checked_at_both_ends():
+    """A criterion added to the registry that takes a threshold is missed here until it is in THRESHOLD_CRITERIA."""
+    takes_a_threshold = set()
+    for name in CRITERIA:
+        try:
+            make_rule({"criterion": name, "threshold": 1.0}, max_loops=6)
+        except ValueError:  # fixed and argmax: no threshold to set
+            continue
+        takes_a_threshold.add(name)
+    assert len(takes_a_threshold) >= 2  # the premise: the probe tells the two kinds apart
+    assert takes_a_threshold == {make().name for make in THRESHOLD_CRITERIA}
+
+
 @pytest.mark.parametrize("make", THRESHOLD_CRITERIA)
 def test_threshold_zero_never_exits(make):
     traj, logits = random_path(), random_logits()
