@@ -52,6 +52,18 @@ def test_training_cost_sums_the_history():
                                                                                "minutes": pytest.approx(3.0)}
 
 
+def test_a_training_resumed_across_sittings_has_no_minutes():
+    """Its history holds no time (null) for the steps before its last sitting, and its log that sitting's CPU
+    time only."""
+    assert depth_screen.training_cost(history([0.1, 0.2], [None, 120.0])) == {"tflop": pytest.approx(0.3),
+                                                                               "minutes": None}
+    row = depth_screen.reading("x", loss_table(600, huginn=HUGINN, paper=PAPER), recovery_table(0.85),
+                               {"huginn": history([1.0, 1.0], [None, 60.0]), "paper": history([1.0], [60.0])},
+                               1337, "a machine", {"huginn": 60.0, "paper": 90.0})
+    assert (row["minutes_huginn"], row["cpu_minutes_huginn"], row["tflop_huginn"]) == (None, None, 2.0)
+    assert (row["minutes_paper"], row["cpu_minutes_paper"]) == (1.0, 1.5)
+
+
 @pytest.mark.parametrize(("control", "c"), [(0.85, True), (1.04, False)])
 def test_a_candidate_uses_its_depth_only_where_all_three_hold(control, c):
     row = depth_screen.reading("x", loss_table(600, huginn=HUGINN, paper=PAPER), recovery_table(control),

@@ -43,9 +43,12 @@ def k_star(losses: Mapping[int, float]) -> int:
     return min(loops for loops, loss in losses.items() if loss <= lowest + WITHIN)
 
 
-def training_cost(history: pl.DataFrame) -> dict[str, float]:
-    """A training's model TFLOPs and wall minutes, summed over its steps."""
-    return {"tflop": float(history["model_tflop"].sum()), "minutes": float(history["seconds"].sum()) / 60}
+def training_cost(history: pl.DataFrame) -> dict[str, float | None]:
+    """A training's model TFLOPs and wall minutes, summed over its steps; no minutes for a training resumed across
+    sittings, whose history keeps no time for the steps before its last one (null), nor its log their CPU time."""
+    resumed = history["seconds"].null_count() > 0
+    return {"tflop": float(history["model_tflop"].sum()),
+            "minutes": None if resumed else float(history["seconds"].sum()) / 60}
 
 
 def control_recovery(recovery: pl.DataFrame, seed: int) -> float:
@@ -74,7 +77,7 @@ def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,
                            "b": star >= MIN_K_STAR, "c": control < MAX_CONTROL_RECOVERY}
     for model, history in histories.items():
         cost = training_cost(history)
-        cpu = (cpu_seconds or {}).get(model)
+        cpu = None if cost["minutes"] is None else (cpu_seconds or {}).get(model)  # a resumed job's: its last sitting
         row |= {f"tflop_{model}": cost["tflop"], f"minutes_{model}": cost["minutes"],
                 f"cpu_minutes_{model}": None if cpu is None else cpu / 60}
     row["uses_depth"] = row["a"] and row["b"] and row["c"]

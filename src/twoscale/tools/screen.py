@@ -73,6 +73,7 @@ def draw(rows: list[dict], path: Path) -> None:
     """The screen's three numbers against the training cost of a `huginn` model, each with its line: depth gain per
     looped recipe, `huginn`'s K*, the control's recovery."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
     from twoscale.report.figures import figure_style, save_figure, suptitle
 
@@ -86,13 +87,19 @@ def draw(rows: list[dict], path: Path) -> None:
         for ax, (column, _, ylabel, title) in zip(axes[1:], PANELS, strict=True):
             ax.scatter(cost, [row[column] for row in rows], color="C2")
             ax.set(ylabel=ylabel, title=title)
+        axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))  # K* is a count of loops
         axes[0].set(ylabel="loss at 1 loop − lowest (nats)", title="(a) depth gain")
         for ax, (column, line) in zip(axes, [("gain_huginn", MIN_DEPTH_GAIN), *[(c, v) for c, v, _, _ in PANELS]],
                                       strict=True):
             ax.axhline(line, color="black", lw=0.8, ls="--")
             ax.set(xscale="log", xlabel="training cost of a huginn model (model TFLOP)")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))  # 100, 150, 200, ..., not 10^2
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_minor_formatter(NullFormatter())
             for row, x in zip(rows, cost, strict=True):
-                ax.annotate(row["candidate"], (x, row[column]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                right = x == max(cost)  # the rightmost names stand left of their points, inside the axes
+                ax.annotate(row["candidate"], (x, row[column]), fontsize=7, xytext=(-3 if right else 3, 3),
+                            textcoords="offset points", ha="right" if right else "left")
         suptitle(fig, "The depth screen: does looping change the answer? (dashed: the criterion's lines)")
         save_figure(fig, path)
 
