@@ -47,6 +47,15 @@ def test_a_new_store_holds_a_model_training_experiment(store):
     assert kind(store) == "custom_model_development"
 
 
+def test_the_experiment_and_a_pipeline_run_say_what_they_hold(store):
+    """The UI's description of each: the experiment's note names its layout; an invocation's run names who ran it."""
+    run_id = tracking.start_pipeline_run("snakemake", "snakemake-12345")
+    experiment = client(store).get_experiment_by_name("twoscale")
+    assert "one run per stage job" in experiment.tags["mlflow.note.content"]
+    note = client(store).get_run(run_id).data.tags["mlflow.note.content"]
+    assert note.startswith("One invocation of the workflow by snakemake (snakemake-12345)")
+
+
 def test_an_experiment_made_before_gets_the_kind(store):
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     mlflow.create_experiment("twoscale", tags={"mlflow.experimentKind": "genai_development"})

@@ -23,6 +23,7 @@ from mlflow.entities import DatasetInput, InputTag, Metric
 from twoscale.config.errors import TwoscaleError, first_line
 from twoscale.pipeline.observers import run_names
 from twoscale.pipeline.observers.run_names import (
+    DESCRIPTION_TAG,
     HOST_TAG,
     INVOCATION_TAG,
     PID_TAG,
@@ -30,8 +31,15 @@ from twoscale.pipeline.observers.run_names import (
     store_name,
 )
 
-# the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant)
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# the MLflow UI opens a model-training experiment on its runs table (a GenAI one on traces and an assistant), and
+# shows the note as the experiment's description
+EXPERIMENT_TAGS = {
+    "mlflow.experimentKind": "custom_model_development",
+    DESCRIPTION_TAG: "The runs of the twoscale workflow: one parent run per pipeline invocation (Snakemake or DVC) "
+                     "and, nested under it, one run per stage job, tagged with its stage and, where it has them, "
+                     "recipe and seed (filter: tags.stage = 'train'). A training logs its curves under train/ and "
+                     "val/, its final numbers under final/, its corpus as a dataset and its model to the registry.",
+}
 DATASET_DIGEST_CHARS = 36  # the most of a dataset's digest an MLflow store keeps
 DATASET_ATTEMPTS = 3
 DATASET_CONTEXT_TAG = "mlflow.data.context"
@@ -115,9 +123,9 @@ class Store:
     def _find_or_create_experiment(self) -> str:
         experiment = self._client.get_experiment_by_name(run_names.EXPERIMENT)
         if experiment is None:
-            return self._client.create_experiment(run_names.EXPERIMENT, tags=EXPERIMENT_KIND,
+            return self._client.create_experiment(run_names.EXPERIMENT, tags=EXPERIMENT_TAGS,
                                                   artifact_location=artifact_location(self.uri, self.root))
-        for key, value in EXPERIMENT_KIND.items():
+        for key, value in EXPERIMENT_TAGS.items():
             if experiment.tags.get(key) != value:  # a store made before
                 self._client.set_experiment_tag(experiment.experiment_id, key, value)
         return experiment.experiment_id

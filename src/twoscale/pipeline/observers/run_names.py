@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 EXPERIMENT = "twoscale"
 INVOCATION_TAG = "twoscale.invocation"
 HOST_TAG, PID_TAG, PROCESS_START_TAG = "twoscale.host", "twoscale.pid", "twoscale.process_start"
+DESCRIPTION_TAG = "mlflow.note.content"  # what the MLflow UI shows as an experiment's or a run's description
 
 
 def is_sqlite(uri: str) -> bool:

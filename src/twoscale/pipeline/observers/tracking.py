@@ -46,6 +46,7 @@ from twoscale.config.errors import Stopped, TwoscaleError
 from twoscale.config.io import waiting_file
 from twoscale.config.params import DataParams, params_hash
 from twoscale.pipeline.observers.run_names import (
+    DESCRIPTION_TAG,
     HOST_TAG,
     INVOCATION_TAG,
     PID_TAG,
@@ -203,6 +204,8 @@ def start_pipeline_run(orchestrator_name: str, invocation: str, tags: dict[str, 
     """Close the runs abandoned by dead processes of this host, then create the parent run of one pipeline
     invocation, owned by process `pid` (this one by default), and return its id."""
     return store().start_pipeline_run(f"pipeline ({orchestrator_name})", {
+        DESCRIPTION_TAG: f"One invocation of the workflow by {orchestrator_name} ({invocation}): its stage jobs' "
+                         "runs are nested under this one.",
         INVOCATION_TAG: invocation,
         "orchestrator": orchestrator_name,
         "git_commit": git_commit(),
