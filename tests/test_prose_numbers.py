@@ -180,6 +180,14 @@ def precision_readings() -> tuple[str, str, str, str]:
             span(band["step_in_eps"].to_list(), fixed(0)))
 
 
+def screen_row(candidate: str) -> list[str]:
+    """A depth-screen candidate's gains (paper, huginn), huginn's K* and the control's recovery, as the prose has
+    them."""
+    row = pl.read_csv(ROOT / "results/screen/screen.csv").filter(pl.col("candidate") == candidate).row(0, named=True)
+    return [f"{row['gain_paper']:.3f}", f"{row['gain_huginn']:.3f}", str(row["k_star_huginn"]),
+            percent(row["control_recovered"])]
+
+
 SHORT = "README.md#in-short"
 RESULTS = "docs/results.md"
 CLAIMS = "docs/claims.md"
@@ -303,6 +311,15 @@ QUOTES = [
           lambda: [f"{-100 * detail_tests('paper')[0]['first_order']['above'][0]['increase']:.2f}"]),
     Quote(RESULTS, r"`huginn`'s stay at a fixed point, ([\d–]+)%", lambda: [span(shares("huginn", "fixed_point"),
                                                                                  percent)]),
+    # docs/results.md: the depth screen's results
+    Quote(RESULTS, r"\| default \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|", lambda: screen_row("default")),
+    Quote(RESULTS, r"\| steps2 \(1,200 steps\) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|",
+          lambda: screen_row("steps2")),
+    Quote(RESULTS, r"\| width192 \| ([\d.]+) \| \*\*([\d.]+)\*\* \| \*\*(\d+)\*\* \| (\d+)% \|",
+          lambda: screen_row("width192")),
+    Quote(RESULTS, r"both recipes gain more from looping \(([\d.]+)\s+and ([\d.]+) nats",
+          lambda: screen_row("steps2")[:2]),
+    Quote(RESULTS, r"`huginn` gains only ([\d.]+) nats from looping", lambda: screen_row("width192")[1:2]),
     # docs/claims.md: the run numbers it quotes
     Quote(CLAIMS, r"on `huginn` it\s+stays within ([\d.]+)% of full depth even at τ = 0\.1",
           lambda: [f"{100 * relative_at(0.1)['increase']:.1f}"]),
