@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from twoscale.pipeline.declaration import dependencies
+from twoscale.pipeline.declaration import dependencies, snakemake_rules
 from twoscale.pipeline.declaration.dependencies import declaration, output_paths
 from twoscale.pipeline.declaration.snakemake_rules import RULES_DIR, path_expression, rule_files, writers
 
@@ -217,3 +217,22 @@ def test_every_output_in_the_report_has_a_caption_of_its_own_and_every_caption_a
         words = len((report / caption).read_text().split())
         assert 30 <= words <= 130, f"{caption}: {words} words"
     assert rule_text("geometry_figures").count('caption="../report/') == len(shown["geometry_figures"])
+
+
+def test_the_report_lists_each_output_by_its_caption_s_title_beside_its_labels():
+    assert 'labels={"title": "Figure 1: one token\'s path through every loop of every group"},' in rule_text(
+        "geometry_figures")
+    assert 'labels={"title": "Loss during training of one run", "recipe": "{recipe}", "seed": "{seed}"},' in (
+        rule_text("training_figures"))
+    assert 'labels={"title": "The claims"},' in rule_text("claims_page")
+    shown = sum(len(entry["report"]["files"]) for entry in declaration().values() if "report" in entry)
+    assert sum(text.count("labels={\"title\": ") for text in rule_files(declaration()).values()) == shown
+
+
+def test_a_caption_that_does_not_open_with_a_bold_title_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(snakemake_rules, "CAPTIONS", tmp_path)
+    (tmp_path / "plain.rst").write_text("A caption without a title. It says what the figure shows.")
+    (tmp_path / "titled.rst").write_text("**What it shows.** And how to read it, with **bold** later.")
+    assert snakemake_rules.caption_title("titled.rst") == "What it shows"
+    with pytest.raises(ValueError, match="workflow/report/plain.rst: a caption opens with its output's title"):
+        snakemake_rules.caption_title("plain.rst")

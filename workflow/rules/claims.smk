@@ -26,11 +26,7 @@ rule claims:
         ),
         recovery=f"{RESULTS}/surrogates/recovery.csv",
     output:
-        report(
-            f"{RESULTS}/claims.md",
-            caption="../report/claims.rst",
-            category="Claims",
-        ),
+        f"{RESULTS}/claims.md",
         f"{RESULTS}/claims.json",
         f"{RESULTS}/claims_tables/geometry.parquet",
         f"{RESULTS}/claims_tables/loss_vs_loops.parquet",
@@ -67,3 +63,30 @@ rule claims:
         " --sweep {input.sweep:q} --latency {input.latency:q} --sample-dir {params.sample_dir:q}"
         " --beyond-dir {params.beyond_dir:q} --spectrum-dir {params.spectrum_dir:q} --recovery {input.recovery:q}"
         " --out-dir {params.out_dir:q} --log {log:q}"
+
+
+rule claims_page:
+    input:
+        sources("claims_page"),
+        claims=f"{RESULTS}/claims.md",
+    output:
+        out=report(
+            f"{RESULTS}/claims.html",
+            caption="../report/claims.rst",
+            category="Claims",
+            labels={"title": "The claims"},
+        ),
+    params:
+        file=PARAMS_PATH,
+    log:
+        f"{LOGS}/claims_page.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/claims_page.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale.pipeline.preload claims_page --params {params.file:q} --claims {input.claims:q}"
+        " --out {output.out:q} --log {log:q}"

@@ -125,16 +125,19 @@ rule exit_figures:
             f"{RESULTS}/figures/exit_tradeoff.png",
             caption="../report/exit_tradeoff.rst",
             category="Early exit",
+            labels={"title": "Early exit: quality against cost"},
         ),
         report(
             f"{RESULTS}/figures/exit_depth.png",
             caption="../report/exit_depth.rst",
             category="Early exit",
+            labels={"title": "Per-token exit depth"},
         ),
         figures_dir=report(
             f"{RESULTS}/figures/fig4_exit_sweep.png",
             caption="../report/fig4_exit_sweep.rst",
             category="Early exit",
+            labels={"title": "Figure 4: early exit against its threshold"},
         ),
     params:
         file=PARAMS_PATH,

@@ -196,16 +196,19 @@ rule mechanism_figures:
             f"{RESULTS}/figures/spectrum_agreement.png",
             caption="../report/spectrum_agreement.rst",
             category="Geometry",
+            labels={"title": "The spectrum's predictions against the measured steps"},
         ),
         report(
             f"{RESULTS}/figures/lens.png",
             caption="../report/lens.rst",
             category="Geometry",
+            labels={"title": "Logit lens across loop steps"},
         ),
         out_dir=report(
             f"{RESULTS}/figures/spectrum.png",
             caption="../report/spectrum.rst",
             category="Geometry",
+            labels={"title": "The loop map's eigenvalues"},
         ),
     params:
         values=param_values("mechanism_figures"),
@@ -242,6 +245,7 @@ rule precision_figures:
             f"{RESULTS}/figures/precision.png",
             caption="../report/precision.rst",
             category="Geometry",
+            labels={"title": "The precision question"},
         ),
     params:
         values=param_values("precision_figures"),
@@ -309,46 +313,55 @@ rule geometry_figures:
             f"{RESULTS}/figures/fig2_drift_to_loop_ratio.png",
             caption="../report/fig2_drift_to_loop_ratio.rst",
             category="Geometry",
+            labels={"title": "Figure 2: drift-to-loop ratio at each hand-off between looped groups"},
         ),
         report(
             f"{RESULTS}/figures/fig3a_step_size.png",
             caption="../report/fig3a_step_size.rst",
             category="Geometry",
+            labels={"title": "Figure 3a: step size against loop step"},
         ),
         report(
             f"{RESULTS}/figures/fig3b_step_cosine.png",
             caption="../report/fig3b_step_cosine.rst",
             category="Geometry",
+            labels={"title": "Figure 3b: direction of consecutive steps"},
         ),
         report(
             f"{RESULTS}/figures/depth_similarity_phases.png",
             caption="../report/depth_similarity_phases.rst",
             category="Geometry",
+            labels={"title": "Similarity of the unrolled depth"},
         ),
         report(
             f"{RESULTS}/figures/loss_vs_loops.png",
             caption="../report/loss_vs_loops.rst",
             category="Geometry",
+            labels={"title": "Held-out loss against test-time loops"},
         ),
         report(
             f"{RESULTS}/figures/acceleration.png",
             caption="../report/acceleration.rst",
             category="Geometry",
+            labels={"title": "What an exit rule thresholds"},
         ),
         report(
             f"{RESULTS}/figures/diagnostics.png",
             caption="../report/diagnostics.rst",
             category="Geometry",
+            labels={"title": "What the loops do to the state"},
         ),
         report(
             f"{RESULTS}/figures/regimes.png",
             caption="../report/regimes.rst",
             category="Geometry",
+            labels={"title": "Per-token regimes across training"},
         ),
         figures_dir=report(
             f"{RESULTS}/figures/fig1_trajectory_pca.png",
             caption="../report/fig1_trajectory_pca.rst",
             category="Geometry",
+            labels={"title": "Figure 1: one token's path through every loop of every group"},
         ),
     params:
         file=PARAMS_PATH,

@@ -51,7 +51,7 @@ rule sampler_figures:
             caption="../report/sampler_tradeoff.rst",
             category="Parallel sampler",
             subcategory="{recipe}",
-            labels={"recipe": "{recipe}", "seed": "{seed}"},
+            labels={"title": "The parallel sampler against ordinary cached decoding", "recipe": "{recipe}", "seed": "{seed}"},
         ),
     params:
         file=PARAMS_PATH,

@@ -50,7 +50,7 @@ rule phase_figures:
             caption="../report/phases.rst",
             category="Block-recurrent surrogates",
             subcategory="{recipe}",
-            labels={"teacher": "{recipe}", "seed": "{seed}"},
+            labels={"title": "The phases of a plain GPT's depth", "teacher": "{recipe}", "seed": "{seed}"},
         ),
     params:
         file=PARAMS_PATH,
@@ -217,11 +217,15 @@ rule surrogate_figures:
             f"{RESULTS}/figures/depth_dynamics.png",
             caption="../report/depth_dynamics.rst",
             category="Block-recurrent surrogates",
+            subcategory="every teacher",
+            labels={"title": "Dynamics of depth"},
         ),
         figures_dir=report(
             f"{RESULTS}/figures/surrogate_recovery.png",
             caption="../report/surrogate_recovery.rst",
             category="Block-recurrent surrogates",
+            subcategory="every teacher",
+            labels={"title": "What block-recurrent surrogates recover"},
         ),
     params:
         file=PARAMS_PATH,

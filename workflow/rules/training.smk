@@ -16,13 +16,7 @@ rule train:
     output:
         f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.parquet",
         f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
-        report(
-            f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.csv",
-            caption="../report/history.rst",
-            category="Training",
-            subcategory="{recipe}",
-            labels={"recipe": "{recipe}", "seed": "{seed}"},
-        ),
+        f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.csv",
         out_dir=expand(
             f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{{step}}.pt",
             step=config["train"]["checkpoint_steps"],
@@ -62,13 +56,7 @@ rule train_teacher:
     output:
         f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.parquet",
         f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
-        report(
-            f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.csv",
-            caption="../report/history.rst",
-            category="Training",
-            subcategory="{recipe}",
-            labels={"recipe": "{recipe}", "seed": "{seed}"},
-        ),
+        f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.csv",
         out_dir=expand(
             f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/checkpoints/step_{{step}}.pt",
             step=config["train"]["checkpoint_steps"],
@@ -96,3 +84,69 @@ rule train_teacher:
     shell:
         "python -m twoscale.pipeline.preload train --params {params.file:q} --recipe {wildcards.recipe:q}"
         " --seed {wildcards.seed:q} --data-dir {params.data_dir:q} --out-dir {params.out_dir:q} --log {log:q}"
+
+
+rule training_figures:
+    input:
+        sources("training_figures"),
+        history=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.parquet",
+        metrics=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
+    output:
+        out=report(
+            f"{RESULTS}/figures/{{recipe}}/seed_{{seed}}/loss_curves.png",
+            caption="../report/loss_curves.rst",
+            category="Training",
+            subcategory="{recipe}",
+            labels={"title": "Loss during training of one run", "recipe": "{recipe}", "seed": "{seed}"},
+        ),
+    params:
+        file=PARAMS_PATH,
+    log:
+        f"{LOGS}/training_figures/{{recipe}}/seed_{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/training_figures/{{recipe}}/seed_{{seed}}.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    wildcard_constraints:
+        recipe=one_of(config["recipes"]),
+        seed=one_of(config["runtime"]["seeds"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale.pipeline.preload training_figures --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --history {input.history:q} --metrics {input.metrics:q} --out {output.out:q}"
+        " --log {log:q}"
+
+
+rule training_figures_teacher:
+    input:
+        sources("training_figures_teacher"),
+        history=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/history.parquet",
+        metrics=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
+    output:
+        out=report(
+            f"{RESULTS}/figures/{{recipe}}/seed_{{seed}}/loss_curves.png",
+            caption="../report/loss_curves.rst",
+            category="Training",
+            subcategory="{recipe}",
+            labels={"title": "Loss during training of one run", "recipe": "{recipe}", "seed": "{seed}"},
+        ),
+    params:
+        file=PARAMS_PATH,
+    log:
+        f"{LOGS}/training_figures/{{recipe}}/seed_{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/training_figures/{{recipe}}/seed_{{seed}}.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    wildcard_constraints:
+        recipe=one_of(config["teachers"]),
+        seed=one_of(config["runtime"]["seeds"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale.pipeline.preload training_figures --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --history {input.history:q} --metrics {input.metrics:q} --out {output.out:q}"
+        " --log {log:q}"

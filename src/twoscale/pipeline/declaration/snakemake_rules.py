@@ -39,6 +39,7 @@ from twoscale.pipeline.declaration.jobs import (
 )
 
 RULES_DIR = PurePosixPath("workflow/rules")
+CAPTIONS = SOURCE_ROOT.parent / "workflow/report"  # each caption opens with its output's title in bold
 ROOTS = {"data": "DATA", "results": "RESULTS", "logs": "LOGS"}  # a path's top folder -> common.smk's prefix
 SYSTEMS = {  # each rule file, in the order the Snakefile includes them: a rule reads rules of files before its own
     "data": "Raw text and its tokenization.",
@@ -133,6 +134,15 @@ def _call(function: str, arguments: list[str], room: int) -> str:
     return line if len(line) <= room else f"{function}(\n" + "".join(f"    {a},\n" for a in arguments) + ")"
 
 
+def caption_title(caption: str) -> str:
+    """The title a caption opens with (its first bold phrase, without a closing full stop): how the report lists
+    the output. ValueError naming the caption where it opens otherwise."""
+    opening = re.match(r"\*\*(.+?)\*\*", (CAPTIONS / caption).read_text())
+    if opening is None:
+        raise ValueError(f"workflow/report/{caption}: a caption opens with its output's title in bold (**...**)")
+    return opening.group(1).rstrip(".")
+
+
 class _Rule:
     """One declared stage as the parts of its rule, each a Python expression of the rule file."""
 
@@ -167,9 +177,9 @@ class _Rule:
         fields = [expression, f'caption="../report/{caption}"', f'category="{shown["category"]}"']
         if "subcategory" in shown:
             fields.append(f"subcategory={_wildcards(shown['subcategory'])}")
-        if "labels" in shown:
-            labels = ", ".join(f"{json.dumps(key)}: {_wildcards(value)}" for key, value in shown["labels"].items())
-            fields.append(f"labels={{{labels}}}")
+        labels = {"title": caption_title(caption), **shown.get("labels", {})}
+        listed = ", ".join(f"{json.dumps(key)}: {_wildcards(value)}" for key, value in labels.items())
+        fields.append(f"labels={{{listed}}}")  # the report lists its outputs by these, not by their paths
         return "report(\n" + "".join(f"    {field},\n" for field in fields) + ")"
 
     def _command(self) -> str:
