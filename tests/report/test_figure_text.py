@@ -86,3 +86,15 @@ def test_a_log_axis_is_labelled_one_way_throughout(panel, low, high, pattern):
     shown = [label.get_text() for label in ax.yaxis.get_majorticklabels()
              if label.get_text() and low <= float(label.get_position()[1]) <= high]
     assert len(shown) >= 3 and all(re.fullmatch(pattern, text) for text in shown), shown
+
+
+def test_checkpoints_named_in_a_legend_get_colours_evenly_spaced_in_order():
+    """Six checkpoints 25-600: viridis at 0, 0.184, ..., 0.92 (log-spaced to 0.85, 400 and 600 sat at 0.74 and 0.85,
+    two near-equal greens); more than a legend names follow the colour bar's log scale, to 0.85."""
+    viridis = plt.get_cmap("viridis")
+    steps = [25, 50, 100, 200, 400, 600]
+    assert figures.step_colours(steps) == {step: viridis(0.184 * i) for i, step in enumerate(steps)}
+    assert figures.step_colours([40]) == {40: viridis(0.0)}
+    many = [2 ** i for i in range(12)]  # 1 ... 2048: a colour bar
+    colours = figures.step_colours(many)
+    assert colours[1] == viridis(0.0) and colours[2048] == viridis(0.85) and colours[64] == viridis(0.85 * 6 / 11)

@@ -38,6 +38,8 @@ from twoscale.report.tables import of_run, recipes_in, require, runs_in
 
 EXIT_MARKERS = "osD^vP<X>ph*"
 FULL_DEPTH_LINE = {"color": "black", "ls": "--", "lw": 1.2}
+FULL_DEPTH_POINT = {"marker": "*", "ms": 15, "color": "gold", "markeredgecolor": "black", "markeredgewidth": 0.8}
+LABEL_BOX = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}
 CROSS_ENTROPY = "cross-entropy (nats/token)"
 LATENCY = "latency (ms per generated token)"
 SWEEP_KEYS = ("recipe", "seed", "strategy", "setting", "max_loops")
@@ -115,19 +117,19 @@ def fig4_exit_sweep(sweep: pl.DataFrame, path: Path) -> None:
 
 
 def _annotate_loop_counts(ax: plt.Axes, fixed: pl.DataFrame, x: str, max_loops: int) -> list[Text]:
-    """K = 1, 2, 4, ... and the full depth next to their points on the fixed-depth frontier (those it has: a seed
-    outside runtime.explain_seeds times only the depths the verdicts compare); the labels, the full depth's first
-    (it keeps its place where labels crowd: `readable_point_labels`)."""
+    """K = 1, 2, 4, ... next to their points on the fixed-depth frontier (those it has: a seed outside
+    runtime.explain_seeds times only the depths the verdicts compare), each on a pale box so that it reads over the
+    curves, and the full depth's point as the legend's star (a label there would lie across the other rules'
+    curves, which meet at full depth); the labels."""
     labels = []
     for row in fixed.drop_nulls(x).iter_rows(named=True):
         k = int(row["setting"])
         point = (row[x], row["cross_entropy"])
-        if k == max_loops:  # the frontier's top right end: label to its left, clear of the panel title
-            labels.insert(0, ax.annotate(f"K={k} (full depth)", point, xytext=(-40, -6), textcoords="offset points",
-                                         ha="right", va="center", fontsize=8,
-                                         arrowprops={"arrowstyle": "-", "color": "0.3", "lw": 0.8}))
+        if k == max_loops:
+            ax.plot(*point, linestyle="none", zorder=7, **FULL_DEPTH_POINT)
         elif k & (k - 1) == 0:
-            labels.append(ax.annotate(f"K={k}", point, xytext=(5, 4), textcoords="offset points", fontsize=8))
+            labels.append(ax.annotate(f"K={k}", point, xytext=(5, 4), textcoords="offset points", fontsize=8,
+                                      zorder=8, bbox=LABEL_BOX))
     return labels
 
 
@@ -151,7 +153,8 @@ def fig_exit_tradeoff(sweep: pl.DataFrame, path: Path) -> None:
     rules = sweep.filter(pl.col("strategy") != "fixed").sort("recipe", "seed", "strategy", "mean_loops")
     fixed = sweep.filter(pl.col("strategy") == "fixed").sort("recipe", "seed", "mean_loops")
     max_loops = int(sweep["max_loops"][0])
-    frontier = ([Line2D([], [], lw=2, label="fixed depth K (frontier)", **styles["fixed"])]
+    frontier = ([Line2D([], [], lw=2, label="fixed depth K (frontier)", **styles["fixed"]),
+                 Line2D([], [], linestyle="none", label=f"full depth (K={max_loops})", **FULL_DEPTH_POINT)]
                 if fixed.height else [])
     panels = {"gflops_per_token": "GFLOPs per token (exit decodes included)", "ms_per_token": LATENCY}
     point_labels = {}

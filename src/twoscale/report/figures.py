@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 DPI = 150
 STEP_CMAP = "viridis"
 MAX_LEGEND_CHECKPOINTS = 10  # more checkpoints than this get a colour bar instead of a legend
+LEGEND_END = 0.92  # the colour map's share a legend's checkpoints span: yellow-green, short of the palest yellow
 
 
 def last_checkpoint(frame: pl.DataFrame) -> tuple[int, pl.DataFrame]:
@@ -115,8 +116,13 @@ def text_defects(fig: plt.Figure, slack: float = 1.0) -> list[str]:
 
 
 def step_colours(steps: Sequence[int]) -> dict[int, tuple]:
-    """Sequential colours by training step (log-spaced when all steps are positive), avoiding the pale end."""
+    """Sequential colours by training step, avoiding the pale end: evenly spaced in order where a legend names each
+    checkpoint (on a log scale the late ones, 400 and 600 of 25-600, would be two near-equal greens), on the colour
+    bar's scale (log-spaced when all steps are positive) where there are too many to name."""
     cmap = plt.get_cmap(STEP_CMAP)
+    ordered = sorted(set(steps))
+    if len(ordered) <= MAX_LEGEND_CHECKPOINTS:
+        return {s: cmap(LEGEND_END * i / max(len(ordered) - 1, 1)) for i, s in enumerate(ordered)}
     norm = step_norm(steps)
     return {s: cmap(0.85 * float(norm(s))) for s in steps}
 
