@@ -229,6 +229,17 @@ def test_the_report_lists_each_output_by_its_caption_s_title_beside_its_labels()
     assert sum(text.count("labels={\"title\": ") for text in rule_files(declaration()).values()) == shown
 
 
+def test_every_data_plot_dvc_draws_names_its_axes():
+    """A table declared as a plot without x and y is drawn by `dvc plots show` as a column against the row number;
+    images need none."""
+    declared = [entry for stage in declaration().values() for entry in stage.get("plots", [])]
+    data = [entry for entry in declared
+            if not PurePosixPath(entry if isinstance(entry, str) else next(iter(entry))).suffix == ".png"]
+    assert data  # the premise: some tables are plots
+    assert [entry for entry in data if isinstance(entry, str) or not {"x", "y"} <= set(next(iter(entry.values())))
+            ] == []
+
+
 def test_a_caption_that_does_not_open_with_a_bold_title_is_refused_by_name(tmp_path, monkeypatch):
     monkeypatch.setattr(snakemake_rules, "CAPTIONS", tmp_path)
     (tmp_path / "plain.rst").write_text("A caption without a title. It says what the figure shows.")
