@@ -637,13 +637,13 @@ def plans(repo: Path) -> tuple[dict[str, int], set[str]]:
 
 def test_editing_a_module_of_one_stage_reruns_that_stage_and_what_follows_only(first_run):
     """surrogates/recovery.py is imported by the distill stage alone: Snakemake plans the distill jobs and the
-    stages after them (surrogates, its figures, claims); DVC the distill jobs, whose changed outputs, if any, then
-    rerun the stages after them in repro. Nothing else in either."""
+    stages after them (surrogates, its figures, claims and its page); DVC the distill jobs, whose changed outputs,
+    if any, then rerun the stages after them in repro. Nothing else in either."""
     with source_edited(first_run, "surrogates/recovery.py"):
         snakemake_plan, dvc_plan = plans(first_run)
     distill = yaml.safe_load((first_run / "params.yaml").read_text())["distill"]
     assert snakemake_plan == {"distill": len(distill["blocks"]), "distill_curve": len(distill["curve_blocks"]),
-                              "surrogates": 1, "surrogate_figures": 1, "claims": 1}
+                              "surrogates": 1, "surrogate_figures": 1, "claims": 1, "claims_page": 1}
     assert dvc_plan == {"distill", "distill_curve"}
     assert planned_jobs(first_run) == {}
 
@@ -652,16 +652,21 @@ def test_editing_a_module_of_one_stage_reruns_that_stage_and_what_follows_only(f
     ("exits/figures.py", {"exit_figures"}),  # a figure: the stage that draws it, nothing timed
     ("sampler/figures.py", {"sampler_figures"}),  # the sampler's figure: not the timed sampler
     ("surrogates/figures.py", {"phase_figures", "surrogate_figures"}),  # neither the phases nor the distillations
-    ("exits/thresholds.py", {"claims"}),  # a claim's threshold: the claims alone, no latency rounds
+    ("exits/thresholds.py", {"claims"}),  # a claim's threshold: the claims (and its page), no latency rounds
     ("sampler/thresholds.py", {"claims"}),
     ("exits/claims.py", {"claims"}),  # a claim's wording
     ("config/params.py", set()),  # the plumbing that runs every stage: nothing (scripts/compare_commits.py guards it)
     ("pipeline/records/provenance.py", set()),
 ])
 def test_an_edit_reruns_what_it_changes_in_both_orchestrators(first_run, module, stages):
+    """DVC starts with the stages whose sources changed (what follows reruns if their outputs change); Snakemake
+    plans them and every job reading what they write (`declared_reruns`)."""
     with source_edited(first_run, module):
         snakemake_plan, dvc_plan = plans(first_run)
-    assert set(snakemake_plan) == stages and dvc_plan == stages
+    smoke = read_raw(first_run / "params.yaml")
+    written = frozenset(path for stage in jobs.stages(smoke) if stage.name in stages for path in stage.job_outputs())
+    following = set(per_stage(declared_reruns(smoke, smoke, written)))
+    assert set(snakemake_plan) == stages | following and dvc_plan == stages
     assert planned_jobs(first_run) == {}
 
 
@@ -799,8 +804,8 @@ def reran_by_dvc(out: str) -> set[str]:
 def after_recipe_change(first_run) -> dict:
     """What each orchestrator plans for a change of one recipe's learning rate (the file then restored): Snakemake
     its jobs, DVC the stages whose own parameters changed and, from its graph, what `dvc repro` reruns after them.
-    Then a change of the teacher's learning rate, which DVC reruns (a training and what follows it: 8 stages where a
-    recipe's change reruns 28) and Snakemake catches up with."""
+    Then a change of the teacher's learning rate, which DVC reruns (a training and what follows it, far fewer jobs
+    than a recipe's change reruns) and Snakemake catches up with."""
     raw = yaml.safe_load((first_run / "params.yaml").read_text())
     recipe_changed = copy.deepcopy(raw)
     recipe_changed["recipes"]["huginn"]["train"]["learning_rate"] = 0.002
@@ -851,9 +856,10 @@ def test_mlflow_holds_dvc_s_parent_run_with_a_nested_run_per_stage_it_reran(firs
                  key=lambda r: r.info.start_time)
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     distill = read_raw(ROOT / "configs/smoke.yaml")["distill"]
-    per_teacher = ["train", "phases", "phase_figures", *["distill"] * len(distill["blocks"] + distill["curve_blocks"])]
+    per_teacher = ["train", "training_figures", "phases", "phase_figures",
+                   *["distill"] * len(distill["blocks"] + distill["curve_blocks"])]
     assert sorted(r.data.tags["stage"] for r in children) == sorted(
-        [*per_teacher, "surrogates", "surrogate_figures", "claims"])
+        [*per_teacher, "surrogates", "surrogate_figures", "claims", "claims_page"])
     assert {r.data.tags["recipe"] for r in children if r.data.tags["stage"] in per_teacher} == {"plain"}
     assert parent.info.status == "FINISHED"
     assert all(r.info.status == "FINISHED" and {"stage", "git_commit", "params_hash"} <= set(r.data.tags)
@@ -878,13 +884,13 @@ def test_mlflow_holds_parent_and_nested_runs(first_run):
     smoke = read_raw(ROOT / "configs/smoke.yaml")  # the copy's own overlay would read the resolved set as its base
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
-    per_run = ["train", *["measure", "precision", "spectrum", "lens"] * n_checkpoints, "beyond",
+    per_run = ["train", "training_figures", *["measure", "precision", "spectrum", "lens"] * n_checkpoints, "beyond",
                *["sweep"] * n_strategies, "latency"]
     gathering = ["geometry", "geometry_figures", "precision_figures", "mechanism_figures", "tradeoff", "exit_figures",
-                 "surrogates", "surrogate_figures", "claims"]
+                 "surrogates", "surrogate_figures", "claims", "claims_page"]
     sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
     distilled = len(smoke["distill"]["blocks"]) + len(smoke["distill"]["curve_blocks"])  # distill_curve's tag: distill
-    per_teacher = ["train", "phases", "phase_figures", *["distill"] * distilled]
+    per_teacher = ["train", "training_figures", "phases", "phase_figures", *["distill"] * distilled]
     stages = sorted(r.data.tags["stage"] for r in snakemake_children)
     assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering,
                              *["sample", "sampler_figures"] * len(sampled),
@@ -901,8 +907,11 @@ def test_mlflow_holds_parent_and_nested_runs(first_run):
     assert [m.step for m in curve] == list(range(1, smoke["train"]["steps"] + 1))
     sent = {m.step: m.timestamp for m in curve}  # while training: the first evaluation's points before the last
     assert sent[smoke["train"]["eval_every"]] < sent[smoke["train"]["steps"]]
-    for child in snakemake_children:  # every stage but the figures' logs the parameter sections it reads
-        assert bool(child.data.params) != child.data.tags["stage"].endswith("figures"), child.data.tags["stage"]
+    drawing = {name for name, entry in dependencies.declaration().items()  # figures and pages, no numbers
+               if all(path.endswith((".png", ".html")) for path in dependencies.output_paths(entry))}
+    assert {"geometry_figures", "claims_page"} <= drawing and "claims" not in drawing  # the premise
+    for child in snakemake_children:  # every stage but those drawing logs the parameter sections it reads
+        assert bool(child.data.params) != (child.data.tags["stage"] in drawing), child.data.tags["stage"]
     assert train.data.params["train.learning_rate"] == "0.003"
     assert "final/val_loss" in train.data.metrics
     artifacts = {a.path for a in client.list_artifacts(train.info.run_id)}

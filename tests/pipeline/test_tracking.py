@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 import mlflow
-import mlflow.pytorch
+import mlflow.pyfunc
 import numpy as np
 import pytest
+import torch
 from workspace import smoke_params
 
 from twoscale.__main__ import main
@@ -27,7 +28,7 @@ from twoscale.config.errors import TwoscaleError
 from twoscale.config.parameter_files import load_params
 from twoscale.config.params import params_hash
 from twoscale.pipeline.observers import mlflow_store, tracking
-from twoscale.training.trainer import read_checkpoint
+from twoscale.training.trainer import load_model, read_checkpoint
 
 
 @pytest.fixture
@@ -194,9 +195,22 @@ def test_a_training_run_records_its_machine_use_its_corpus_as_a_dataset_and_its_
     assert client(store).search_logged_models([tracking.ensure_store()],
                                               filter_string=f"source_run_id = '{train.info.run_id}'")
     assert version.tags == {"recipe": "paper", "seed": "1337", "step": "10"}
-    registered = mlflow.pytorch.load_model(f"models:/twoscale-paper/{version.version}")
+    served = mlflow.pyfunc.load_model(f"models:/twoscale-paper/{version.version}")
     final = read_checkpoint(store / "out/checkpoints/step_10.pt")["model"]
-    assert all(registered.state_dict()[key].equal(value) for key, value in final.items())
+    assert all(served.unwrap_python_model().model.state_dict()[key].equal(value) for key, value in final.items())
+    model, _ = load_model(store / "out/checkpoints/step_10.pt")  # the checkpoint, read by the trainer's loader
+    vocabulary = model.config.vocab_size
+    signature = served.metadata.signature
+    assert [(spec.name, spec.type, spec.shape) for spec in signature.inputs.inputs] == [
+        (None, np.dtype("int64"), (-1, -1))]  # token ids
+    assert signature.outputs.inputs[0].shape == (-1, -1, vocabulary)
+    assert [(param.name, param.default) for param in signature.params.params] == [("loops", 1)]
+    ids = np.array([[5, 17, 42, 99], [1, 2, 3, 4]], dtype=np.int64)
+    with torch.no_grad():
+        for loops in (1, 3):
+            expected = model(torch.as_tensor(ids), [loops] * model.n_groups).logits.float().numpy()
+            np.testing.assert_allclose(served.predict(ids, params={"loops": loops}), expected, rtol=1e-5, atol=1e-5)
+    assert served.predict(ids).shape == (2, 4, vocabulary)
 
 
 JOB_LOGGING_THE_CORPUS = """

@@ -556,7 +556,7 @@ def test_killed_training_resumes_and_ends_with_the_same_weights(tmp_path):
 
 
 def test_a_training_whose_tracking_fails_leaves_no_output_and_keeps_what_it_trained(tmp_path, monkeypatch):
-    import mlflow.pytorch
+    from mlflow.models import Model
 
     write_data_dir(tmp_path / "data")
     write_params(tmp_path / "params.yaml", steps=20, checkpoint_steps=[10, 20])
@@ -570,7 +570,7 @@ def test_a_training_whose_tracking_fails_leaves_no_output_and_keeps_what_it_trai
         raise TwoscaleError("the tracking store went away")
 
     with monkeypatch.context() as patched:  # the model is logged last, after every output was written
-        patched.setattr(mlflow.pytorch, "log_model", store_gone)
+        patched.setattr(Model, "log", store_gone)
         assert main(argv) == 2
     assert not (tmp_path / "out").exists()  # no metrics.json, history or checkpoint that looks finished
     assert sorted(path.name for path in (tmp_path / "resume").rglob("step_*.pt")) == ["step_10.pt", "step_20.pt"]

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+import mlflow.pyfunc
+import numpy as np
 import psutil
 from mlflow.entities import DatasetInput, InputTag, Metric
+from mlflow.models import Model
 
 from twoscale.config.errors import TwoscaleError, first_line
 from twoscale.pipeline.observers import run_names
@@ -217,18 +220,55 @@ class Store:
 
     def log_model(self, run_id: str, model_file: str, registered_name: str, tags: dict[str, str],
                   pip_requirements: list[str]) -> None:
-        """The PyTorch model pickled whole in `model_file`, logged to the run and registered as a version of
-        `registered_name` tagged with `tags`."""
-        import mlflow.pytorch
+        """The PyTorch model pickled whole in `model_file`, logged to the run as a `LoopedLanguageModel` with its
+        signature and an input example, and registered as a version of `registered_name` tagged with `tags`."""
         import torch
 
         model = torch.load(model_file, weights_only=False)
         # the model logger and the registry take the process's store, and the logged model its active experiment
         mlflow.set_tracking_uri(self.uri)
         mlflow.set_experiment(experiment_id=self.experiment_id())
-        logged = mlflow.pytorch.log_model(model, name="model", serialization_format="pickle",
-                                          pip_requirements=pip_requirements, run_id=run_id)
+        logged = Model.log(None, name="model", flavor=mlflow.pyfunc, python_model=LoopedLanguageModel(model),
+                           signature=LoopedLanguageModel.signature(model.config.vocab_size),
+                           input_example=(INPUT_EXAMPLE, {"loops": DEFAULT_LOOPS}),
+                           pip_requirements=pip_requirements, run_id=run_id)  # pyfunc's log_model takes no run
         mlflow.register_model(logged.model_uri, registered_name, tags=tags)
+
+
+INPUT_EXAMPLE = np.arange(8, dtype=np.int64)[None]  # one sequence of eight token ids
+DEFAULT_LOOPS = 1  # each looped group applied once: the plain forward pass, no depth chosen for the caller
+
+
+class LoopedLanguageModel(mlflow.pyfunc.PythonModel):
+    """A trained looped GPT as MLflow serves it: token ids (batch, sequence) in, next-token logits (batch, sequence,
+    vocabulary) out, every looped group applied `loops` times (a parameter of the call; a plain GPT has none to
+    apply). Its `model` is the PyTorch module itself."""
+
+    # the signature is given whole (type hints on `predict` could say neither the logits' shape nor the loops
+    # parameter), so MLflow's checks from type hints, and its warning asking for them, are left out
+    _skip_type_hint_validation = True
+
+    def __init__(self, model):
+        self.model = model
+
+    @staticmethod
+    def signature(vocab_size: int):
+        from mlflow.models import ModelSignature
+        from mlflow.types import ParamSchema, ParamSpec, Schema, TensorSpec
+
+        return ModelSignature(inputs=Schema([TensorSpec(np.dtype(np.int64), (-1, -1))]),
+                              outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, -1, vocab_size), "logits")]),
+                              params=ParamSchema([ParamSpec("loops", "long", DEFAULT_LOOPS)]))
+
+    def predict(self, context, model_input, params: dict | None = None) -> np.ndarray:
+        import torch
+
+        loops = int((params or {}).get("loops", DEFAULT_LOOPS))
+        ids = torch.as_tensor(np.asarray(model_input), dtype=torch.long)
+        self.model.eval()
+        with torch.no_grad():
+            logits = self.model(ids, [loops] * self.model.n_groups).logits
+        return logits.float().numpy()
 
 
 _LOCAL: dict[tuple[str, Path], Store] = {}
