@@ -97,9 +97,10 @@ def draw(rows: list[dict], path: Path) -> None:
             ax.xaxis.set_major_formatter(ScalarFormatter())
             ax.xaxis.set_minor_formatter(NullFormatter())
             for row, x in zip(rows, cost, strict=True):
-                right = x == max(cost)  # the rightmost names stand left of their points, inside the axes
-                ax.annotate(row["candidate"], (x, row[column]), fontsize=7, xytext=(-3 if right else 3, 3),
-                            textcoords="offset points", ha="right" if right else "left")
+                right = x > max(cost) / 1.25  # names near the right edge stand left of their points, inside the
+                # axes, the rightmost higher than the rest, clear of a neighbour's name
+                ax.annotate(row["candidate"], (x, row[column]), fontsize=7, textcoords="offset points",
+                            xytext=(-3 if right else 3, 12 if x == max(cost) else 3), ha="right" if right else "left")
         suptitle(fig, "The depth screen: does looping change the answer? (dashed: the criterion's lines)")
         save_figure(fig, path)
 
