@@ -119,12 +119,12 @@ def compare(before_run: Path, after_run: Path) -> dict[str, dict[str, str]]:
         explained = kinds["clock"].keys() | kinds["follows"].keys()
         for name, keys in list(unexplained.items()):
             kind = None
-            if f"/{RECORDS}/" in name:  # a record: its output's hash and size, its inputs' hashes
+            if f"/{RECORDS}/" in name:  # a record: its output's hash and size, its inputs' hashes, its digest
                 output = output_of(name)
                 input_keys = [key for key in keys if key.startswith("inputs.")]
                 inputs = {posixpath.normpath(posixpath.join(posixpath.dirname(output), key.removeprefix("inputs.")))
                           for key in input_keys}
-                own = set(keys) - set(input_keys)
+                own = set(keys) - set(input_keys) - {"digest"}
                 if own <= {"sha256", "size"} and inputs <= explained and (not own or output in explained):
                     kind = "follows" if output in kinds["follows"] else "clock"
             elif inputs_of(before_run, name) & explained:

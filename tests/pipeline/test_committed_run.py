@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from dvc.utils.serialize._yaml import parse_yaml
+from records import digested
 from workspace import ROOT, copy_repository, run
 
 from twoscale.config.errors import TwoscaleError
@@ -131,19 +132,19 @@ def test_the_default_run_s_records_get_the_keys_declared_since_and_keep_the_rest
     older = {"stage": "measure", "job": {"recipe": "paper", "seed": 1337}, "sha256": "ab" * 32, "size": 5,
              "inputs": {}, "params": {**{key: value for key, value in declared.items() if key != "train.steps"},
                                       "measure.retired": 1}}
-    write_json(default, older)
+    write_json(default, digested(older))
     archived = tmp_path / f"results/gpu/{RECORDS}/claims.md.json"
-    write_json(archived, {**older, "stage": "claims", "job": {}, "params": {}})
+    write_json(archived, digested({**older, "stage": "claims", "job": {}, "params": {}}))
     before = archived.read_bytes()
 
     assert record_declared_keys(tmp_path, config) == [default]
-    assert json.loads(default.read_text()) == {**older, "params": declared}  # measure.retired left out
+    assert json.loads(default.read_text()) == digested({**older, "params": declared})  # measure.retired left out
     assert archived.read_bytes() == before
     assert record_declared_keys(tmp_path, config) == []  # nothing left to add
 
     other = {**older, "params": {**{key: value for key, value in declared.items() if key != "train.steps"},
                                  "measure.max_loops": declared["measure.max_loops"] + 1}}
-    write_json(default, other)
+    write_json(default, digested(other))
     written = default.read_bytes()
     with pytest.raises(TwoscaleError, match=r"records measure\.max_loops other than params\.yaml holds.*train\.steps"):
         record_declared_keys(tmp_path, config)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+from records import digested
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts/compare_runs.py"
 
@@ -21,9 +22,9 @@ def write_output(path: Path, content: bytes, stage: str, inputs: dict[str, str] 
     path.write_bytes(content)
     record = path.parent / ".built" / f"{path.name}.json"
     record.parent.mkdir(exist_ok=True)
-    record.write_text(json.dumps({"stage": stage, "job": {}, "params": {},
-                                  "sha256": hashlib.sha256(content).hexdigest(),
-                                  "size": len(content), "inputs": inputs or {}}))
+    fields = {"stage": stage, "job": {}, "params": {}, "sha256": hashlib.sha256(content).hexdigest(),
+              "size": len(content), "inputs": inputs or {}}
+    record.write_text(json.dumps(digested(fields)))
 
 
 def parquet(**columns) -> bytes:
@@ -60,7 +61,7 @@ def test_clock_readings_explain_what_is_built_from_them_and_nothing_else(tmp_pat
     assert "  clock     results/train/history.parquet: seconds" in lines
     assert "  follows   results/sweep/summary.csv: best" in lines
     assert "  otherwise results/train/model.pt: bytes" in lines
-    assert "  otherwise results/train/.built/model.pt.json: sha256, size" in lines
+    assert "  otherwise results/train/.built/model.pt.json: digest, sha256, size" in lines
     assert lines[-1].endswith("--forcerun tradeoff --allowed-rules tradeoff")
 
 

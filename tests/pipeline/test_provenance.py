@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from records import digest_by_hand, digested
 
 from twoscale.config.errors import TwoscaleError
 from twoscale.config.io import outputs_land_together, write_text
@@ -86,6 +87,7 @@ def test_an_output_lands_with_its_record(tmp_path, config):
     assert record["params"] == {"runtime.device": config["runtime"]["device"], "train.steps": config["train"]["steps"],
                                 **{f"measure.{key}": config["measure"][key] for key in measure}}
     assert record["inputs"] == {"../../../../in.pt": "ab" * 32}  # from the output's folder, whatever the cwd
+    assert record["digest"] == digest_by_hand(record)
 
 
 def test_a_landed_output_is_not_hashed_again_when_read(tmp_path, config, monkeypatch):
@@ -278,8 +280,27 @@ def test_records_that_say_a_file_was_built_from_itself_are_one_line(tmp_path, co
     output = measured(tmp_path, config)
     record = json.loads(record_path(output).read_text())
     record["inputs"] = {"geometry.parquet": record["sha256"]}
-    record_path(output).write_text(json.dumps(record))
+    record_path(output).write_text(json.dumps(digested(record)))
     with pytest.raises(TwoscaleError, match="built from itself"):
+        check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
+
+
+@pytest.mark.parametrize("edit", ["parameter", "hash", "digest removed"])
+def test_a_record_edited_by_hand_is_refused_in_one_line(tmp_path, config, edit):
+    """The issue's probe: measure.n_sequences edited in a record, so that a job built with other values passes for
+    one of the parameters in force; likewise a hash put in to match an edited file, or the digest taken out."""
+    output = measured(tmp_path, config)
+    record = json.loads(record_path(output).read_text())
+    if edit == "parameter":
+        record["params"]["measure.n_sequences"] += 1
+    elif edit == "hash":
+        output.write_text("edited rows\n")
+        record["sha256"], record["size"] = hashlib.sha256(b"edited rows\n").hexdigest(), 12
+    else:
+        del record["digest"]
+    record_path(output).write_text(json.dumps(record))
+    with pytest.raises(TwoscaleError, match=r"^\S+/\.built/geometry\.parquet\.json: a build record that does not "
+                                            r"match its digest .*: remove it and rebuild what it describes$"):
         check_inputs(Job("geometry", {}), geometry_args(tmp_path), config, Path("p.yaml"))
 
 

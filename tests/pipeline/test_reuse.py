@@ -5,6 +5,7 @@ the data stages', written by hand with their records, as a stage writes them."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -58,12 +59,30 @@ def test_a_job_of_other_parameter_values_is_not_taken(corpus, config):
     assert shared_jobs(config, SOURCE, other, TARGET, Path("other.yaml")) == []
 
 
-@pytest.mark.parametrize("damage", ["missing", "changed", "unrecorded"])
+@pytest.mark.parametrize("damage", ["missing", "changed", "changed, its hash cache rewritten", "unrecorded"])
 def test_a_job_is_taken_whole_or_not_at_all(corpus, config, damage):
     if damage == "missing":
         corpus[1].unlink()
-    elif damage == "changed":
+    elif damage.startswith("changed"):
+        cache = record_path(corpus[1]).with_suffix(".stat")
+        cached = cache.read_text().split()
         corpus[1].write_text("edited after it was built\n")
+        if damage.endswith("rewritten"):  # the new file's stamp with the old hash and signature: not this user's
+            found = corpus[1].stat()
+            stamp = [found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns]
+            cache.write_text(" ".join(map(str, [*stamp, *cached[-2:]])))
     else:
         record_path(corpus[1]).unlink()
     assert shared_jobs(config, SOURCE, config, TARGET, Path("more.yaml")) == []
+
+
+def test_a_job_whose_records_were_edited_to_the_target_s_values_is_not_taken(corpus, config):
+    """A job built with one value whose records are edited by hand to say the target set's (their digests left as
+    they were): reuse would take it for the target's job, but the records no longer match their digests."""
+    other = copy.deepcopy(config)
+    other["data"]["max_chars"] += 1
+    for output in corpus:
+        record = json.loads(record_path(output).read_text())
+        record["params"]["data"]["max_chars"] += 1
+        record_path(output).write_text(json.dumps(record))
+    assert shared_jobs(config, SOURCE, other, TARGET, Path("other.yaml")) == []

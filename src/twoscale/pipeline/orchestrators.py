@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import os
 import re
 import shlex
@@ -37,7 +36,15 @@ from twoscale.config.io import atomic_path, finite_or_null, interrupted, write_j
 from twoscale.config.parameter_files import changed_keys, is_overlay, parse_yaml, resolved_from, shown_keys
 from twoscale.config.params import HASH_CHARS, ParamsError
 from twoscale.pipeline.declaration.jobs import stages
-from twoscale.pipeline.records.provenance import RECORDS, BuildCheck, Job, Record, record_path
+from twoscale.pipeline.records.provenance import (
+    RECORDS,
+    BuildCheck,
+    Job,
+    Record,
+    digested_fields,
+    record_path,
+    with_digest,
+)
 
 WRITTEN = ("data", "results")  # what the pipeline writes
 SNAPSHOTS = Path(".snakemake/twoscale/params")
@@ -303,11 +310,11 @@ def record_declared_keys(root: Path, config: dict[str, Any]) -> list[Path]:
     The records changed."""
     updates = {}
     for path in default_run_records(root, config):
-        raw = json.loads(path.read_text())
+        raw = digested_fields(path)
         declared = finite_or_null(Job(raw["stage"], raw["job"]).params(config) or {})
         params = _with_keys_declared_since(str(path.relative_to(root)), raw["params"], declared)
         if params != raw["params"]:
-            updates[path] = {**raw, "params": params}
+            updates[path] = with_digest({**raw, "params": params})
     for path, raw in updates.items():
         write_json(path, raw)
     return list(updates)

@@ -3,7 +3,9 @@
 Every output a stage writes gets a build record beside it, `<folder>/.built/<name>.json`, landing with it: the
 pipeline stage and job that wrote it (recipe, seed, strategy, blocks), the values of that job's parameter keys
 (`dependencies.param_values`, what Snakemake and DVC compare to rerun a job), the output's content
-hash and size, and the content hashes of the inputs the job read. A record holds nothing else, so an output rebuilt
+hash and size, the content hashes of the inputs the job read, and a digest of all of these (`record_digest`), so
+that a record edited by hand (a parameter value, a hash) no longer matches itself and is refused. The digest is not
+a signature: it catches an edit, not a forger who recomputes it. A record holds nothing else, so an output rebuilt
 byte for byte from the same inputs gets the same record (DVC hashes the records of the folders it tracks). Beside
 it, `<name>.stat` (ignored by git and DVC) caches the file's hash for its size, mtime, inode and ctime, so that a
 file is hashed again only when it may have changed on disk; the cache is signed with a key of this user's
@@ -166,6 +168,32 @@ def job_of(module: str, args: argparse.Namespace, config: dict[str, Any]) -> Job
                 Job(stages[0], keys) if stages else None)
 
 
+def record_digest(fields: dict[str, Any]) -> str:
+    """The sha256 of a build record's fields (its digest aside) as canonical JSON, infinities as null."""
+    canonical = json.dumps(finite_or_null(fields), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def with_digest(fields: dict[str, Any]) -> dict[str, Any]:
+    """A build record's fields with their digest (one they held replaced): what is written."""
+    fields = {key: value for key, value in fields.items() if key != "digest"}
+    return {**fields, "digest": record_digest(fields)}
+
+
+def digested_fields(path: Path) -> dict[str, Any]:
+    """A build record's fields, its digest taken off once it matches them (TwoscaleError in one line otherwise);
+    FileNotFoundError where there is none."""
+    return _digest_checked(path, json.loads(path.read_text()))
+
+
+def _digest_checked(path: Path, raw: Any) -> dict[str, Any]:
+    fields = {key: value for key, value in raw.items() if key != "digest"} if isinstance(raw, dict) else raw
+    if not isinstance(raw, dict) or raw.get("digest") != record_digest(fields):
+        raise TwoscaleError(f"{path}: a build record that does not match its digest (edited by hand, or written "
+                            f"before records carried one): remove it and rebuild what it describes")
+    return fields
+
+
 @dataclass(frozen=True)
 class Record:
     job: Job
@@ -186,6 +214,7 @@ class Record:
             record = None
         if record is None or not record._well_formed():
             raise TwoscaleError(f"{path}: not a readable build record (remove it and rebuild {output})")
+        _digest_checked(path, raw)
         return record
 
     def _well_formed(self) -> bool:
@@ -417,8 +446,7 @@ def write_records(outputs: dict[Path, Path], job: Job, config: dict[str, Any], i
         # the inputs relative to the output's folder: found again from any working directory
         sources = {os.path.relpath(os.path.abspath(source), output.parent): built_from
                    for source, built_from in inputs.items()}
-        write_json(record_path(output), {
-            "stage": job.stage, "job": job.keys, "params": params, "sha256": digest, "size": found.st_size,
-            "inputs": sources,
-        })
+        fields = {"stage": job.stage, "job": job.keys, "params": params, "sha256": digest, "size": found.st_size,
+                  "inputs": sources}
+        write_json(record_path(output), with_digest(fields))
         once_landed(lambda output=output, digest=digest: _cache_hash(output, output.stat(), digest))
