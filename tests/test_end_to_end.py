@@ -854,7 +854,7 @@ def test_mlflow_holds_dvc_s_parent_run_with_a_nested_run_per_stage_it_reran(firs
     runs = client.search_runs([client.get_experiment_by_name("twoscale").experiment_id])
     parent = min((r for r in runs if "mlflow.parentRunId" not in r.data.tags and r.data.tags["orchestrator"] == "dvc"),
                  key=lambda r: r.info.start_time)
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    children = jobs_of(runs, parent.info.run_id)
     distill = read_raw(ROOT / "configs/smoke.yaml")["distill"]
     per_teacher = ["train", "training_figures", "phases", "phase_figures",
                    *["distill"] * len(distill["blocks"] + distill["curve_blocks"])]
@@ -866,13 +866,24 @@ def test_mlflow_holds_dvc_s_parent_run_with_a_nested_run_per_stage_it_reran(firs
                for r in children)
 
 
+def jobs_of(runs: list, invocation: str) -> list:
+    """The stage jobs' runs of one invocation, each nested under the invocation's run of its stage, which is named
+    by the stage and ended with the invocation."""
+    groups = {r.info.run_id: r for r in runs if r.data.tags.get("mlflow.parentRunId") == invocation}
+    assert all(r.info.status == "FINISHED" and "stage" not in r.data.tags for r in groups.values())
+    jobs = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in groups]
+    assert all(groups[r.data.tags["mlflow.parentRunId"]].info.run_name == r.data.tags["stage"] for r in jobs)
+    assert {r.data.tags["stage"] for r in jobs} == {r.info.run_name for r in groups.values()}  # none left empty
+    return jobs
+
+
 def test_mlflow_holds_parent_and_nested_runs(first_run):
     mlflow.set_tracking_uri(f"sqlite:///{first_run / 'mlflow.db'}")
     client = mlflow.MlflowClient()
     experiment = client.get_experiment_by_name("twoscale")
     runs = client.search_runs([experiment.experiment_id])
     parents = {r.info.run_id: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    children = [r for r in runs if "stage" in r.data.tags]  # the jobs' runs, not their stages' runs
     # each orchestrator's first invocation (Snakemake ran again to rebuild outputs byte for byte)
     by_orchestrator = {r.data.tags["orchestrator"]: r
                        for r in sorted(parents.values(), key=lambda r: r.info.start_time, reverse=True)}
@@ -880,7 +891,7 @@ def test_mlflow_holds_parent_and_nested_runs(first_run):
     assert all(r.info.status == "FINISHED" for r in runs)
 
     snakemake_run = by_orchestrator["snakemake"].info.run_id
-    snakemake_children = [r for r in children if r.data.tags["mlflow.parentRunId"] == snakemake_run]
+    snakemake_children = jobs_of(runs, snakemake_run)
     smoke = read_raw(ROOT / "configs/smoke.yaml")  # the copy's own overlay would read the resolved set as its base
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])

@@ -92,7 +92,6 @@ def setup_logging(log_file: Path | None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", handlers=handlers, force=True)
     for noisy in ("mlflow", "alembic", "urllib3", "git", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    logging.getLogger("mlflow.pytorch").setLevel(logging.ERROR)  # the pickle-format notice: our own model class
 
 
 def usage_line() -> str:
@@ -197,7 +196,6 @@ def run_stage(args: argparse.Namespace) -> int:
         tracking.outputs_not_landed("KILLED")
         print(f"twoscale {args.stage}: stopped (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
-    tracking.outputs_landed()
     job_line(args, f"done in {took(time.monotonic() - started)}")
     return 0
 

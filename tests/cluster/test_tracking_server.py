@@ -4,6 +4,7 @@ it runs changes nothing; it binds the address asked for (MLFLOW_HOST), for the n
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -75,7 +76,9 @@ def store(request, tmp_path, monkeypatch) -> str:
 
 
 def run_jobs(parent: str, folder: Path) -> list[subprocess.CompletedProcess]:
-    env = {**os.environ, tracking.PARENT_ENV: parent}
+    """The jobs started at once, as Snakemake starts them: under its invocation's run and its stage runs."""
+    groups = json.dumps(tracking.start_stage_groups(parent, ["train"]))
+    env = {**os.environ, tracking.PARENT_ENV: parent, tracking.STAGE_GROUPS_ENV: groups}
     jobs = [subprocess.Popen([sys.executable, "-c", STAGE_JOB, str(job), str(folder)],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for job in range(JOBS)]
@@ -101,10 +104,12 @@ def test_parallel_stage_jobs_each_leave_one_finished_nested_run(store, tmp_path)
     assert not failed, f"{len(failed)} of {JOBS} jobs failed; the first one's error:\n{(failed or [''])[0]}"
     client = mlflow.MlflowClient(tracking_uri=store)
     experiment = client.get_experiment_by_name(run_names.EXPERIMENT)
-    runs = [run for run in client.search_runs([experiment.experiment_id])
-            if parent in (run.info.run_id, run.data.tags.get("mlflow.parentRunId"))]
-    nested = [run for run in runs if run.data.tags.get("mlflow.parentRunId") == parent]
-    assert len(runs) == JOBS + 1
+    everything = client.search_runs([experiment.experiment_id])
+    groups = [run for run in everything if run.data.tags.get("mlflow.parentRunId") == parent]
+    assert [run.info.run_name for run in groups] == ["train"]  # one run of the stage, whatever ran at once
+    nested = [run for run in everything if run.data.tags.get("mlflow.parentRunId") == groups[0].info.run_id]
+    runs = [client.get_run(parent), *groups, *nested]
+    assert len(nested) == JOBS
     assert sorted(int(run.data.tags["seed"]) for run in nested) == list(range(JOBS))
     assert {run.info.status for run in runs} == {"FINISHED"}
     for run in nested:

@@ -25,6 +25,7 @@ from workspace import smoke_params
 
 from twoscale.__main__ import main
 from twoscale.config.errors import TwoscaleError
+from twoscale.config.io import outputs_land_together, write_text
 from twoscale.config.parameter_files import load_params
 from twoscale.config.params import params_hash
 from twoscale.pipeline.observers import mlflow_store, tracking
@@ -113,6 +114,9 @@ def test_a_stage_job_stopped_by_sigterm_ends_its_run_killed(store):
 
 
 def test_a_stage_run_is_named_by_its_tags_and_also_tagged_with_its_origin(store):
+    """...and described by what its stage does (the stage module's docstring), which the MLflow UI shows."""
+    import twoscale.stages.measure  # noqa: F401  (a stage job has its module loaded)
+
     origin = {"precision": "float64", "machine": "Test CPU, 2 CPUs", "torch": "2.13.0"}
     with tracking.stage_run("measure", {}, {"recipe": "huginn", "seed": "1"}, origin) as run:
         run_id = run.run_id
@@ -120,6 +124,7 @@ def test_a_stage_run_is_named_by_its_tags_and_also_tagged_with_its_origin(store)
     assert logged.info.run_name == "measure recipe=huginn seed=1"
     assert {key: logged.data.tags[key] for key in origin} == origin
     assert logged.data.tags["recipe"] == "huginn" and logged.data.tags["stage"] == "measure"
+    assert logged.data.tags["mlflow.note.content"].startswith("Stage `measure`: the geometry of the loop iterates")
 
 
 def test_a_stage_run_logs_the_parameter_sections_it_is_given_flat_and_tags_their_hash(store, tmp_path):
@@ -424,15 +429,91 @@ def test_a_long_error_is_cut_at_a_word_and_says_so():
     assert first_line(RuntimeError()) == "RuntimeError"
 
 
-def test_a_stage_run_whose_outputs_did_not_land_is_not_left_finished(store):
-    """The stage's work ended (its run FINISHED), then its outputs did not land (the parameter file changed under
-    it, a write failed, a stop while landing): the run says so."""
-    with tracking.stage_run("measure", {}) as landed:
-        pass
-    tracking.outputs_landed()
-    with tracking.stage_run("measure", {}) as refused:
-        pass
-    assert client(store).get_run(refused.run_id).info.status == "FINISHED"
+def test_a_stage_run_is_finished_once_its_outputs_have_landed_and_not_if_they_do_not(store, tmp_path):
+    """The stage's work ends, then its outputs land: the run is FINISHED only then. Where they do not land (the
+    parameter file changed under it, a write failed, a stop while landing) the run says so."""
+    with outputs_land_together():
+        with tracking.stage_run("measure", {}) as landed:
+            write_text(tmp_path / "landed.txt", "landed\n")
+        assert client(store).get_run(landed.run_id).info.status == "RUNNING"  # its output waits
+    assert client(store).get_run(landed.run_id).info.status == "FINISHED"
+    with pytest.raises(TwoscaleError), outputs_land_together():
+        with tracking.stage_run("measure", {}) as refused:
+            write_text(tmp_path / "refused.txt", "refused\n")
+        raise TwoscaleError("params.yaml changed while the stage ran")
     tracking.outputs_not_landed("FAILED")
     assert client(store).get_run(refused.run_id).info.status == "FAILED"
     assert client(store).get_run(landed.run_id).info.status == "FINISHED"
+    assert not (tmp_path / "refused.txt").exists()
+
+
+STAGE_KILLED_WHILE_LANDING = """
+import os, signal, sys
+import mlflow  # its own store, not the shared writer's
+from twoscale.config.io import outputs_land_together, write_text
+from twoscale.pipeline.observers import tracking
+with outputs_land_together(lambda waiting: os.kill(os.getpid(), signal.SIGKILL)):
+    with tracking.stage_run("measure", {}) as run:
+        print(run.run_id, flush=True)
+        write_text(sys.argv[1], "never lands")
+"""
+
+
+def test_a_stage_killed_outright_while_its_outputs_land_is_not_left_finished(store, tmp_path):
+    """SIGKILL after the stage's work, as its outputs land: its run was FINISHED before they landed; now it is
+    left open and closed KILLED (here by the next invocation's sweep, as when no writer saw it go)."""
+    env = {**os.environ, "DVC_ROOT": str(store)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop(tracking.PARENT_ENV, None)
+    done = subprocess.run([sys.executable, "-c", STAGE_KILLED_WHILE_LANDING, str(tmp_path / "out.txt")],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == -signal.SIGKILL
+    run_id = done.stdout.strip()
+    assert not (tmp_path / "out.txt").exists()
+    tracking.close_abandoned_runs()
+    assert client(store).get_run(run_id).info.status == "KILLED"
+
+
+def parent_of(store, run_id: str) -> str:
+    return client(store).get_run(run_id).data.tags["mlflow.parentRunId"]
+
+
+def test_snakemake_s_jobs_of_a_stage_are_nested_under_one_run_of_that_stage(store, monkeypatch):
+    """The invocation's run holds a run per stage (made before any job, as Snakemake's onstart does), each stage
+    run its jobs; a stage run no job ran under is removed when the invocation ends, the others end with it."""
+    parent = tracking.start_pipeline_run("snakemake", "snakemake-test")
+    groups = tracking.start_stage_groups(parent, ["claims", "geometry", "measure"])
+    monkeypatch.setenv(tracking.PARENT_ENV, parent)
+    monkeypatch.setenv(tracking.STAGE_GROUPS_ENV, json.dumps(groups))
+    with tracking.stage_run("measure", {}, {"recipe": "paper", "seed": "1"}) as first:
+        pass
+    with tracking.stage_run("measure", {}, {"recipe": "huginn", "seed": "1"}) as second:
+        pass
+    with tracking.stage_run("geometry", {}) as gathered:
+        pass
+    tracking.end_pipeline_run(parent, "FINISHED")
+    assert parent_of(store, first.run_id) == parent_of(store, second.run_id) == groups["measure"]
+    assert parent_of(store, gathered.run_id) == groups["geometry"]
+    measure = client(store).get_run(groups["measure"])
+    assert (measure.info.run_name, parent_of(store, groups["measure"])) == ("measure", parent)
+    assert measure.info.status == "FINISHED" and "stage" not in measure.data.tags  # not among the jobs by stage
+    assert measure.data.tags["mlflow.note.content"].startswith("Stage `measure`: the geometry of the loop iterates")
+    assert client(store).get_run(groups["claims"]).info.lifecycle_stage == "deleted"
+
+
+def test_dvc_s_jobs_of_a_stage_find_the_run_of_that_stage_the_first_one_made(store, monkeypatch):
+    """Under DVC (one job at a time, no orchestrator hook) the first job of a stage makes its run, the next finds
+    it; the invocation's run and the stage's are FINISHED after each job."""
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    monkeypatch.delenv(tracking.STAGE_GROUPS_ENV, raising=False)
+    monkeypatch.setattr(tracking, "_dvc_process", os.getpid)
+    runs = []
+    for seed in ("1", "2"):
+        with tracking.stage_run("distill", {}, {"recipe": "plain", "seed": seed}) as run:
+            runs.append(run.run_id)
+    group = parent_of(store, runs[0])
+    assert parent_of(store, runs[1]) == group
+    stage_run = client(store).get_run(group)
+    assert stage_run.info.run_name == "distill" and stage_run.info.status == "FINISHED"
+    invocation = client(store).get_run(parent_of(store, group))
+    assert invocation.data.tags["orchestrator"] == "dvc" and invocation.info.status == "FINISHED"

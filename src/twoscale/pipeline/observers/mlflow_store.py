@@ -29,8 +29,11 @@ from twoscale.pipeline.observers.run_names import (
     DESCRIPTION_TAG,
     HOST_TAG,
     INVOCATION_TAG,
+    OWNER_TAGS,
+    PARENT_TAG,
     PID_TAG,
     PROCESS_START_TAG,
+    STAGE_GROUP_TAG,
     store_name,
 )
 
@@ -38,10 +41,11 @@ from twoscale.pipeline.observers.run_names import (
 # shows the note as the experiment's description
 EXPERIMENT_TAGS = {
     "mlflow.experimentKind": "custom_model_development",
-    DESCRIPTION_TAG: "The runs of the twoscale workflow: one parent run per pipeline invocation (Snakemake or DVC) "
-                     "and, nested under it, one run per stage job, tagged with its stage and, where it has them, "
-                     "recipe and seed (filter: tags.stage = 'train'). A training logs its curves under train/ and "
-                     "val/, its final numbers under final/, its corpus as a dataset and its model to the registry.",
+    DESCRIPTION_TAG: "The runs of the twoscale workflow: one parent run per pipeline invocation (Snakemake or DVC), "
+                     "nested under it one run per stage, and under that one run per stage job, tagged with its stage "
+                     "and, where it has them, recipe and seed (filter: tags.stage = 'train'). A training logs its "
+                     "curves under train/ and val/, its final numbers under final/, its corpus as a dataset and its "
+                     "model to the registry.",
 }
 DATASET_DIGEST_CHARS = 36  # the most of a dataset's digest an MLflow store keeps
 DATASET_ATTEMPTS = 3
@@ -154,10 +158,37 @@ class Store:
                                         f"'{invocation}'", max_results=1)
         return found[0].info.run_id if found else None
 
+    def stage_group_run(self, parent: str, stage: str, description: str | None) -> str:
+        """The run gathering the jobs of `stage` under the invocation run `parent`: found, or made nested under it
+        (named by the stage, owned by the invocation's process, so that it is closed with it). Made where no two
+        jobs race to make it: by Snakemake before any job starts, by a DVC job (DVC runs one at a time)."""
+        found = self.client.search_runs([self.experiment_id()], filter_string=(
+            f"tags.`{PARENT_TAG}` = '{parent}' and tags.`{STAGE_GROUP_TAG}` = '{stage}'"),
+            order_by=["attributes.start_time ASC"], max_results=1)
+        if found:
+            return found[0].info.run_id
+        owner = {key: value for key, value in self.client.get_run(parent).data.tags.items() if key in OWNER_TAGS}
+        about = {DESCRIPTION_TAG: description} if description else {}
+        return self.client.create_run(self.experiment_id(), run_name=stage, tags={
+            **owner, **about, STAGE_GROUP_TAG: stage, PARENT_TAG: parent, "mlflow.runName": stage}).info.run_id
+
+    def end_stage_groups(self, parent: str, status: str) -> None:
+        """End as `status` the stage runs of the invocation run `parent` still RUNNING, and delete those that no
+        job was nested under (Snakemake makes one per stage before it knows which of them will run)."""
+        groups = self.client.search_runs([self.experiment_id()], filter_string=f"tags.`{PARENT_TAG}` = '{parent}'")
+        for group in groups:
+            if STAGE_GROUP_TAG not in group.data.tags:
+                continue
+            if not self.client.search_runs([self.experiment_id()], max_results=1, filter_string=(
+                    f"tags.`{PARENT_TAG}` = '{group.info.run_id}'")):
+                self.client.delete_run(group.info.run_id)
+            elif group.info.status == "RUNNING":
+                self.client.set_terminated(group.info.run_id, status=status)
+
     def start_run(self, name: str, tags: dict[str, str], parent: str | None, system_metrics: bool) -> str:
         """A run named `name` (nested under `parent`), sampling the machine's use while open with
         `system_metrics`; return its id."""
-        nesting = {"mlflow.parentRunId": parent} if parent else {}
+        nesting = {PARENT_TAG: parent} if parent else {}
         run_id = self.client.create_run(self.experiment_id(), run_name=name,
                                         tags={**tags, **nesting}).info.run_id
         if system_metrics:

@@ -9,6 +9,9 @@ EXPERIMENT = "twoscale"
 INVOCATION_TAG = "twoscale.invocation"
 HOST_TAG, PID_TAG, PROCESS_START_TAG = "twoscale.host", "twoscale.pid", "twoscale.process_start"
 DESCRIPTION_TAG = "mlflow.note.content"  # what the MLflow UI shows as an experiment's or a run's description
+STAGE_GROUP_TAG = "twoscale.stage_group"  # on the run gathering one invocation's jobs of a stage: the stage
+PARENT_TAG = "mlflow.parentRunId"  # what MLflow nests a run under
+OWNER_TAGS = (HOST_TAG, PID_TAG, PROCESS_START_TAG)
 
 
 def is_sqlite(uri: str) -> bool:

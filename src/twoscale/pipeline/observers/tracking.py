@@ -1,18 +1,22 @@
-"""MLflow tracking: one parent run per pipeline invocation, one nested run per stage job.
+"""MLflow tracking: one parent run per pipeline invocation, nested under it a run per stage, and under that a run
+per stage job.
 
 The store is `sqlite:///<root>/mlflow.db` with artifacts in `<root>/mlartifacts` (MLFLOW_TRACKING_URI overrides;
 the root is DVC_ROOT under `dvc exp`, else the working directory, which both orchestrators set to the repo root).
 A tracking server (an http URI) keeps the artifacts where it was told to, so that every node reaches them.
-Snakemake creates the store and the parent run in `onstart` (a new sqlite store hit by parallel jobs fails in its
-migrations) and hands the parent's id to jobs through TWOSCALE_MLFLOW_PARENT_RUN. Under DVC, stages run one after
-another; the first creates the parent run, keyed by the `dvc` process, and the rest find it.
+Snakemake creates the store, the parent run and its stage runs in `onstart` (a new sqlite store hit by parallel
+jobs fails in its migrations; two jobs starting together would make a stage's run twice) and hands their ids to
+jobs through TWOSCALE_MLFLOW_PARENT_RUN and TWOSCALE_MLFLOW_STAGE_RUNS. Under DVC, stages run one after another;
+the first creates the parent run, keyed by the `dvc` process, and the rest find it; a stage's first job makes its
+stage run, the next find it.
 
 A tracking server that does not answer fails a stage or a workflow at its start, within SERVER_TIMEOUT_S seconds,
 in one line naming its URI; later requests give up after a few quick retries (MLflow's own default retries for
 about four minutes). A store that cannot be opened (a corrupt or locked SQLite file) is named in one line too.
 
-Every run carries the host and process that own it. A job that fails or is stopped ends its run FAILED or KILLED;
-a process killed outright cannot, so its writer ends its open runs KILLED when its connection drops, and each new
+Every run carries the host and process that own it. A job ends its run FINISHED once its outputs have landed, and
+FAILED or KILLED when it fails or is stopped, its outputs landing or not; a process killed outright cannot (also
+while its outputs land), so its writer ends its open runs KILLED when its connection drops, and each new
 invocation closes, as KILLED, the runs still RUNNING whose process on this host is gone (never a run of another
 host, which may be alive on a shared tracking server).
 
@@ -26,7 +30,11 @@ itself.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
+import importlib.util
+import json
 import math
 import numbers
 import os
@@ -43,7 +51,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from twoscale.config.errors import Stopped, TwoscaleError
-from twoscale.config.io import waiting_file
+from twoscale.config.io import once_landed, waiting_file
 from twoscale.config.params import DataParams, params_hash
 from twoscale.pipeline.observers.run_names import (
     DESCRIPTION_TAG,
@@ -72,6 +80,7 @@ os.environ.setdefault("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "2")
 
 TRACKING_ENV = "TWOSCALE_TRACKING"  # on (the default) or off
 PARENT_ENV = "TWOSCALE_MLFLOW_PARENT_RUN"
+STAGE_GROUPS_ENV = "TWOSCALE_MLFLOW_STAGE_RUNS"  # the invocation's stage runs by stage, as JSON (Snakemake's)
 ORCHESTRATOR_ENV = "TWOSCALE_ORCHESTRATOR"
 
 
@@ -204,8 +213,8 @@ def start_pipeline_run(orchestrator_name: str, invocation: str, tags: dict[str, 
     """Close the runs abandoned by dead processes of this host, then create the parent run of one pipeline
     invocation, owned by process `pid` (this one by default), and return its id."""
     return store().start_pipeline_run(f"pipeline ({orchestrator_name})", {
-        DESCRIPTION_TAG: f"One invocation of the workflow by {orchestrator_name} ({invocation}): its stage jobs' "
-                         "runs are nested under this one.",
+        DESCRIPTION_TAG: f"One invocation of the workflow by {orchestrator_name} ({invocation}): a run per stage "
+                         "is nested under this one, and each stage job's run under its stage's.",
         INVOCATION_TAG: invocation,
         "orchestrator": orchestrator_name,
         "git_commit": git_commit(),
@@ -215,7 +224,10 @@ def start_pipeline_run(orchestrator_name: str, invocation: str, tags: dict[str, 
 
 
 def end_pipeline_run(run_id: str, status: str) -> None:
-    store().end_run(run_id, status)
+    """End an invocation's run and its stage runs as `status`, deleting the stage runs no job ran under."""
+    tracked = store()
+    tracked.end_stage_groups(run_id, status)
+    tracked.end_run(run_id, status)
 
 
 def _parent_run_id(orchestrator_name: str) -> str | None:
@@ -234,7 +246,7 @@ class StageRun:
 
 
 _open_runs: list[tuple[Any, str]] = []  # this process's stage runs and their stores, innermost last
-_finished_runs: list[tuple[Any, str]] = []  # those it ended FINISHED, whose outputs land only after
+_unlanded_runs: list[tuple[Any, str]] = []  # those whose work is done and whose outputs have yet to land
 
 
 def _current_run() -> tuple[Any, str]:
@@ -337,18 +349,42 @@ def flat_params(sections: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def stage_description(stage: str) -> str | None:
+    """What a stage does: its module's docstring, read from its source (an orchestrator need not import it)."""
+    spec = importlib.util.find_spec(f"twoscale.stages.{stage}")
+    return ast.get_docstring(ast.parse(Path(spec.origin).read_text())) if spec and spec.origin else None
+
+
+def start_stage_groups(parent: str, stages: list[str]) -> dict[str, str]:
+    """Make, under the invocation run `parent`, the run gathering each stage's jobs (before any job starts, so that
+    no two jobs race to make one); their ids by stage, for `STAGE_GROUPS_ENV`."""
+    tracked = store()
+    return {stage: tracked.stage_group_run(parent, stage, stage_description(stage)) for stage in stages}
+
+
+def _stage_group(tracked: Any, parent: str, stage: str) -> str:
+    """The run gathering the invocation's jobs of `stage`: made by the orchestrator (Snakemake), else found or made
+    here (under DVC, one job at a time)."""
+    made = json.loads(os.environ.get(STAGE_GROUPS_ENV) or "{}")
+    return made.get(stage) or tracked.stage_group_run(parent, stage, stage_description(stage))
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str] | None = None,
               origin: dict[str, str] | None = None) -> Iterator[StageRun]:
     """A nested MLflow run for one stage job, under the invocation's parent run when there is one, named by the
-    stage and `tags`, with the parameter `sections` the stage reads ({'measure': params.measure}) as its params
-    and their hash as a tag; `origin` (what computed its numbers: arithmetic, processor, torch) is tagged too. The
-    machine's use is sampled (system/* metrics) while the run is open. It ends FINISHED, FAILED on an error,
-    KILLED when stopped."""
+    stage and `tags`, described by its stage module's docstring, with the parameter `sections` the stage reads
+    ({'measure': params.measure}) as its params and their hash as a tag; `origin` (what computed its numbers:
+    arithmetic, processor, torch) is tagged too. The machine's use is sampled (system/* metrics) while the run is
+    open. It ends FINISHED once the outputs written in it have landed (at once where none wait: `once_landed`),
+    FAILED on an error, KILLED when stopped; a process killed outright before its outputs land leaves it RUNNING,
+    for its writer or the next invocation to close KILLED."""
     tracked = store()
     orchestrator_name = orchestrator()
     parent = _parent_run_id(orchestrator_name)
+    description = stage_description(stage)
     run_tags = {
+        **({DESCRIPTION_TAG: description} if description else {}),
         "stage": stage,
         "orchestrator": orchestrator_name,
         "git_commit": git_commit(),
@@ -358,7 +394,8 @@ def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str
         **(origin or {}),
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
-    run_id = tracked.start_run(name, run_tags, parent, system_metrics=True)
+    group = _stage_group(tracked, parent, stage) if parent else None
+    run_id = tracked.start_run(name, run_tags, group, system_metrics=True)
     _open_runs.append((tracked, run_id))
     status = "FAILED"
     try:
@@ -370,25 +407,28 @@ def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str
         raise
     finally:
         _open_runs.remove((tracked, run_id))
-        tracked.end_run(run_id, status)
         if status == "FINISHED":
-            _finished_runs.append((tracked, run_id))
+            _unlanded_runs.append((tracked, run_id))
+            once_landed(functools.partial(_landed, tracked, run_id))
+        else:
+            tracked.end_run(run_id, status)
     if parent and not os.environ.get(PARENT_ENV):
         # under DVC nobody closes the parent: mark it finished after each stage (the next one reopens it)
+        tracked.end_run(group, "FINISHED")
         tracked.end_run(parent, "FINISHED")
 
 
-def outputs_landed() -> None:
-    """The stage runs this process ended FINISHED gave their outputs: they stay FINISHED."""
-    _finished_runs.clear()
+def _landed(tracked: Any, run_id: str) -> None:
+    _unlanded_runs.remove((tracked, run_id))
+    tracked.end_run(run_id, "FINISHED")
 
 
 def outputs_not_landed(status: str) -> None:
-    """Mark as `status` (FAILED, KILLED) the stage runs this process ended FINISHED: the stage's work was done, but
-    its outputs did not land (refused after the work, a write that failed, a stop while they landed), so the run
-    did not give what it says. Nothing more is said where the store cannot be reached: the stage's own error is
-    the one to read."""
-    while _finished_runs:
-        tracked, run_id = _finished_runs.pop()
+    """End as `status` (FAILED, KILLED) the stage runs of this process whose work was done but whose outputs did
+    not land (refused after the work, a write that failed, a stop while they landed): the run did not give what it
+    would have said. Nothing more is said where the store cannot be reached: the stage's own error is the one to
+    read."""
+    while _unlanded_runs:
+        tracked, run_id = _unlanded_runs.pop()
         with contextlib.suppress(TwoscaleError, OSError):
             tracked.end_run(run_id, status)

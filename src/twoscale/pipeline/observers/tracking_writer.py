@@ -37,8 +37,8 @@ IDLE_S = float(os.environ.get(IDLE_ENV, "60"))  # read by the writer as it start
 START_TIMEOUT_S = 60.0
 CONNECT_ATTEMPTS = 3
 OPERATIONS = frozenset({"experiment_id", "close_abandoned_runs", "start_pipeline_run", "find_pipeline_run",
-                        "start_run", "end_run", "log_metrics", "log_points", "log_params", "set_tags", "log_artifact",
-                        "log_dataset", "log_model"})
+                        "stage_group_run", "end_stage_groups", "start_run", "end_run", "log_metrics", "log_points",
+                        "log_params", "set_tags", "log_artifact", "log_dataset", "log_model"})
 
 
 def writer_files(uri: str, root: Path) -> tuple[Path, Path, Path]:
