@@ -25,7 +25,7 @@ import mlflow
 import polars as pl
 import pytest
 import yaml
-from workspace import ROOT, attempt, copy_repository, environment, run
+from workspace import ROOT, attempt, copy_repository, environment, figure_logs, figure_stages, run
 
 from twoscale.__main__ import main
 from twoscale.config.parameter_files import read_raw
@@ -164,11 +164,9 @@ def test_the_console_shows_each_job_start_and_end_and_its_log_the_rest(first_run
 def test_every_figure_of_the_smoke_run_has_every_text_readable(first_run):
     """save_figure warns of a text that leaves its figure or axes or covers another (report.figures.text_defects):
     no figure stage's log holds such a warning."""
-    logs = sorted(log for log in (first_run / "logs").rglob("*.log")
-                  if log.relative_to(first_run / "logs").parts[0].removesuffix(".log").endswith("_figures"))
+    logs = figure_logs(first_run)
     smoke = read_raw(first_run / "params.yaml")
-    drawing = sum(len(stage.jobs()) for stage in jobs.stages(smoke) if any(path.endswith(".png")
-                                                                          for path in stage.outputs))
+    drawing = sum(len(stage.jobs()) for stage in jobs.stages(smoke) if stage.name in figure_stages())
     assert len(logs) == drawing  # the premise: every job that draws a figure drew, and logged
     assert [line for log in logs for line in log.read_text().splitlines() if UNREADABLE in line] == []
 

@@ -82,3 +82,18 @@ def copy_repository(dest: Path, params: Path) -> Path:
     run(["git", "add", "-A"], dest)
     run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-qm", "copy"], dest)
     return dest
+
+
+def figure_stages() -> list[str]:
+    """The declared stages that draw figures and nothing else (every output a .png)."""
+    from twoscale.pipeline.declaration import dependencies
+
+    return [name for name, entry in dependencies.declaration().items()
+            if all(path.endswith(".png") for path in dependencies.output_paths(entry))]
+
+
+def figure_logs(run_root: Path) -> list[Path]:
+    """The logs of a run's figure jobs (logs/<stage module>..., a module named *_figures)."""
+    logs = run_root / "logs"
+    return sorted(log for log in logs.rglob("*.log")
+                  if log.relative_to(logs).parts[0].removesuffix(".log").endswith("_figures"))
