@@ -25,7 +25,16 @@ import mlflow
 import polars as pl
 import pytest
 import yaml
-from workspace import ROOT, attempt, copy_repository, environment, figure_logs, figure_stages, run
+from workspace import (
+    ROOT,
+    attempt,
+    copy_repository,
+    environment,
+    figure_logs,
+    figure_stages,
+    run,
+    stages_writing_only,
+)
 
 from twoscale.__main__ import main
 from twoscale.config.parameter_files import read_raw
@@ -916,8 +925,7 @@ def test_mlflow_holds_parent_and_nested_runs(first_run):
     assert [m.step for m in curve] == list(range(1, smoke["train"]["steps"] + 1))
     sent = {m.step: m.timestamp for m in curve}  # while training: the first evaluation's points before the last
     assert sent[smoke["train"]["eval_every"]] < sent[smoke["train"]["steps"]]
-    drawing = {name for name, entry in dependencies.declaration().items()  # figures and pages, no numbers
-               if all(path.endswith((".png", ".html")) for path in dependencies.output_paths(entry))}
+    drawing = set(stages_writing_only(".png", ".html"))  # figures and pages, no numbers
     assert {"geometry_figures", "claims_page"} <= drawing and "claims" not in drawing  # the premise
     for child in snakemake_children:  # every stage but those drawing logs the parameter sections it reads
         assert bool(child.data.params) != (child.data.tags["stage"] in drawing), child.data.tags["stage"]

@@ -84,12 +84,17 @@ def copy_repository(dest: Path, params: Path) -> Path:
     return dest
 
 
-def figure_stages() -> list[str]:
-    """The declared stages that draw figures and nothing else (every output a .png)."""
+def stages_writing_only(*suffixes: str) -> list[str]:
+    """The declared stages every output of which ends with one of `suffixes` (".png": those drawing figures)."""
     from twoscale.pipeline.declaration import dependencies
 
     return [name for name, entry in dependencies.declaration().items()
-            if all(path.endswith(".png") for path in dependencies.output_paths(entry))]
+            if all(path.endswith(suffixes) for path in dependencies.output_paths(entry))]
+
+
+def figure_stages() -> list[str]:
+    """The declared stages that draw figures and nothing else."""
+    return stages_writing_only(".png")
 
 
 def figure_logs(run_root: Path) -> list[Path]:
