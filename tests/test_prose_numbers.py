@@ -180,6 +180,13 @@ def precision_readings() -> tuple[str, str, str, str]:
             span(band["step_in_eps"].to_list(), fixed(0)))
 
 
+def screen_rate(candidate: str) -> str:
+    """A depth-screen candidate's `huginn` tokens per CPU second, to three figures with a thousands comma."""
+    row = pl.read_csv(ROOT / "results/screen/screen.csv").filter(pl.col("candidate") == candidate).row(0, named=True)
+    rate = float(f"{row['tokens_per_cpu_s_huginn']:.3g}")
+    return f"{rate:,.0f}"
+
+
 def screen_row(candidate: str) -> list[str]:
     """A depth-screen candidate's gains (paper, huginn), huginn's K* and the control's recovery, as the prose has
     them."""
@@ -324,6 +331,8 @@ QUOTES = [
     Quote(RESULTS, r"both recipes gain more from looping \(([\d.]+)\s+and ([\d.]+) nats",
           lambda: screen_row("steps2")[:2]),
     Quote(RESULTS, r"`huginn` gains only ([\d.]+) nats from looping", lambda: screen_row("width192")[1:2]),
+    Quote(RESULTS, r"`huginn` ([\d,]+) at the default, ([\d,]+) at context 256,\s+([\d,]+) at width 192",
+          lambda: [screen_rate(name) for name in ("default", "context256", "width192")]),
     # docs/claims.md: the run numbers it quotes
     Quote(CLAIMS, r"on `huginn` it\s+stays within ([\d.]+)% of full depth even at τ = 0\.1",
           lambda: [f"{100 * relative_at(0.1)['increase']:.1f}"]),

@@ -30,8 +30,9 @@ def recovery_table(control: float) -> pl.DataFrame:
                          for blocks, value in ((1, 0.5), (2, control))])
 
 
-def history(tflop: list[float], seconds: list[float]) -> pl.DataFrame:
-    return pl.DataFrame({"model_tflop": tflop, "seconds": seconds})
+def history(tflop: list[float], seconds: list[float], tokens_per_s: list[float] | None = None) -> pl.DataFrame:
+    return pl.DataFrame({"model_tflop": tflop, "seconds": seconds,
+                         "tokens_per_s": tokens_per_s or [1000.0] * len(seconds)})
 
 
 def test_depth_gain_and_k_star_by_hand():
@@ -48,19 +49,25 @@ def test_the_last_checkpoint_is_read_and_a_missing_recipe_is_named():
 
 
 def test_training_cost_sums_the_history():
-    assert depth_screen.training_cost(history([0.1, 0.2], [60.0, 120.0])) == {"tflop": pytest.approx(0.3),
-                                                                               "minutes": pytest.approx(3.0)}
+    """Tokens: 1000/s for 60 s, then 500/s for 120 s, 120,000 in all; at 90 CPU seconds, 1,333 a CPU second."""
+    assert depth_screen.training_cost(history([0.1, 0.2], [60.0, 120.0], [1000.0, 500.0])) == {
+        "tflop": pytest.approx(0.3), "minutes": pytest.approx(3.0), "tokens": pytest.approx(120_000)}
+    row = depth_screen.reading("x", loss_table(600, huginn=HUGINN, paper=PAPER), recovery_table(0.85),
+                               {"huginn": history([0.1, 0.2], [60.0, 120.0], [1000.0, 500.0])}, 1337, "a machine",
+                               {"huginn": 90.0})
+    assert row["tokens_per_cpu_s_huginn"] == pytest.approx(120_000 / 90)
 
 
 def test_a_training_resumed_across_sittings_has_no_minutes():
     """Its history holds no time (null) for the steps before its last sitting, and its log that sitting's CPU
     time only."""
     assert depth_screen.training_cost(history([0.1, 0.2], [None, 120.0])) == {"tflop": pytest.approx(0.3),
-                                                                               "minutes": None}
+                                                                               "minutes": None, "tokens": None}
     row = depth_screen.reading("x", loss_table(600, huginn=HUGINN, paper=PAPER), recovery_table(0.85),
                                {"huginn": history([1.0, 1.0], [None, 60.0]), "paper": history([1.0], [60.0])},
                                1337, "a machine", {"huginn": 60.0, "paper": 90.0})
     assert (row["minutes_huginn"], row["cpu_minutes_huginn"], row["tflop_huginn"]) == (None, None, 2.0)
+    assert row["tokens_per_cpu_s_huginn"] is None
     assert (row["minutes_paper"], row["cpu_minutes_paper"]) == (1.0, 1.5)
 
 

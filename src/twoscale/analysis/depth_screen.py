@@ -44,11 +44,13 @@ def k_star(losses: Mapping[int, float]) -> int:
 
 
 def training_cost(history: pl.DataFrame) -> dict[str, float | None]:
-    """A training's model TFLOPs and wall minutes, summed over its steps; no minutes for a training resumed across
-    sittings, whose history keeps no time for the steps before its last one (null), nor its log their CPU time."""
+    """A training's model TFLOPs, wall minutes and tokens, summed over its steps (a step's tokens: its tokens/s times
+    its seconds); no minutes or tokens for a training resumed across sittings, whose history keeps no time for the
+    steps before its last one (null), nor its log their CPU time."""
     resumed = history["seconds"].null_count() > 0
     return {"tflop": float(history["model_tflop"].sum()),
-            "minutes": None if resumed else float(history["seconds"].sum()) / 60}
+            "minutes": None if resumed else float(history["seconds"].sum()) / 60,
+            "tokens": None if resumed else float((history["tokens_per_s"] * history["seconds"]).sum())}
 
 
 def control_recovery(recovery: pl.DataFrame, seed: int) -> float:
@@ -65,7 +67,8 @@ def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,
             cpu_seconds: Mapping[str, float | None] | None = None) -> dict[str, Any]:
     """One candidate's row: each criterion's number and whether it is met, each model's cost (its training's CPU
     minutes too, where its job recorded them: on a machine shared with other work the wall minutes grow, the CPU
-    minutes much less), and whether the candidate uses its depth (all three met)."""
+    minutes much less; and its tokens per CPU second, one core's rate), and whether the candidate uses its depth
+    (all three met)."""
     losses = {recipe: last_checkpoint_losses(loss_vs_loops, recipe) for recipe in LOOPED}
     gains = {recipe: depth_gain(own) for recipe, own in losses.items()}
     star = k_star(losses["huginn"])
@@ -79,6 +82,7 @@ def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,
         cost = training_cost(history)
         cpu = None if cost["minutes"] is None else (cpu_seconds or {}).get(model)  # a resumed job's: its last sitting
         row |= {f"tflop_{model}": cost["tflop"], f"minutes_{model}": cost["minutes"],
-                f"cpu_minutes_{model}": None if cpu is None else cpu / 60}
+                f"cpu_minutes_{model}": None if cpu is None else cpu / 60,
+                f"tokens_per_cpu_s_{model}": None if cpu is None else cost["tokens"] / cpu}
     row["uses_depth"] = row["a"] and row["b"] and row["c"]
     return row
