@@ -326,6 +326,14 @@ QUOTES = [
           lambda: screen_row("width192")),
     Quote(RESULTS, r"\| context256 \| ([\d.]+) \| ([\d.]+) \| \*\*(\d+)\*\* \| (\d+)% \|",
           lambda: screen_row("context256")),
+    Quote(RESULTS, r"\| steps4 \(2,400 steps\) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|",
+          lambda: screen_row("steps4")),
+    Quote(RESULTS, r"\(([\d.]+), ([\d.]+) and ([\d.]+) nats at 1×, 2× and 4× the steps;"
+                   r" `paper`'s ([\d.]+), ([\d.]+) and ([\d.]+)\)",
+          lambda: [screen_row(name)[1] for name in ("default", "steps2", "steps4")]
+          + [screen_row(name)[0] for name in ("default", "steps2", "steps4")]),
+    Quote(RESULTS, r"teacher's gain \((\d+)%, (\d+)%, (\d+)%\)",
+          lambda: [screen_row(name)[3] for name in ("default", "steps2", "steps4")]),
     Quote(RESULTS, r"more gain from looping for both recipes \(([\d.]+) and ([\d.]+) nats",
           lambda: screen_row("context256")[:2]),
     Quote(RESULTS, r"both recipes gain more from looping \(([\d.]+)\s+and ([\d.]+) nats",

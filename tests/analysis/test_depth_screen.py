@@ -123,3 +123,16 @@ def test_a_screen_with_nothing_run_says_so(tmp_path, monkeypatch):
     with pytest.raises(TwoscaleError, match="no candidate has run yet"):
         screen.run(argparse.Namespace(configs=Path("configs"), out_dir=Path("out")))
     assert not (tmp_path / "out").exists()
+
+
+def test_names_of_close_points_alike_stand_apart_and_inside_the_axes(tmp_path, caplog):
+    """Two candidates at near costs with the same K* (as width192 and context256, 205 and 217 TFLOP, K* 2), the
+    lowest of the panel: their names neither overlap nor leave the axes (save_figure names any that would)."""
+    candidates = [("default", 96.0, 0.07, 4, 1.04), ("width192", 205.0, 0.04, 2, 1.04),
+                  ("context256", 217.0, 0.08, 2, 1.02), ("steps4", 383.0, 0.19, 3, 0.96)]
+    rows = [{"candidate": name, "tflop_huginn": tflop, "gain_paper": 0.2, "gain_huginn": gain, "k_star_huginn": star,
+             "control_recovered": control} for name, tflop, gain, star, control in candidates]
+    with caplog.at_level("WARNING"):
+        screen.draw(rows, tmp_path / "screen.png")
+    assert (tmp_path / "screen.png").is_file()
+    assert [record.message for record in caplog.records if "unreadable text" in record.message] == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from pathlib import Path
 
 import polars as pl
@@ -93,15 +94,25 @@ def draw(rows: list[dict], path: Path) -> None:
         for ax, (column, line) in zip(axes, [("gain_huginn", MIN_DEPTH_GAIN), *[(c, v) for c, v, _, _ in PANELS]],
                                       strict=True):
             ax.axhline(line, color="black", lw=0.8, ls="--")
+            ax.margins(y=0.12)  # room for a name below the lowest point
             ax.set(xscale="log", xlabel="training cost of a huginn model (model TFLOP)")
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))  # 100, 150, 200, ..., not 10^2
             ax.xaxis.set_major_formatter(ScalarFormatter())
             ax.xaxis.set_minor_formatter(NullFormatter())
-            for row, x in zip(rows, cost, strict=True):
+            values = [row[column] for row in rows]
+            span = (max(values) - min(values)) or 1.0
+            placed: list[tuple[float, float]] = []
+            for row, x in sorted(zip(rows, cost, strict=True), key=lambda pair: pair[1]):
+                y = row[column]
                 right = x > max(cost) / 1.25  # names near the right edge stand left of their points, inside the
-                # axes, the rightmost higher than the rest, clear of a neighbour's name
-                ax.annotate(row["candidate"], (x, row[column]), fontsize=7, textcoords="offset points",
-                            xytext=(-3 if right else 3, 12 if x == max(cost) else 3), ha="right" if right else "left")
+                # axes, the rightmost higher than the rest, clear of a neighbour's name; a name whose point lies
+                # close beside one already named (K* alike at near costs) stands below it
+                beside = any(abs(math.log(x / other_x)) < 0.2 and abs(y - other_y) < 0.05 * span
+                             for other_x, other_y in placed)
+                placed.append((x, y))
+                ax.annotate(row["candidate"], (x, y), fontsize=7, textcoords="offset points",
+                            xytext=(-3 if right else 3, -11 if beside else 12 if x == max(cost) else 3),
+                            ha="right" if right else "left")
         suptitle(fig, "The depth screen: does looping change the answer? (dashed: the criterion's lines)")
         save_figure(fig, path)
 
