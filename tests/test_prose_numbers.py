@@ -328,6 +328,9 @@ QUOTES = [
           lambda: screen_row("context256")),
     Quote(RESULTS, r"\| steps4 \(2,400 steps\) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|",
           lambda: screen_row("steps4")),
+    Quote(RESULTS, r"\| width256 \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|", lambda: screen_row("width256")),
+    Quote(RESULTS, r"reads like the default: gains of ([\d.]+) and ([\d.]+) nats, K\* (\d+) loops, and the control"
+                   r" recovers (\d+)%", lambda: screen_row("width256")),
     Quote(RESULTS, r"\(([\d.]+), ([\d.]+) and ([\d.]+) nats at 1×, 2× and 4× the steps;"
                    r" `paper`'s ([\d.]+), ([\d.]+) and ([\d.]+)\)",
           lambda: [screen_row(name)[1] for name in ("default", "steps2", "steps4")]
