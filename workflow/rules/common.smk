@@ -193,8 +193,7 @@ def pipeline_started():
         raise
     if run_id:  # None with TWOSCALE_TRACKING=off
         os.environ[tracking.PARENT_ENV] = run_id
-        stage_runs = tracking.start_stage_groups(run_id, sorted({dependencies.stage_module(stage)
-                                                                 for stage in dependencies.STAGES}))
+        stage_runs = tracking.start_stage_groups(run_id, dependencies.stage_module_names())
         os.environ[tracking.STAGE_GROUPS_ENV] = json.dumps(stage_runs)
         if warning := tracking.sqlite_on_slurm_warning(tracking.tracking_uri(), submits_to_slurm()):
             print(warning, file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from twoscale.config.parameter_files import results_root
-from twoscale.pipeline.declaration.dependencies import declaration, stage_module
+from twoscale.pipeline.declaration.dependencies import stage_module_names
 from twoscale.pipeline.job_times import read_job_times, run_summary, stage_rows
 from twoscale.report.tables import markdown_table
 from twoscale.stages.common import add_params_argument
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     folder = args.benchmarks or results_root(args.params) / "results/benchmarks"
     jobs = read_job_times(folder, args.logs or folder.parent.parent / "logs")
-    order = list(dict.fromkeys(stage_module(stage) for stage in declaration()))
+    order = stage_module_names()
     summary = run_summary(jobs)
     print(f"{folder}: {summary['jobs']} jobs; job_s: the jobs' wall seconds, cpu_s: their CPU seconds as each job "
           "recorded them in its log (as Snakemake sampled them where a log has no record), covered_s: the seconds "

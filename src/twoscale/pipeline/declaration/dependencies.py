@@ -68,6 +68,11 @@ def stage_module(stage: str) -> str:
     return words[words.index(f"{PACKAGE}.pipeline.preload") + 1]
 
 
+def stage_module_names() -> list[str]:
+    """Every stage module the declaration's commands run, once each, in the declaration's order."""
+    return list(dict.fromkeys(stage_module(stage) for stage in declared_stages()))
+
+
 @functools.cache
 def _matrices() -> dict[str, dict[str, str]]:
     return {name: stage.get("matrix", {}) for name, stage in declared_stages().items()}

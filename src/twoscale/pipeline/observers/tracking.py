@@ -362,11 +362,11 @@ def start_stage_groups(parent: str, stages: list[str]) -> dict[str, str]:
     return {stage: tracked.stage_group_run(parent, stage, stage_description(stage)) for stage in stages}
 
 
-def _stage_group(tracked: Any, parent: str, stage: str) -> str:
+def _stage_group(tracked: Any, parent: str, stage: str, description: str | None) -> str:
     """The run gathering the invocation's jobs of `stage`: made by the orchestrator (Snakemake), else found or made
     here (under DVC, one job at a time)."""
     made = json.loads(os.environ.get(STAGE_GROUPS_ENV) or "{}")
-    return made.get(stage) or tracked.stage_group_run(parent, stage, stage_description(stage))
+    return made.get(stage) or tracked.stage_group_run(parent, stage, description)
 
 
 @contextlib.contextmanager
@@ -394,7 +394,7 @@ def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str
         **(origin or {}),
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
-    group = _stage_group(tracked, parent, stage) if parent else None
+    group = _stage_group(tracked, parent, stage, description) if parent else None
     run_id = tracked.start_run(name, run_tags, group, system_metrics=True)
     _open_runs.append((tracked, run_id))
     status = "FAILED"

@@ -174,9 +174,13 @@ def record_digest(fields: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _without_digest(raw: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in raw.items() if key != "digest"}
+
+
 def with_digest(fields: dict[str, Any]) -> dict[str, Any]:
     """A build record's fields with their digest (one they held replaced): what is written."""
-    fields = {key: value for key, value in fields.items() if key != "digest"}
+    fields = _without_digest(fields)
     return {**fields, "digest": record_digest(fields)}
 
 
@@ -187,8 +191,7 @@ def digested_fields(path: Path) -> dict[str, Any]:
 
 
 def _digest_checked(path: Path, raw: Any) -> dict[str, Any]:
-    fields = {key: value for key, value in raw.items() if key != "digest"} if isinstance(raw, dict) else raw
-    if not isinstance(raw, dict) or raw.get("digest") != record_digest(fields):
+    if not isinstance(raw, dict) or raw.get("digest") != record_digest(fields := _without_digest(raw)):
         raise TwoscaleError(f"{path}: a build record that does not match its digest (edited by hand, or written "
                             f"before records carried one): remove it and rebuild what it describes")
     return fields

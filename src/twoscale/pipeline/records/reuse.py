@@ -45,9 +45,12 @@ def _built_as_target_would(check: BuildCheck, path: Path) -> bool:
     if not path.is_file():
         return False
     try:
-        return Record.read(path) is not None and bool(check.file(path))
+        if Record.read(path) is None:  # no record: nothing vouches for it
+            return False
+        check.file(path)
     except TwoscaleError:  # not what its record describes, a record edited by hand, other parameters or inputs
         return False
+    return True
 
 
 def shared_jobs(source: dict[str, Any], source_root: Path, target: dict[str, Any], target_root: Path,
