@@ -11,7 +11,8 @@ from pathlib import Path
 
 from twoscale.config.io import write_text
 from twoscale.config.parameter_files import read_raw
-from twoscale.pipeline.declaration.dependencies import declaration, dvc_yaml
+from twoscale.pipeline.declaration.dependencies import declaration
+from twoscale.pipeline.declaration.dvc_file import dvc_yaml
 from twoscale.pipeline.declaration.snakemake_rules import rule_files
 from twoscale.pipeline.orchestrators import record_declared_keys, relock
 
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    write_text(args.root / "dvc.yaml", dvc_yaml())
+    write_text(args.root / "dvc.yaml", dvc_yaml(read_raw(args.root / "params.yaml")))
     for path, text in rule_files(declaration()).items():
         write_text(args.root / path, text)
     if args.relock:

@@ -67,7 +67,7 @@ def parameter_key(expression: str) -> str:
     return PARAMETER.fullmatch(expression).group(1)
 
 
-def _pattern(path: str, config: dict[str, Any]) -> str:
+def path_pattern(path: str, config: dict[str, Any]) -> str:
     """A declared path as a pattern of the job's wildcards, parameter values written in."""
     path = ITEM.sub(r"{\1}", path)
     return PARAMETER.sub(lambda found: str(lookup(config, found.group(1))), path)
@@ -86,7 +86,7 @@ def rooted(path: str, root: str) -> str:
 def _outputs(stage: dict[str, Any], config: dict[str, Any], root: str) -> list[str]:
     paths = []
     for path in output_paths(stage):
-        pattern = rooted(_pattern(path, config), root)
+        pattern = rooted(path_pattern(path, config), root)
         if PER_CHECKPOINT in path:  # not ${item.step}, which is the job's own step
             paths += [pattern.replace(PER_CHECKPOINT, str(step)) for step in lookup(config, CHECKPOINT_STEPS)]
         else:
@@ -99,7 +99,7 @@ def _declared(name: str, stage: dict[str, Any], config: dict[str, Any], root: st
         name=name,
         wildcards=tuple((wildcard, matrix_values(config, expression))
                         for wildcard, expression in stage.get("matrix", {}).items()),
-        inputs=tuple(rooted(_pattern(path, config), root) for path in stage["inputs"]),
+        inputs=tuple(rooted(path_pattern(path, config), root) for path in stage["inputs"]),
         outputs=tuple(_outputs(stage, config, root)),
     )
 

@@ -1,0 +1,57 @@
+"""dvc.yaml's top-level plots: the training and validation loss of every run of params.yaml on one chart, as DVC
+reads it from the committed run."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import yaml
+from workspace import ROOT, attempt
+
+from twoscale.config.parameter_files import read_raw
+from twoscale.pipeline.declaration import dvc_file
+from twoscale.pipeline.declaration.dependencies import declaration
+
+LOSS = "Loss (nats per token)"
+
+
+def test_the_loss_chart_lists_every_training_of_the_parameter_set_by_hand():
+    config = read_raw(ROOT / "params.yaml")
+    config["runtime"]["seeds"] = [7, 8]
+    expected = {f"results/train/{recipe}/seed_{seed}/history.csv": ["train_loss", "val_loss"]
+                for recipe in [*config["recipes"], *config["teachers"]] for seed in (7, 8)}
+    [plot] = dvc_file.top_level_plots(config)
+    assert plot == {LOSS: {"x": "step", "y_label": "nats per token", "template": "loss_curves", "y": expected}}
+    assert len(expected) == 2 * (len(config["recipes"]) + len(config["teachers"])) > 4  # the premise: both kinds
+
+
+def test_a_history_drawn_with_every_run_is_an_output_of_its_stage_not_a_plot_of_its_own():
+    written = yaml.safe_load(dvc_file.dvc_yaml(read_raw(ROOT / "params.yaml")))
+    history = "results/train/${item.recipe}/seed_${item.seed}/history.csv"
+    for stage in ("train", "train_teacher"):
+        assert dvc_file.drawn_together(next(plot for plot in declaration()[stage]["plots"] if history in plot))
+        assert {history: {"cache": False, "persist": True}} in written["stages"][stage]["outs"]
+        assert history not in json.dumps(written["stages"][stage].get("plots", []))
+    assert (ROOT / ".dvc/plots/loss_curves.json").is_file()
+
+
+def test_dvc_draws_both_losses_of_every_committed_run_and_the_template_drops_the_steps_not_evaluated():
+    result = attempt(["dvc", "plots", "show", "--json"], ROOT)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert not shown.get("errors")
+    [chart] = shown["data"][LOSS]
+    rows = chart["content"]["data"]["values"]
+    histories = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"][0][LOSS]["y"]
+    for path in histories:
+        table = pl.read_csv(ROOT / path)
+        for field in ("train_loss", "val_loss"):
+            drawn = [float(row["dvc_inferred_y_value"]) for row in rows
+                     if path.endswith(row["filename"]) and row["field"] == field
+                     and row["dvc_inferred_y_value"] != ""]
+            assert drawn == table[field].drop_nulls().to_list(), (path, field)
+    blank = [row for row in rows if row["dvc_inferred_y_value"] == ""]
+    assert blank and {row["field"] for row in blank} == {"val_loss"}  # the premise of the template's filter
+    filters = [step["filter"] for step in chart["content"]["transform"] if "filter" in step]
+    assert filters == ["datum.dvc_inferred_y_value !== '' && isValid(datum.dvc_inferred_y_value)"]
