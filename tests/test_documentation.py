@@ -164,3 +164,24 @@ def test_the_smoke_set_s_job_count_in_the_docs_is_the_workflow_s():
     said = [(document.name, int(count)) for document in DOCUMENTS
             for count in re.findall(r"the smoke set's (\d+) jobs", document.read_text().replace("\n", " "))]
     assert said and all(count == jobs for _, count in said), (jobs, said)
+
+
+def test_what_a_new_recipe_reruns_in_docs_extending_is_what_the_declaration_says():
+    import copy
+
+    from test_end_to_end import declared_reruns, per_stage
+
+    from twoscale.config.parameter_files import read_raw
+    from twoscale.pipeline.declaration.dependencies import STAGES
+
+    section = (ROOT / "docs/extending.md").read_text().split("## A recipe", 1)[1].split("\n## ", 1)[0]
+    step = section.split("3. **What reruns:**", 1)[1].split("\n4. ", 1)[0]
+    named = [name for name in re.findall(r"`(\w+)`", step) if name in STAGES]
+    before = read_raw(ROOT / "params.yaml")
+    after = copy.deepcopy(before)
+    after["recipes"]["mine"] = {"model": {"norm": "sandwich"}, "train": {"learning_rate": 0.001}}
+    sampled = copy.deepcopy(after)
+    sampled["sample"]["recipes"] = [*after["sample"]["recipes"], "mine"]
+    reruns, with_sample = (set(per_stage(declared_reruns(before, config))) for config in (after, sampled))
+    assert with_sample - reruns == {"sample", "sampler_figures"}  # the premise: the doc's "too if" clause
+    assert sorted(named) == sorted(with_sample) and len(named) == len(set(named))
