@@ -185,3 +185,14 @@ def test_what_a_new_recipe_reruns_in_docs_extending_is_what_the_declaration_says
     reruns, with_sample = (set(per_stage(declared_reruns(before, config))) for config in (after, sampled))
     assert with_sample - reruns == {"sample", "sampler_figures"}  # the premise: the doc's "too if" clause
     assert sorted(named) == sorted(with_sample) and len(named) == len(set(named))
+
+
+def test_docs_pipeline_s_stage_table_has_a_row_for_every_declared_stage_and_no_other():
+    from twoscale.pipeline.declaration.dependencies import STAGES
+
+    text = (ROOT / "docs/pipeline.md").read_text()
+    table = text.split("| stage | command | reads | writes |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.strip().splitlines()[1:]]
+    first_column = [name.strip() for name, _ in rows]
+    named_beside = {name for _, command in rows for name in re.findall(r"`(\w+)` for", command)}
+    assert len(first_column) == len(set(first_column)) and set(first_column) | named_beside == set(STAGES)
