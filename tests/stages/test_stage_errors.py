@@ -324,3 +324,10 @@ def test_a_file_a_stage_cannot_write_is_one_line_with_the_traceback_in_its_log(t
     *_, error, usage = log.splitlines()  # the error, then the job's record of its own use
     assert "Traceback" in log and error.endswith(f"{tmp_path / 'schema.json'}: Permission denied")
     assert usage.startswith("resources used: cpu_s=")
+
+
+def test_claims_page_without_the_claims(tmp_path):
+    result = stage(tmp_path, "claims_page", "--params", str(smoke_params(tmp_path)), "--claims", "claims.md",
+                   "--out", "claims.html")
+    assert_one_line_error(result, "claims_page", "claims.md: not found (run claims first)")
+    assert not (tmp_path / "claims.html").exists()

@@ -266,6 +266,14 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def read_text(path: Path, producer: str) -> str:
+    """A text file written by an earlier stage; missing is one line naming the stage to run."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise TwoscaleError(f"{path}: not found (run {producer} first)") from None
+
+
 def write_json(path: str | Path, payload: Any) -> None:
     """Strict JSON: a value that is not finite (NaN, an infinity; json would write a bare NaN, which is not JSON)
     is written as null."""

@@ -27,7 +27,6 @@ HELP = "measure the final checkpoint's loop geometry looped beyond the trained r
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
     measure = params.measure

@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from twoscale.config.errors import TwoscaleError
-from twoscale.config.io import write_text
+from twoscale.config.io import read_text, write_text
 from twoscale.pipeline.observers import tracking
 from twoscale.report.pages import html_page
 
@@ -16,10 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def run(args: argparse.Namespace) -> None:
-    try:
-        markdown = args.claims.read_text()
-    except FileNotFoundError:
-        raise TwoscaleError(f"{args.claims}: not found (run claims first)") from None
+    markdown = read_text(args.claims, "claims")
     with tracking.stage_run(args.stage, {}):
         write_text(args.out, html_page(markdown))
         tracking.log_artifact(args.out)

@@ -33,7 +33,6 @@ HELP = "distil a k-block surrogate of one plain GPT and train its k-layer contro
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     params, run = load_teacher_run(args)
     settings, k = params.distill, args.blocks

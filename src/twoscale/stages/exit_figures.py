@@ -23,7 +23,6 @@ FIGURES = {"fig4_exit_sweep.png": figures.fig4_exit_sweep, "exit_tradeoff.png": 
 DEPTH_FIGURE = "exit_depth.png"
 
 
-
 def read_depth(strategies_dir: Path, sweep: pl.DataFrame) -> pl.DataFrame:
     """The window the depth map draws, from the depth tables of the runs and strategies it draws."""
     tables = sorted({(p["recipe"], p["seed"], p["strategy"]) for p in figures.depth_map_points(sweep)})

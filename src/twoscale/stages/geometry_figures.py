@@ -30,7 +30,6 @@ FIGURES = {
 }
 
 
-
 def run(args: argparse.Namespace) -> None:
     load(args)
     tables = {name: read_parquet(args.geometry_dir / f"{name}.parquet", "the geometry stage")

@@ -27,7 +27,6 @@ HELP = "time every early-exit setting on the final checkpoint, in paired rounds"
 log = logging.getLogger(__name__)
 
 
-
 def sweep_tables(folder: Path, strategies: list[str]) -> pl.DataFrame:
     """The run's sweep tables of these strategies, stacked, with no latencies yet (`compared_points` reads them)."""
     tables = [read_parquet(folder / f"{name}.parquet", f"the sweep stage for strategy {name}") for name in strategies]

@@ -23,7 +23,6 @@ HELP = "decode every loop step of one checkpoint (logit lens): top-1 agreement a
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
     lens, loops = params.lens, params.measure.max_loops

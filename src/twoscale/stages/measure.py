@@ -32,7 +32,6 @@ HELP = "measure the geometry of the loop iterates of one checkpoint"
 log = logging.getLogger(__name__)
 
 
-
 AT_THE_LAST_LOOP = ("step_size", "step_cosine", "state_norm", "cross_token_cosine", "radial_fraction",
                     "at_fixed_point", "at_floor")
 

@@ -19,7 +19,6 @@ HELP = "draw the loop map's eigenvalues, its predictions against the measured st
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     spectrum = per_checkpoint_tables(params, args.spectrum_dir, "the spectrum stage")

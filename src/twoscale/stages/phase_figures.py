@@ -16,7 +16,6 @@ HELP = "draw one plain GPT's phases figure from the phases stage's outputs"
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     _, run = load_teacher_run(args)
     producer = f"the phases stage for {run.recipe}, seed {run.seed}"

@@ -30,7 +30,6 @@ HELP = "split one plain GPT's depth into contiguous phases by max-cut, for every
 log = logging.getLogger(__name__)
 
 
-
 def layer_similarity(teacher: LoopedGPT, val_ids, distill: DistillParams, device: torch.device) -> torch.Tensor:
     """(L, L): mean over held-out summaries of the cosine between the outputs of layers i and j."""
     similarity = SimilarityAccumulator()

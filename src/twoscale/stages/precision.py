@@ -22,7 +22,6 @@ HELP = "measure one checkpoint's loop geometry in float64, float32 and bfloat16 
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
     measure = params.measure

@@ -19,7 +19,6 @@ HELP = "draw the late step cosine against step size in each measuring precision"
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     params = load(args)
     table = per_checkpoint_tables(params, args.precision_dir, "the precision stage")

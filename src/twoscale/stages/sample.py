@@ -39,7 +39,6 @@ HELP = "the parallel sampler against ordinary cached decoding on one run's final
 log = logging.getLogger(__name__)
 
 
-
 def paired_rounds(model: LoopedGPT, prompts: list[list[int]], sample: SampleParams, summary: pl.DataFrame
                   ) -> list[dict[str, Any]]:
     """The speed rows after the grid: the fastest sampler setting of about equal quality (none if no setting is)

@@ -16,7 +16,6 @@ HELP = "draw one run's sampler figure from the sample stage's summary"
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     _, run = load_run(args)
     summary = read_csv(args.summary, f"the sample stage for {run.recipe}, seed {run.seed}")

@@ -28,7 +28,6 @@ HELP = "compute the loop map's leading eigenvalues per token at one checkpoint, 
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     params, run = load_run(args)
     spectrum, loops = params.spectrum, params.measure.max_loops

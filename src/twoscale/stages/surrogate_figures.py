@@ -17,7 +17,6 @@ HELP = "draw the surrogates' recovery and the dynamics of depth from the surroga
 log = logging.getLogger(__name__)
 
 
-
 def run(args: argparse.Namespace) -> None:
     load(args)
     producer = "the surrogates stage"

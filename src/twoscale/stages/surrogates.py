@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 StatesOf = Callable[[torch.Tensor], list[torch.Tensor]]
 
 
-
 @torch.no_grad()
 def dynamics_rows(states_of: StatesOf, batches, labels: dict) -> list[dict]:
     """One row per depth position: the three measures of `surrogates.dynamics` (a measure of the step from this

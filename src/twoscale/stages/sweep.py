@@ -24,7 +24,6 @@ HELP = "sweep one early-exit strategy over its settings on the final checkpoint"
 log = logging.getLogger(__name__)
 
 
-
 def strategy_of(params: Params, name: str):
     try:
         return params.sweep.strategies[name]

@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 ENCODE_BATCH_CHARS = 1 << 20  # characters of documents encoded at a time: bounds the tokenizer's working memory
 
 
-
 def splits(corpus_path: Path, manifest: dict[str, Any], val_fraction: float) -> Iterator[tuple[str, str]]:
     """Each document's train head and validation tail, read from the corpus one document at a time."""
     with corpus_path.open(encoding="utf-8") as corpus:
