@@ -169,7 +169,7 @@ def test_the_smoke_set_s_job_count_in_the_docs_is_the_workflow_s():
 def test_what_a_new_recipe_reruns_in_docs_extending_is_what_the_declaration_says():
     import copy
 
-    from test_end_to_end import declared_reruns, per_stage
+    from planned import declared_reruns, per_stage
 
     from twoscale.config.parameter_files import read_raw
     from twoscale.pipeline.declaration.dependencies import STAGES
@@ -182,9 +182,12 @@ def test_what_a_new_recipe_reruns_in_docs_extending_is_what_the_declaration_says
     after["recipes"]["mine"] = {"model": {"norm": "sandwich"}, "train": {"learning_rate": 0.001}}
     sampled = copy.deepcopy(after)
     sampled["sample"]["recipes"] = [*after["sample"]["recipes"], "mine"]
-    reruns, with_sample = (set(per_stage(declared_reruns(before, config))) for config in (after, sampled))
-    assert with_sample - reruns == {"sample", "sampler_figures"}  # the premise: the doc's "too if" clause
-    assert sorted(named) == sorted(with_sample) and len(named) == len(set(named))
+    reruns, with_sample = (declared_reruns(before, config) for config in (after, sampled))
+    assert set(per_stage(with_sample)) - set(per_stage(reruns)) == {"sample", "sampler_figures"}  # "too if"
+    assert set(named) == set(per_stage(with_sample))
+    recipes_rerun = {dict(job).get("recipe") for _, job in reruns} - {None}
+    sampled_rerun = {dict(job)["recipe"] for stage, job in with_sample if stage == "sample"}
+    assert recipes_rerun == {"mine"} and sampled_rerun == {*before["sample"]["recipes"], "mine"}  # "but for"
 
 
 def test_docs_pipeline_s_stage_table_has_a_row_for_every_declared_stage_and_no_other():

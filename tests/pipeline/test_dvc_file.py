@@ -4,8 +4,10 @@ reads it from the committed run."""
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
+import pytest
 import yaml
 from workspace import ROOT, attempt
 
@@ -55,3 +57,17 @@ def test_dvc_draws_both_losses_of_every_committed_run_and_the_template_drops_the
     assert blank and {row["field"] for row in blank} == {"val_loss"}  # the premise of the template's filter
     filters = [step["filter"] for step in chart["content"]["transform"] if "filter" in step]
     assert filters == ["datum.dvc_inferred_y_value !== '' && isValid(datum.dvc_inferred_y_value)"]
+
+
+@pytest.mark.parametrize("change, refusal", [
+    (lambda plot: plot.pop("title"), "needs a title and one file per job"),
+    (lambda plot: plot.update(template="linear"), "drawn on 'Loss (nats per token)' other than its other files"),
+])
+def test_a_chart_of_several_columns_declared_so_that_it_cannot_be_drawn_is_refused_by_name(monkeypatch, change,
+                                                                                            refusal):
+    declared = declaration()
+    [plot] = [next(iter(entry.values())) for entry in declared["train_teacher"]["plots"]]
+    change(plot)
+    monkeypatch.setattr(dvc_file, "declaration", lambda: declared)
+    with pytest.raises(ValueError, match=f"train_teacher: results/train/.*/history.csv: .*{re.escape(refusal)}"):
+        dvc_file.top_level_plots(read_raw(ROOT / "params.yaml"))

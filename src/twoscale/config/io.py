@@ -266,8 +266,9 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
-def read_text(path: Path, producer: str) -> str:
+def read_text(path: str | Path, producer: str) -> str:
     """A text file written by an earlier stage; missing is one line naming the stage to run."""
+    path = Path(path)
     try:
         return path.read_text()
     except FileNotFoundError:

@@ -1,8 +1,8 @@
 """Write both orchestrators' files from the pipeline's declaration (src/twoscale/pipeline/declaration/stages.yaml):
-dvc.yaml, with the stages' derived source files, and Snakemake's rule files under workflow/rules/; a test fails when
-the committed files differ from what this writes. With --relock, also record in dvc.lock the checkout's source files
-and the values of parameter keys declared since, and those keys in the default run's build records, after a change
-shown to leave every output as it was (docs/development.md)."""
+dvc.yaml, with the stages' derived source files and a chart of every run of params.yaml, and Snakemake's rule files
+under workflow/rules/; a test fails when the committed files differ from what this writes. With --relock, also
+record in dvc.lock the checkout's source files and the values of parameter keys declared since, and those keys in
+the default run's build records, after a change shown to leave every output as it was (docs/development.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from twoscale.pipeline.declaration.dvc_file import dvc_yaml
 from twoscale.pipeline.declaration.snakemake_rules import rule_files
 from twoscale.pipeline.orchestrators import record_declared_keys, relock
 
-HELP = "write dvc.yaml and workflow/rules/*.smk from the pipeline's declaration (pipeline/declaration/stages.yaml)"
+HELP = ("write dvc.yaml and workflow/rules/*.smk from the pipeline's declaration (pipeline/declaration/stages.yaml); "
+        "dvc.yaml's loss chart lists the runs of params.yaml")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
