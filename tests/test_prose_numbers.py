@@ -187,6 +187,12 @@ def screen_rate(candidate: str) -> str:
     return f"{rate:,.0f}"
 
 
+def screen_minutes(candidate: str, model: str) -> list[str]:
+    """A depth-screen candidate's model's wall and CPU minutes, as the prose has them (to a tenth)."""
+    row = pl.read_csv(ROOT / "results/screen/screen.csv").filter(pl.col("candidate") == candidate).row(0, named=True)
+    return [f"{row[f'minutes_{model}']:.1f}", f"{row[f'cpu_minutes_{model}']:.1f}"]
+
+
 def screen_row(candidate: str) -> list[str]:
     """A depth-screen candidate's gains (paper, huginn), huginn's K* and the control's recovery, as the prose has
     them."""
@@ -322,6 +328,8 @@ QUOTES = [
     Quote(RESULTS, r"\| default \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|", lambda: screen_row("default")),
     Quote(RESULTS, r"\| steps2 \(1,200 steps\) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|",
           lambda: screen_row("steps2")),
+    Quote(RESULTS, r"\| 192 TFLOP, ≈([\d.]+) min \(≈([\d.]+) CPU\), from its second sitting \|",
+          lambda: screen_minutes("steps2", "huginn")),
     Quote(RESULTS, r"\| width192 \| ([\d.]+) \| \*\*([\d.]+)\*\* \| \*\*(\d+)\*\* \| (\d+)% \|",
           lambda: screen_row("width192")),
     Quote(RESULTS, r"\| context256 \| ([\d.]+) \| ([\d.]+) \| \*\*(\d+)\*\* \| (\d+)% \|",

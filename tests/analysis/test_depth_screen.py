@@ -51,24 +51,34 @@ def test_the_last_checkpoint_is_read_and_a_missing_recipe_is_named():
 def test_training_cost_sums_the_history():
     """Tokens: 1000/s for 60 s, then 500/s for 120 s, 120,000 in all; at 90 CPU seconds, 1,333 a CPU second."""
     assert depth_screen.training_cost(history([0.1, 0.2], [60.0, 120.0], [1000.0, 500.0])) == {
-        "tflop": pytest.approx(0.3), "minutes": pytest.approx(3.0), "tokens": pytest.approx(120_000)}
+        "tflop": pytest.approx(0.3), "minutes": pytest.approx(3.0), "tokens": pytest.approx(120_000),
+        "timed_share": 1.0}
     row = depth_screen.reading("x", loss_table(600, huginn=HUGINN, paper=PAPER), recovery_table(0.85),
                                {"huginn": history([0.1, 0.2], [60.0, 120.0], [1000.0, 500.0])}, 1337, "a machine",
                                {"huginn": 90.0})
     assert row["tokens_per_cpu_s_huginn"] == pytest.approx(120_000 / 90)
 
 
-def test_a_training_resumed_across_sittings_has_no_minutes():
-    """Its history holds no time (null) for the steps before its last sitting, and its log that sitting's CPU
-    time only."""
-    assert depth_screen.training_cost(history([0.1, 0.2], [None, 120.0])) == {"tflop": pytest.approx(0.3),
-                                                                               "minutes": None, "tokens": None}
+def test_a_training_resumed_across_sittings_is_timed_by_its_last_sitting_scaled_to_all_its_steps():
+    """Its history holds no time (null) for the steps before its last sitting, and its log that sitting's CPU time
+    only: 3 of 4 steps timed, 30 s each at 1000 tokens/s, so 90 s for 3/4 of the work, 2 minutes for all of it; its
+    last sitting's 60 CPU seconds, 80 for all; 90,000 tokens over those 60 CPU seconds, 1,500 a CPU second."""
+    assert depth_screen.training_cost(history([0.1] * 4, [None, 30.0, 30.0, 30.0])) == {
+        "tflop": pytest.approx(0.4), "minutes": pytest.approx(2.0), "tokens": pytest.approx(90_000),
+        "timed_share": 0.75}
     row = depth_screen.reading("x", loss_table(600, huginn=HUGINN, paper=PAPER), recovery_table(0.85),
-                               {"huginn": history([1.0, 1.0], [None, 60.0]), "paper": history([1.0], [60.0])},
-                               1337, "a machine", {"huginn": 60.0, "paper": 90.0})
-    assert (row["minutes_huginn"], row["cpu_minutes_huginn"], row["tflop_huginn"]) == (None, None, 2.0)
-    assert row["tokens_per_cpu_s_huginn"] is None
-    assert (row["minutes_paper"], row["cpu_minutes_paper"]) == (1.0, 1.5)
+                               {"huginn": history([1.0] * 4, [None, 30.0, 30.0, 30.0]),
+                                "paper": history([1.0], [60.0])}, 1337, "a machine", {"huginn": 60.0, "paper": 90.0})
+    assert (row["minutes_huginn"], row["cpu_minutes_huginn"], row["tflop_huginn"]) == (
+        pytest.approx(2.0), pytest.approx(80 / 60), 4.0)
+    assert row["tokens_per_cpu_s_huginn"] == pytest.approx(1500) and row["timed_share_huginn"] == 0.75
+    assert (row["minutes_paper"], row["cpu_minutes_paper"], row["timed_share_paper"]) == (1.0, 1.5, 1.0)
+
+
+def test_a_training_with_no_step_timed_has_no_minutes():
+    row = depth_screen.reading("x", loss_table(600, huginn=HUGINN, paper=PAPER), recovery_table(0.85),
+                               {"huginn": history([1.0, 1.0], [None, None])}, 1337, "a machine", {"huginn": 60.0})
+    assert (row["minutes_huginn"], row["cpu_minutes_huginn"], row["tokens_per_cpu_s_huginn"]) == (None, None, None)
 
 
 @pytest.mark.parametrize(("control", "c"), [(0.85, True), (1.04, False)])

@@ -44,13 +44,15 @@ def k_star(losses: Mapping[int, float]) -> int:
 
 
 def training_cost(history: pl.DataFrame) -> dict[str, float | None]:
-    """A training's model TFLOPs, wall minutes and tokens, summed over its steps (a step's tokens: its tokens/s times
-    its seconds); no minutes or tokens for a training resumed across sittings, whose history keeps no time for the
-    steps before its last one (null), nor its log their CPU time."""
-    resumed = history["seconds"].null_count() > 0
+    """A training's model TFLOPs, its timed steps' tokens (a step's: its tokens/s times its seconds), the share of
+    its steps timed, and its wall minutes. A training resumed across sittings keeps no time (null) for the steps
+    before its last sitting, nor its log their CPU time: its minutes are then an estimate, the timed steps' scaled to
+    all of its steps (each step does the same work), and none where no step was timed."""
+    timed = history.filter(pl.col("seconds").is_not_null())
+    share = timed.height / history.height
     return {"tflop": float(history["model_tflop"].sum()),
-            "minutes": None if resumed else float(history["seconds"].sum()) / 60,
-            "tokens": None if resumed else float((history["tokens_per_s"] * history["seconds"]).sum())}
+            "minutes": float(timed["seconds"].sum()) / 60 / share if share else None,
+            "tokens": float((timed["tokens_per_s"] * timed["seconds"]).sum()), "timed_share": share}
 
 
 def control_recovery(recovery: pl.DataFrame, seed: int) -> float:
@@ -67,8 +69,8 @@ def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,
             cpu_seconds: Mapping[str, float | None] | None = None) -> dict[str, Any]:
     """One candidate's row: each criterion's number and whether it is met, each model's cost (its training's CPU
     minutes too, where its job recorded them: on a machine shared with other work the wall minutes grow, the CPU
-    minutes much less; and its tokens per CPU second, one core's rate), and whether the candidate uses its depth
-    (all three met)."""
+    minutes much less; its tokens per CPU second, one core's rate; and the share of its steps timed, below 1 where
+    its minutes are estimated from its last sitting), and whether the candidate uses its depth (all three met)."""
     losses = {recipe: last_checkpoint_losses(loss_vs_loops, recipe) for recipe in LOOPED}
     gains = {recipe: depth_gain(own) for recipe, own in losses.items()}
     star = k_star(losses["huginn"])
@@ -80,9 +82,11 @@ def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,
                            "b": star >= MIN_K_STAR, "c": control < MAX_CONTROL_RECOVERY}
     for model, history in histories.items():
         cost = training_cost(history)
-        cpu = None if cost["minutes"] is None else (cpu_seconds or {}).get(model)  # a resumed job's: its last sitting
+        # a resumed job's log has its last sitting's CPU time, the sitting of its timed steps
+        cpu = (cpu_seconds or {}).get(model) if cost["minutes"] is not None else None
         row |= {f"tflop_{model}": cost["tflop"], f"minutes_{model}": cost["minutes"],
-                f"cpu_minutes_{model}": None if cpu is None else cpu / 60,
-                f"tokens_per_cpu_s_{model}": None if cpu is None else cost["tokens"] / cpu}
+                f"cpu_minutes_{model}": None if cpu is None else cpu / 60 / cost["timed_share"],
+                f"tokens_per_cpu_s_{model}": None if cpu is None else cost["tokens"] / cpu,
+                f"timed_share_{model}": cost["timed_share"]}
     row["uses_depth"] = row["a"] and row["b"] and row["c"]
     return row

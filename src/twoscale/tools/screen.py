@@ -34,7 +34,7 @@ SEED = 1337
 COLUMNS = ("candidate", "gain_paper", "gain_huginn", "k_star_huginn", "control_recovered", "a", "b", "c",
            "uses_depth", "tflop_huginn", "minutes_huginn", "cpu_minutes_huginn", "tokens_per_cpu_s_huginn",
            "minutes_paper", "cpu_minutes_paper", "tokens_per_cpu_s_paper", "minutes_plain", "cpu_minutes_plain",
-           "tokens_per_cpu_s_plain", "machine")
+           "tokens_per_cpu_s_plain", "timed_share_huginn", "timed_share_paper", "timed_share_plain", "machine")
 log = logging.getLogger(__name__)
 
 
