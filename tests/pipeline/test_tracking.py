@@ -517,3 +517,21 @@ def test_dvc_s_jobs_of_a_stage_find_the_run_of_that_stage_the_first_one_made(sto
     assert stage_run.info.run_name == "distill" and stage_run.info.status == "FINISHED"
     invocation = client(store).get_run(parent_of(store, group))
     assert invocation.data.tags["orchestrator"] == "dvc" and invocation.info.status == "FINISHED"
+
+
+def test_under_dvc_a_job_s_stage_and_invocation_runs_end_only_after_its_own(store, monkeypatch, tmp_path):
+    """While the job's outputs wait to land its run is open, and so are the runs that hold it; they end after it
+    (they ended first, FINISHED above a RUNNING job, before)."""
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    monkeypatch.delenv(tracking.STAGE_GROUPS_ENV, raising=False)
+    monkeypatch.setattr(tracking, "_dvc_process", os.getpid)
+
+    def statuses(run_id: str) -> list[str]:
+        group = parent_of(store, run_id)
+        return [client(store).get_run(run).info.status for run in (run_id, group, parent_of(store, group))]
+
+    with outputs_land_together():
+        with tracking.stage_run("distill", {}, {"recipe": "plain", "seed": "1"}) as run:
+            write_text(tmp_path / "out.txt", "waits to land\n")
+        assert statuses(run.run_id) == ["RUNNING"] * 3
+    assert statuses(run.run_id) == ["FINISHED"] * 3

@@ -246,7 +246,7 @@ class StageRun:
 
 
 _open_runs: list[tuple[Any, str]] = []  # this process's stage runs and their stores, innermost last
-_unlanded_runs: list[tuple[Any, str]] = []  # those whose work is done and whose outputs have yet to land
+_unlanded_runs: list[tuple[Any, str, tuple[str, ...]]] = []  # those whose work is done, outputs yet to land
 
 
 def _current_run() -> tuple[Any, str]:
@@ -378,7 +378,8 @@ def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str
     arithmetic, processor, torch) is tagged too. The machine's use is sampled (system/* metrics) while the run is
     open. It ends FINISHED once the outputs written in it have landed (at once where none wait: `once_landed`),
     FAILED on an error, KILLED when stopped; a process killed outright before its outputs land leaves it RUNNING,
-    for its writer or the next invocation to close KILLED."""
+    for its writer or the next invocation to close KILLED. Under DVC the job's stage and invocation runs are then
+    marked FINISHED too (no orchestrator hook closes them; the next job of the invocation reopens them)."""
     tracked = store()
     orchestrator_name = orchestrator()
     parent = _parent_run_id(orchestrator_name)
@@ -395,6 +396,8 @@ def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str
     }
     name = " ".join([stage, *(f"{k}={v}" for k, v in (tags or {}).items())])
     group = _stage_group(tracked, parent, stage, description) if parent else None
+    # under DVC nobody closes the parents: each job marks them finished once its own run has ended (the next reopens)
+    closed_after = (group, parent) if parent and not os.environ.get(PARENT_ENV) else ()
     run_id = tracked.start_run(name, run_tags, group, system_metrics=True)
     _open_runs.append((tracked, run_id))
     status = "FAILED"
@@ -408,19 +411,22 @@ def stage_run(stage: str, sections: Mapping[str, BaseModel], tags: dict[str, str
     finally:
         _open_runs.remove((tracked, run_id))
         if status == "FINISHED":
-            _unlanded_runs.append((tracked, run_id))
-            once_landed(functools.partial(_landed, tracked, run_id))
+            _unlanded_runs.append((tracked, run_id, closed_after))
+            once_landed(functools.partial(_landed, tracked, run_id, closed_after))
         else:
-            tracked.end_run(run_id, status)
-    if parent and not os.environ.get(PARENT_ENV):
-        # under DVC nobody closes the parent: mark it finished after each stage (the next one reopens it)
-        tracked.end_run(group, "FINISHED")
-        tracked.end_run(parent, "FINISHED")
+            _end(tracked, run_id, status, closed_after)
 
 
-def _landed(tracked: Any, run_id: str) -> None:
-    _unlanded_runs.remove((tracked, run_id))
-    tracked.end_run(run_id, "FINISHED")
+def _landed(tracked: Any, run_id: str, closed_after: tuple[str, ...]) -> None:
+    _unlanded_runs.remove((tracked, run_id, closed_after))
+    _end(tracked, run_id, "FINISHED", closed_after)
+
+
+def _end(tracked: Any, run_id: str, status: str, closed_after: tuple[str, ...]) -> None:
+    """End a stage job's run, then the runs that hold it where its job closes them (`closed_after`, under DVC)."""
+    tracked.end_run(run_id, status)
+    for holder in closed_after:
+        tracked.end_run(holder, "FINISHED")
 
 
 def outputs_not_landed(status: str) -> None:
@@ -429,6 +435,6 @@ def outputs_not_landed(status: str) -> None:
     would have said. Nothing more is said where the store cannot be reached: the stage's own error is the one to
     read."""
     while _unlanded_runs:
-        tracked, run_id = _unlanded_runs.pop()
+        tracked, run_id, closed_after = _unlanded_runs.pop()
         with contextlib.suppress(TwoscaleError, OSError):
-            tracked.end_run(run_id, status)
+            _end(tracked, run_id, status, closed_after)
