@@ -12,9 +12,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from twoscale.sampler import comparison
 from twoscale.sampler.comparison import (
-    FULL_RECURRENCE,
-    MATCHED,
-    SAMPLER,
     agreement,
     distinct_fraction,
     generation_cost,
@@ -25,6 +22,7 @@ from twoscale.sampler.comparison import (
     speed_rows,
 )
 from twoscale.sampler.parallel import SamplerSettings, autoregressive, prefill, sample
+from twoscale.sampler.tables import FULL_RECURRENCE, MATCHED, SAMPLER
 
 
 def test_rescored_cross_entropy_is_the_teacher_forced_loss_of_the_continuation():

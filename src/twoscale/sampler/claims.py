@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from twoscale.report.claim import Claim, Headline, Line, Revision, fmt, ratio_value, speed_text, times
+from twoscale.sampler.tables import FULL_RECURRENCE, MATCHED, SAMPLER
 from twoscale.sampler.thresholds import C7_MIN_SPEEDUP, C7B_MIN_SPEEDUP
 from twoscale.sampler.verdicts import Speedup, speedup_over_full_recurrence, speedup_over_matched_decoding
 
@@ -51,7 +52,7 @@ _EQUAL_QUALITY = (
 
 
 def _c7_measured(verdict: Speedup, summary: pl.DataFrame, speed: pl.DataFrame | None) -> tuple[str, Headline]:
-    full, sampler = verdict.detail["full_recurrence"], verdict.detail["sampler"]
+    full, sampler = verdict.detail[FULL_RECURRENCE], verdict.detail[SAMPLER]
     measured = (
         f"ordinary decoding at {full['loops']} loops: {fmt(full['tokens_per_s'])} tokens/s in the grid, "
         f"{_cost_text(full)} per token, re-scored cross-entropy {fmt(full['cross_entropy'], 3)}, distinct "
@@ -98,7 +99,7 @@ C7 = Claim(
 
 
 def _c7b_measured(verdict: Speedup, summary: pl.DataFrame, speed: pl.DataFrame | None) -> tuple[str, Headline]:
-    matched, sampler = verdict.detail["matched"], verdict.detail["sampler"]
+    matched, sampler = verdict.detail[MATCHED], verdict.detail[SAMPLER]
     measured = (
         f"ordinary decoding at the fewest loops of about equal quality: {matched['loops']} loops, "
         f"{fmt(matched['tokens_per_s'])} tokens/s in the grid, gap {matched['cross_entropy_gap']:+.3f} nats, "

@@ -31,11 +31,7 @@ from twoscale.sampler.parallel import (
     prefill,
     sample,
 )
-
-SAMPLER, AUTOREGRESSIVE = "sampler", "autoregressive"
-# the methods timed side by side after the grid: the chosen sampler setting (SAMPLER) and ordinary decoding at full
-# recurrence and at the fewest loops of about equal quality
-FULL_RECURRENCE, MATCHED = "full_recurrence", "matched"
+from twoscale.sampler.tables import AUTOREGRESSIVE, FULL_RECURRENCE, MATCHED, SAMPLER
 
 
 @torch.no_grad()

@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 
 from twoscale.report.figures import figure_style, plain_log_ticks, readable_point_labels, save_figure, suptitle
 from twoscale.report.tables import require
+from twoscale.sampler.tables import AUTOREGRESSIVE, SAMPLER
 
 # --- the parallel sampler -----------------------------------------------------------------------------------
 
@@ -64,9 +65,9 @@ def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
     require(summary, "sampling summary", ("method", "loops", "inner_loops", "tolerance", "freeze", "full_loops",
                                           *_SAMPLER_AXES, "quality_tolerance", "distinct_tolerance"),
             "sampler figure")
-    ordinary = summary.filter(pl.col("method") == "autoregressive").sort("loops")
+    ordinary = summary.filter(pl.col("method") == AUTOREGRESSIVE).sort("loops")
     reference = ordinary.filter(pl.col("loops") == pl.col("full_loops")).row(0, named=True)
-    sampler = summary.filter(pl.col("method") == "sampler").sort("inner_loops")
+    sampler = summary.filter(pl.col("method") == SAMPLER).sort("inner_loops")
     lines = list(sampler.select("freeze", "tolerance").unique(maintain_order=True).iter_rows())
     palette = dict(zip(lines, sns.color_palette("deep", len(lines)), strict=True))
     markers = {"latent_diff": "o", "acceleration": "s"}

@@ -8,8 +8,13 @@ import polars as pl
 from twoscale.config.errors import TwoscaleError
 from twoscale.report.tables import RUN_KEYS, require
 
-# the sample stage's table: one row per prompt and setting, method "sampler" or "autoregressive" (ordinary
-# decoding, whose row at loops == full recurrence is the reference)
+# the methods of its tables: the parallel sampler, and ordinary (autoregressive) decoding, in the speed table at two
+# settings timed beside the sampler's chosen one: full recurrence, and the fewest loops of about equal quality
+SAMPLER, AUTOREGRESSIVE = "sampler", "autoregressive"
+FULL_RECURRENCE, MATCHED = "full_recurrence", "matched"
+
+# the sample stage's table: one row per prompt and setting, method SAMPLER or AUTOREGRESSIVE (whose row at loops ==
+# full recurrence is the reference)
 SAMPLE_SETTING = ("method", "loops", "inner_loops", "tolerance", "freeze")
 
 
@@ -17,8 +22,8 @@ SAMPLE_COLUMNS = (*SAMPLE_SETTING, "prompt", "new_tokens", "seconds", "forward_p
                   "layers_per_token", "gflops_per_token", "agreement", "distinct_fraction", "cross_entropy")
 
 
-# its speed table: tokens/s per round of the methods timed side by side ("sampler", "full_recurrence", "matched");
-# round i of two methods is a pair
+# its speed table: tokens/s per round of the methods timed side by side (SAMPLER, FULL_RECURRENCE, MATCHED); round i
+# of two methods is a pair
 SPEED_COLUMNS = ("method", "round", "tokens_per_s")
 
 
@@ -40,7 +45,7 @@ def fastest_of_equal_quality(summary: pl.DataFrame, method: str) -> dict | None:
 def matched_decoding(summary: pl.DataFrame) -> dict:
     """Ordinary decoding of about equal quality at the fewest loops: chosen by loops, not by timing, so that the
     choice does not depend on a noisy clock; full recurrence itself always qualifies."""
-    return of_equal_quality(summary, "autoregressive").sort("loops").row(0, named=True)
+    return of_equal_quality(summary, AUTOREGRESSIVE).sort("loops").row(0, named=True)
 
 
 def _token_weighted(column: str) -> pl.Expr:
@@ -55,7 +60,7 @@ def sampling_summary(rows: pl.DataFrame, full_loops: int) -> pl.DataFrame:
     fraction to ordinary decoding at `full_loops` (mean over prompts of the per-prompt difference; the cross-
     entropy's with its standard error)."""
     require(rows, "sample", SAMPLE_COLUMNS, "sampling summary")
-    reference = rows.filter((pl.col("method") == "autoregressive") & (pl.col("loops") == full_loops))
+    reference = rows.filter((pl.col("method") == AUTOREGRESSIVE) & (pl.col("loops") == full_loops))
     if reference.height == 0:
         raise TwoscaleError(f"sampling summary: no ordinary decoding at {full_loops} loops (the reference)")
     keys = [c for c in rows.columns if c in (*RUN_KEYS, *SAMPLE_SETTING)]

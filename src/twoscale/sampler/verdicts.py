@@ -18,10 +18,16 @@ import polars as pl
 
 from twoscale.report.tables import finite, require
 from twoscale.report.verdicts import Ratio, Verdict, at_least, ratio_by_round
-from twoscale.sampler.tables import SPEED_COLUMNS, fastest_of_equal_quality, matched_decoding
+from twoscale.sampler.tables import (
+    AUTOREGRESSIVE,
+    FULL_RECURRENCE,
+    MATCHED,
+    SAMPLER,
+    SPEED_COLUMNS,
+    fastest_of_equal_quality,
+    matched_decoding,
+)
 from twoscale.sampler.thresholds import C7_MIN_SPEEDUP, C7B_MIN_SPEEDUP
-
-SAMPLER, FULL_RECURRENCE, MATCHED = "sampler", "full_recurrence", "matched"  # methods of the speed table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +44,7 @@ class Speedup(Verdict):
 def _full_recurrence(summary: pl.DataFrame) -> dict[str, Any]:
     """Ordinary decoding at full recurrence: the reference of the quality gaps and of C7."""
     full_loops = int(summary["full_loops"][0])
-    return summary.filter((pl.col("method") == "autoregressive") & (pl.col("loops") == full_loops)).row(0, named=True)
+    return summary.filter((pl.col("method") == AUTOREGRESSIVE) & (pl.col("loops") == full_loops)).row(0, named=True)
 
 
 def _paired(speed: pl.DataFrame | None, numerator: str, denominator: str) -> Ratio | None:

@@ -20,7 +20,6 @@ from twoscale.config.progress import progress_bar
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.pipeline.observers import tracking
 from twoscale.sampler.comparison import (
-    SAMPLER,
     measure_prompt,
     sampler_throughput,
     settings_grid,
@@ -28,7 +27,7 @@ from twoscale.sampler.comparison import (
     shared_settings,
     speed_rows,
 )
-from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding, sampling_summary
+from twoscale.sampler.tables import SAMPLER, fastest_of_equal_quality, matched_decoding, sampling_summary
 from twoscale.stages.checkpoints import open_checkpoint
 from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_prompts

@@ -23,8 +23,8 @@ from twoscale.config.params import Params, RunParams
 from twoscale.config.progress import progress_bar
 from twoscale.exits.sweep import never_exit_setting
 from twoscale.report.tables import markdown_table
-from twoscale.sampler.comparison import FULL_RECURRENCE, MATCHED, SAMPLER, settings_of
-from twoscale.sampler.tables import fastest_of_equal_quality, matched_decoding
+from twoscale.sampler.comparison import settings_of
+from twoscale.sampler.tables import FULL_RECURRENCE, MATCHED, SAMPLER, fastest_of_equal_quality, matched_decoding
 from twoscale.stages.checkpoints import load_final_model
 from twoscale.stages.common import add_params_argument
 from twoscale.stages.validation import read_params
