@@ -151,6 +151,24 @@ def test_the_default_run_s_records_get_the_keys_declared_since_and_keep_the_rest
     assert default.read_bytes() == written
 
 
+def test_relocking_after_a_stage_gains_a_source_records_it_in_the_stage_s_entries(tmp_path):
+    """The relock reads the dvc.yaml written just before it: a stage whose module now imports one more file has
+    that file, with its hash, in each of its jobs' entries (it read the old dvc.yaml and left the stage changed)."""
+    copy = copy_repository(tmp_path / "copy", ROOT / "params.yaml")
+    gained = "src/twoscale/geometry/thresholds.py"
+    assert gained not in sources("training_figures")  # the premise
+    module = copy / "src/twoscale/report/training.py"
+    imports = "from twoscale.report.tables import require\n"
+    gaining = imports + "from twoscale.geometry import thresholds  # noqa\n"
+    module.write_text(module.read_text().replace(imports, gaining))
+    run([sys.executable, "-m", "twoscale", "workflow", "--relock"], copy, PYTHONPATH=str(copy / "src"))
+    lock = parse_yaml((copy / "dvc.lock").read_text(), "dvc.lock")["stages"]
+    entries = [entry for name, entry in lock.items() if name.split("@")[0] == "training_figures"]
+    digest = hashlib.md5((copy / gained).read_bytes()).hexdigest()
+    assert entries and all({"path": gained, "hash": "md5", "md5": digest, "size": (copy / gained).stat().st_size}
+                           in entry["deps"] for entry in entries)
+
+
 def test_relocking_records_the_changed_sources_and_nothing_else(tmp_path):
     """`workflow --relock` after a change that leaves the outputs alone: the lock then records the edited
     source file's hash and size in each stage that has it, and every other byte as it was, the parameter values

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from twoscale.config.io import write_text
+from twoscale.config.io import once_landed, write_text
 from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline.declaration.dependencies import declaration
 from twoscale.pipeline.declaration.dvc_file import dvc_yaml
@@ -33,9 +33,12 @@ def run(args: argparse.Namespace) -> None:
     write_text(args.root / "dvc.yaml", dvc_yaml(read_raw(args.root / "params.yaml")))
     for path, text in rule_files(declaration()).items():
         write_text(args.root / path, text)
-    if args.relock:
-        changed = relock(args.root)
-        print(f"dvc.lock: {len(changed)} stages recorded with the checkout's sources and keys declared since")
-        config = read_raw(args.root / "params.yaml")
-        records = record_declared_keys(args.root, config)
-        print(f"build records: {len(records)} given the keys their stages declare since")
+    if args.relock:  # from the dvc.yaml just written, once it has landed: a stage may have gained a source
+        once_landed(lambda: _relock(args.root))
+
+
+def _relock(root: Path) -> None:
+    changed = relock(root)
+    print(f"dvc.lock: {len(changed)} stages recorded with the checkout's sources and keys declared since")
+    records = record_declared_keys(root, read_raw(root / "params.yaml"))
+    print(f"build records: {len(records)} given the keys their stages declare since")
