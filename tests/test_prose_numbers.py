@@ -337,6 +337,13 @@ QUOTES = [
     Quote(RESULTS, r"\| steps4 \(2,400 steps\) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|",
           lambda: screen_row("steps4")),
     Quote(RESULTS, r"\| width256 \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \|", lambda: screen_row("width256")),
+    Quote(RESULTS, r"\| corpus-steps2 \(`public_domain`, 1,200 steps\) \| ([\d.]+) \| ([\d.]+) \| \*\*(\d+)\*\* \| "
+                   r"(\d+)% \|", lambda: screen_row("corpus-steps2")),
+    Quote(RESULTS, r"`huginn` gains ([\d.]+) nats from looping \(([\d.]+) at `steps2`\) and is\s+within 1% of its best "
+                   r"by its second loop, `paper` ([\d.]+) \(([\d.]+)\), and the control still recovers (\d+)% of the\s+"
+                   r"teacher's gain \((\d+)%\)",
+          lambda: [screen_row("corpus-steps2")[1], screen_row("steps2")[1], screen_row("corpus-steps2")[0],
+                   screen_row("steps2")[0], screen_row("corpus-steps2")[3], screen_row("steps2")[3]]),
     Quote(RESULTS, r"reads like the default: gains of ([\d.]+) and ([\d.]+) nats, K\* (\d+) loops, and the control"
                    r" recovers (\d+)%", lambda: screen_row("width256")),
     Quote(RESULTS, r"\(([\d.]+), ([\d.]+) and ([\d.]+) nats at 1×, 2× and 4× the steps;"

@@ -94,7 +94,7 @@ def draw(rows: list[dict], path: Path) -> None:
         for ax, (column, line) in zip(axes, [("gain_huginn", MIN_DEPTH_GAIN), *[(c, v) for c, v, _, _ in PANELS]],
                                       strict=True):
             ax.axhline(line, color="black", lw=0.8, ls="--")
-            ax.margins(y=0.12)  # room for a name below the lowest point
+            ax.margins(y=0.2)  # room for names below the lowest point
             ax.set(xscale="log", xlabel="training cost of a huginn model (model TFLOP)")
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))  # 100, 150, 200, ..., not 10^2
             ax.xaxis.set_major_formatter(ScalarFormatter())
@@ -105,13 +105,13 @@ def draw(rows: list[dict], path: Path) -> None:
             for row, x in sorted(zip(rows, cost, strict=True), key=lambda pair: pair[1]):
                 y = row[column]
                 right = x > max(cost) / 1.25  # names near the right edge stand left of their points, inside the
-                # axes, the rightmost higher than the rest, clear of a neighbour's name; a name whose point lies
-                # close beside one already named (K* alike at near costs) stands below it
-                beside = any(abs(math.log(x / other_x)) < 0.2 and abs(y - other_y) < 0.05 * span
+                # axes, the rightmost higher than the rest, clear of a neighbour's name; the names of points close
+                # beside ones already named (K* alike at near costs) stand below them, a line lower each
+                beside = sum(abs(math.log(x / other_x)) < 0.2 and abs(y - other_y) < 0.05 * span
                              for other_x, other_y in placed)
                 placed.append((x, y))
                 ax.annotate(row["candidate"], (x, y), fontsize=7, textcoords="offset points",
-                            xytext=(-3 if right else 3, -11 if beside else 12 if x == max(cost) else 3),
+                            xytext=(-3 if right else 3, -11 * beside if beside else 12 if x == max(cost) else 3),
                             ha="right" if right else "left")
         suptitle(fig, "The depth screen: does looping change the answer? (dashed: the criterion's lines)")
         save_figure(fig, path)
