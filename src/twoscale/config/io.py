@@ -268,11 +268,7 @@ def write_text(path: str | Path, text: str) -> None:
 
 def read_text(path: str | Path, producer: str) -> str:
     """A text file written by an earlier stage; missing is one line naming the stage to run."""
-    path = Path(path)
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        raise TwoscaleError(f"{path}: not found (run {producer} first)") from None
+    return _read_output(Path.read_text, Path(path), producer)
 
 
 def write_json(path: str | Path, payload: Any) -> None:
@@ -316,11 +312,17 @@ def read_csv(path: Path, producer: str) -> pl.DataFrame:
     return _read_table(pl.read_csv, path, producer)
 
 
-def _read_table(read: Callable[[Path], pl.DataFrame], path: Path, producer: str) -> pl.DataFrame:
+def _read_output(read: Callable[[Path], Any], path: Path, producer: str) -> Any:
+    """What `read` makes of an earlier stage's output; missing is one line naming the stage to run."""
     try:
         return read(path)
     except FileNotFoundError:
         raise TwoscaleError(f"{path}: not found (run {producer} first)") from None
+
+
+def _read_table(read: Callable[[Path], pl.DataFrame], path: Path, producer: str) -> pl.DataFrame:
+    try:
+        return _read_output(read, path, producer)
     except pl.exceptions.PolarsError as exc:
         raise TwoscaleError(f"{path}: not a readable table ({type(exc).__name__})") from None
 
