@@ -185,9 +185,12 @@ def test_what_a_new_recipe_reruns_in_docs_extending_is_what_the_declaration_says
     reruns, with_sample = (declared_reruns(before, config) for config in (after, sampled))
     assert set(per_stage(with_sample)) - set(per_stage(reruns)) == {"sample", "sampler_figures"}  # "too if"
     assert set(named) == set(per_stage(with_sample))
-    recipes_rerun = {dict(job).get("recipe") for _, job in reruns} - {None}
+    headlines = ("headline", "headline_teacher")
+    recipes_rerun = {dict(job).get("recipe") for stage, job in reruns if stage not in headlines} - {None}
     sampled_rerun = {dict(job)["recipe"] for stage, job in with_sample if stage == "sample"}
     assert recipes_rerun == {"mine"} and sampled_rerun == {*before["sample"]["recipes"], "mine"}  # "but for"
+    headlines_rerun = {dict(job)["recipe"] for stage, job in reruns if stage in headlines}
+    assert headlines_rerun == {*before["recipes"], *before["teachers"], "mine"}  # "every run's"
 
 
 def test_docs_pipeline_s_stage_table_has_a_row_for_every_declared_stage_and_no_other():

@@ -603,13 +603,15 @@ def plans(repo: Path) -> tuple[dict[str, int], set[str]]:
 
 def test_editing_a_module_of_one_stage_reruns_that_stage_and_what_follows_only(first_run):
     """surrogates/recovery.py is imported by the distill stage alone: Snakemake plans the distill jobs and the
-    stages after them (surrogates, its figures, claims and its page); DVC the distill jobs, whose changed outputs,
-    if any, then rerun the stages after them in repro. Nothing else in either."""
+    stages after them (surrogates, its figures, the teachers' headline numbers, claims and its page); DVC the
+    distill jobs, whose changed outputs, if any, then rerun the stages after them in repro. Nothing else in
+    either."""
     with source_edited(first_run, "surrogates/recovery.py"):
         snakemake_plan, dvc_plan = plans(first_run)
     distill = yaml.safe_load((first_run / "params.yaml").read_text())["distill"]
     assert snakemake_plan == {"distill": len(distill["blocks"]), "distill_curve": len(distill["curve_blocks"]),
-                              "surrogates": 1, "surrogate_figures": 1, "claims": 1, "claims_page": 1}
+                              "surrogates": 1, "surrogate_figures": 1, "claims": 1, "claims_page": 1,
+                              "headline_teacher": len(teacher_runs(first_run))}
     assert dvc_plan == {"distill", "distill_curve"}
     assert planned_jobs(first_run) == {}
 
@@ -822,7 +824,7 @@ def test_mlflow_holds_dvc_s_parent_run_with_a_nested_run_per_stage_it_reran(firs
                  key=lambda r: r.info.start_time)
     children = jobs_of(runs, parent.info.run_id)
     distill = read_raw(ROOT / "configs/smoke.yaml")["distill"]
-    per_teacher = ["train", "training_figures", "phases", "phase_figures",
+    per_teacher = ["train", "training_figures", "phases", "phase_figures", "headline_teacher",
                    *["distill"] * len(distill["blocks"] + distill["curve_blocks"])]
     assert sorted(r.data.tags["stage"] for r in children) == sorted(
         [*per_teacher, "surrogates", "surrogate_figures", "claims", "claims_page"])
@@ -862,12 +864,13 @@ def test_mlflow_holds_parent_and_nested_runs(first_run):
     n_checkpoints = len(smoke["train"]["checkpoint_steps"])
     n_strategies = len(smoke["sweep"]["strategies"])
     per_run = ["train", "training_figures", *["measure", "precision", "spectrum", "lens"] * n_checkpoints, "beyond",
-               *["sweep"] * n_strategies, "latency"]
+               *["sweep"] * n_strategies, "latency", "headline"]
     gathering = ["geometry", "geometry_figures", "precision_figures", "mechanism_figures", "tradeoff", "exit_figures",
                  "surrogates", "surrogate_figures", "claims", "claims_page"]
     sampled = [run for run in smoke_runs(first_run) if run[0] in smoke["sample"]["recipes"]]
     distilled = len(smoke["distill"]["blocks"]) + len(smoke["distill"]["curve_blocks"])  # distill_curve's tag: distill
-    per_teacher = ["train", "training_figures", "phases", "phase_figures", *["distill"] * distilled]
+    per_teacher = ["train", "training_figures", "phases", "phase_figures", "headline_teacher",
+                   *["distill"] * distilled]
     stages = sorted(r.data.tags["stage"] for r in snakemake_children)
     assert stages == sorted(["corpus", "tokenize", *per_run * len(smoke_runs(first_run)), *gathering,
                              *["sample", "sampler_figures"] * len(sampled),

@@ -62,6 +62,31 @@ def test_dvc_draws_both_losses_of_every_committed_run_and_the_template_drops_the
     assert filters == ["datum.dvc_inferred_y_value !== '' && isValid(datum.dvc_inferred_y_value)"]
 
 
+def test_dvc_s_metrics_are_a_row_of_a_few_numbers_per_committed_run_each_its_run_s_own():
+    """`dvc metrics show` lists the headline file of every run of params.yaml and nothing else, each a handful of
+    numbers; the training's losses are its metrics.json's and a teacher's recovery the recovery table's row."""
+    result = attempt(["dvc", "metrics", "show", "--json"], ROOT)
+    assert result.returncode == 0, result.stderr
+    [workspace] = json.loads(result.stdout).values()
+    shown = {path: entry["data"] for path, entry in workspace["data"].items()}
+    config = read_raw(ROOT / "params.yaml")
+    runs = {(recipe, seed) for recipe in [*config["recipes"], *config["teachers"]]
+            for seed in config["runtime"]["seeds"]}
+    assert set(shown) == {f"results/headline/{recipe}/seed_{seed}.json" for recipe, seed in runs}
+    columns = {key for values in shown.values() for key in values}
+    assert len(columns) <= 8 and all(isinstance(value, (int, float)) for values in shown.values()
+                                     for value in values.values())
+    recovery = pl.read_csv(ROOT / "results/surrogates/recovery.csv")
+    for recipe, seed in runs:
+        values, trained = shown[f"results/headline/{recipe}/seed_{seed}.json"], json.loads(
+            (ROOT / f"results/train/{recipe}/seed_{seed}/metrics.json").read_text())
+        assert (values["train_loss"], values["val_loss"]) == (trained["train_loss"], trained["val_loss"])
+        for k in config["distill"]["blocks"] if recipe in config["teachers"] else ():
+            [row] = recovery.filter((pl.col("teacher") == recipe) & (pl.col("seed") == seed)
+                                    & (pl.col("blocks") == k)).iter_rows(named=True)
+            assert values[f"control_recovered_k{k}"] == row["control_recovered"]
+
+
 @pytest.mark.parametrize("change, refusal", [
     (lambda plot: plot.pop("title"), "needs a title and one file per job"),
     (lambda plot: plot.update(template="linear"), "drawn on 'Loss (nats per token)' other than its other files"),

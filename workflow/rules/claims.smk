@@ -5,6 +5,61 @@
 # rules call (sources, existing, param_values, ancestor, one_of, every_core) are defined in common.smk.
 
 
+rule headline:
+    input:
+        sources("headline"),
+        train_metrics=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
+        loss_vs_loops=f"{RESULTS}/geometry/loss_vs_loops.parquet",
+    output:
+        out=f"{RESULTS}/headline/{{recipe}}/seed_{{seed}}.json",
+    params:
+        file=PARAMS_PATH,
+    log:
+        f"{LOGS}/headline/{{recipe}}/seed_{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/headline/{{recipe}}/seed_{{seed}}.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    wildcard_constraints:
+        recipe=one_of(config["recipes"]),
+        seed=one_of(config["runtime"]["seeds"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale.pipeline.preload headline --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --train-metrics {input.train_metrics:q} --loss-vs-loops {input.loss_vs_loops:q}"
+        " --out {output.out:q} --log {log:q}"
+
+
+rule headline_teacher:
+    input:
+        sources("headline_teacher"),
+        train_metrics=f"{RESULTS}/train/{{recipe}}/seed_{{seed}}/metrics.json",
+        recovery=f"{RESULTS}/surrogates/recovery.csv",
+    output:
+        out=f"{RESULTS}/headline/{{recipe}}/seed_{{seed}}.json",
+    params:
+        values=param_values("headline_teacher"),
+        file=PARAMS_PATH,
+    log:
+        f"{LOGS}/headline/{{recipe}}/seed_{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/headline/{{recipe}}/seed_{{seed}}.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    wildcard_constraints:
+        recipe=one_of(config["teachers"]),
+        seed=one_of(config["runtime"]["seeds"]),
+    conda:
+        "../envs/twoscale.yaml"
+    shell:
+        "python -m twoscale.pipeline.preload headline_teacher --params {params.file:q} --recipe {wildcards.recipe:q}"
+        " --seed {wildcards.seed:q} --train-metrics {input.train_metrics:q} --recovery {input.recovery:q}"
+        " --out {output.out:q} --log {log:q}"
+
+
 rule claims:
     input:
         sources("claims"),
