@@ -77,10 +77,16 @@ def test_dvc_s_metrics_are_a_row_of_a_few_numbers_per_committed_run_each_its_run
     assert len(columns) <= 8 and all(isinstance(value, (int, float)) for values in shown.values()
                                      for value in values.values())
     recovery = pl.read_csv(ROOT / "results/surrogates/recovery.csv")
+    loss_vs_loops = pl.read_parquet(ROOT / "results/geometry/loss_vs_loops.parquet")
     for recipe, seed in runs:
         values, trained = shown[f"results/headline/{recipe}/seed_{seed}.json"], json.loads(
             (ROOT / f"results/train/{recipe}/seed_{seed}/metrics.json").read_text())
         assert (values["train_loss"], values["val_loss"]) == (trained["train_loss"], trained["val_loss"])
+        if recipe in config["recipes"]:  # the gain from looping, worked out here: one loop's loss minus the lowest
+            own = loss_vs_loops.filter((pl.col("recipe") == recipe) & (pl.col("seed") == seed))
+            last = own.filter(pl.col("step") == config["train"]["steps"])
+            assert values["depth_gain"] == pytest.approx(
+                last.filter(pl.col("loops") == 1)["val_loss"].item() - last["val_loss"].min(), abs=1e-12)
         for k in config["distill"]["blocks"] if recipe in config["teachers"] else ():
             [row] = recovery.filter((pl.col("teacher") == recipe) & (pl.col("seed") == seed)
                                     & (pl.col("blocks") == k)).iter_rows(named=True)

@@ -55,13 +55,17 @@ def training_cost(history: pl.DataFrame) -> dict[str, float | None]:
             "tokens": float((timed["tokens_per_s"] * timed["seconds"]).sum()), "timed_share": share}
 
 
+def recovery_row(recovery: pl.DataFrame, teacher: str, seed: int, blocks: int) -> dict[str, Any]:
+    """The recovery table's one row of a teacher run and surrogate size (its shared blocks)."""
+    rows = recovery.filter((pl.col("teacher") == teacher) & (pl.col("seed") == seed) & (pl.col("blocks") == blocks))
+    if rows.height != 1:
+        raise ValueError(f"no single row of {teacher} at seed {seed} with {blocks} blocks in the recovery table")
+    return rows.row(0, named=True)
+
+
 def control_recovery(recovery: pl.DataFrame, seed: int) -> float:
     """The 2-layer control's recovery of the teacher's gain over the unigram model, at the seed."""
-    row = recovery.filter((pl.col("teacher") == TEACHER) & (pl.col("seed") == seed)
-                          & (pl.col("blocks") == CONTROL_BLOCKS))
-    if row.height != 1:
-        raise ValueError(f"no single {CONTROL_BLOCKS}-block row of {TEACHER} at seed {seed} in the recovery table")
-    return float(row["control_recovered"][0])
+    return float(recovery_row(recovery, TEACHER, seed, CONTROL_BLOCKS)["control_recovered"])
 
 
 def reading(name: str, loss_vs_loops: pl.DataFrame, recovery: pl.DataFrame,

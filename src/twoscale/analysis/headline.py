@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.analysis.depth_screen import depth_gain, k_star, last_checkpoint_losses
+from twoscale.analysis.depth_screen import depth_gain, k_star, last_checkpoint_losses, recovery_row
 
 TRAINING = ("train_loss", "val_loss")  # the train stage's final training and held-out losses (its metrics.json)
 
@@ -34,11 +34,8 @@ def teacher_headline(metrics: Mapping[str, Any], recovery: pl.DataFrame, teacher
     """The training's losses, then for each surrogate size k (its shared blocks) the share of the teacher's gain
     over the unigram model that the surrogate and the control of k layers recover (<model>_recovered_k<k>; null
     where the table has none: a teacher no better than the unigram model has no gain to recover)."""
-    own = recovery.filter((pl.col("teacher") == teacher) & (pl.col("seed") == seed))
     headline: dict[str, float | None] = {**training_headline(metrics)}
     for k in blocks:
-        row = own.filter(pl.col("blocks") == k)
-        if row.height != 1:
-            raise ValueError(f"no single row of {teacher} at seed {seed} with {k} blocks in the recovery table")
-        headline |= {f"{model}_recovered_k{k}": row[f"{model}_recovered"][0] for model in ("surrogate", "control")}
+        row = recovery_row(recovery, teacher, seed, k)
+        headline |= {f"{model}_recovered_k{k}": row[f"{model}_recovered"] for model in ("surrogate", "control")}
     return headline

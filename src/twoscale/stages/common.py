@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from twoscale.config.io import read_parquet, run_subdir
+from twoscale.config.io import read_parquet, run_subdir, write_json
 from twoscale.config.parameter_files import load_params
 from twoscale.config.params import Params, ParamsError, RunParams
 from twoscale.pipeline.declaration.dependencies import (
@@ -50,6 +50,14 @@ def load_teacher_run(args: argparse.Namespace) -> tuple[Params, RunParams]:
     if run.recipe not in params.teachers:
         raise ParamsError(f"--recipe {run.recipe!r} is not under teachers ({', '.join(params.teachers) or 'none'})")
     return params, run
+
+
+def write_headline(stage: str, run: RunParams, headline: Mapping[str, Any], out: Path) -> None:
+    """A run's headline numbers (DVC's metrics) written to `out` and logged as the metrics of the stage's MLflow run,
+    beside the run's model and training parameters (the run it sums up)."""
+    with tracking.stage_run(stage, {"model": run.model, "train": run.train}, run.tags):
+        write_json(out, headline)
+        tracking.log_metrics(headline)
 
 
 GEOMETRY_CURVES = ("step_size", "drift_to_loop_ratio", "step_cosine", "state_norm")  # MLflow curves over k

@@ -7,9 +7,8 @@ import argparse
 import logging
 
 from twoscale.analysis.headline import looped_headline
-from twoscale.config.io import read_json, read_parquet, write_json
-from twoscale.pipeline.observers import tracking
-from twoscale.stages.common import load_run
+from twoscale.config.io import read_json, read_parquet
+from twoscale.stages.common import load_run, write_headline
 
 HELP = "write one looped run's headline numbers (DVC's metrics)"
 log = logging.getLogger(__name__)
@@ -19,7 +18,5 @@ def run(args: argparse.Namespace) -> None:
     _, run = load_run(args)
     loss_vs_loops = read_parquet(args.loss_vs_loops, "the geometry stage")
     headline = looped_headline(read_json(args.train_metrics), loss_vs_loops, run.recipe, run.seed)
-    with tracking.stage_run(args.stage, {"model": run.model, "train": run.train}, run.tags):  # the run it sums up
-        write_json(args.out, headline)
-        tracking.log_metrics(headline)
+    write_headline(args.stage, run, headline, args.out)
     log.info("headline numbers of %s, seed %d: %s", run.recipe, run.seed, args.out)

@@ -8,9 +8,8 @@ import argparse
 import logging
 
 from twoscale.analysis.headline import teacher_headline
-from twoscale.config.io import read_csv, read_json, write_json
-from twoscale.pipeline.observers import tracking
-from twoscale.stages.common import load_teacher_run
+from twoscale.config.io import read_csv, read_json
+from twoscale.stages.common import load_teacher_run, write_headline
 
 HELP = "write one plain teacher run's headline numbers (DVC's metrics)"
 log = logging.getLogger(__name__)
@@ -20,7 +19,5 @@ def run(args: argparse.Namespace) -> None:
     params, run = load_teacher_run(args)
     recovery = read_csv(args.recovery, "the surrogates stage")
     headline = teacher_headline(read_json(args.train_metrics), recovery, run.recipe, run.seed, params.distill.blocks)
-    with tracking.stage_run(args.stage, {"model": run.model, "train": run.train}, run.tags):  # the run it sums up
-        write_json(args.out, headline)
-        tracking.log_metrics(headline)
+    write_headline(args.stage, run, headline, args.out)
     log.info("headline numbers of %s, seed %d: %s", run.recipe, run.seed, args.out)
