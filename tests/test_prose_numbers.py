@@ -305,7 +305,7 @@ QUOTES = [
     Quote(RESULTS, r"the acceleration exit takes ([\d.–]+)× their\s+latency \(not reproduced (\d/3);",
           lambda: [span(c6b_ratios(), fixed(1)), seeds_with("C6b", "huginn", "not reproduced")]),
     Quote(RESULTS, r"the fastest sampler setting of equal quality is ([\d.–]+)× faster than\s+full recurrence and "
-                   r"([\d.–]+)× as fast as ordinary decoding",
+                   r"([\d.–]+)× as fast as autoregressive decoding",
           lambda: [span(speedups(), fixed(1)), span(values("C7b", "huginn", "speed-up vs matched decoding"),
                                                     fixed(2))]),
     Quote(RESULTS, r"Two shared blocks recover ([\d–]+)% of the plain teacher's gain over the unigram model;\s+two "

@@ -436,7 +436,7 @@ def test_c6_kl_reads_its_own_range_against_acceleration_s_and_both_at_any_thresh
 
 
 def sampling_summary(sampler_gap: float = 0.02, sampler_distinct_gap: float = -0.02) -> pl.DataFrame:
-    """Ordinary decoding at 8 loops (the reference, 8 GFLOPs per token), at 4 loops (gap 0) and at 2 loops (gap
+    """Autoregressive decoding at 8 loops (the reference, 8 GFLOPs per token), at 4 loops (gap 0) and at 2 loops (gap
     0.01, 2 GFLOPs); the sampler at one setting (20 GFLOPs per token) and a faster one too poor to count (gap 0.2 >
     the tolerance 0.05). Tolerances: 0.05 nats and 0.05 of the distinct-token fraction."""
     rows = [("autoregressive", 8, 10.0, 0.0, 0.0, 8.0), ("autoregressive", 4, 30.0, 0.0, 0.0, 4.0),
@@ -503,8 +503,8 @@ def test_c7_without_paired_rounds_is_inconclusive():
 
 
 @pytest.mark.parametrize(("sampler_rounds", "reproduced"), [([55.0, 55.0, 55.0], True), ([45.0, 45.0, 45.0], False)])
-def test_c7b_against_ordinary_decoding_at_the_fewest_loops_of_equal_quality(sampler_rounds, reproduced):
-    """Ordinary decoding at 2 loops is of equal quality (gap 0.01): it is the match, although 4 loops ran faster
+def test_c7b_against_autoregressive_decoding_at_the_fewest_loops_of_equal_quality(sampler_rounds, reproduced):
+    """Autoregressive decoding at 2 loops is of equal quality (gap 0.01): it is the match, although 4 loops ran faster
     in the grid. Timed at 25 tokens/s in every round, the sampler needs 50."""
     result = sampler.speedup_over_matched_decoding(
         sampling_summary(), speed(sampler_rounds, [10.0] * 3, matched_rounds=[25.0] * 3))

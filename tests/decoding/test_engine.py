@@ -149,7 +149,7 @@ def test_too_long_or_unbounded_requests_are_refused(model):
         generate(model, [1], new_tokens=2, rules=[make_rule({"criterion": "step_norm", "threshold": 0.1})] * 3)
 
 
-def test_ordinary_decoding_runs_no_exit_bookkeeping(model):
+def test_autoregressive_decoding_runs_no_exit_bookkeeping(model):
     """With `fixed` rules no rule is ever started or stepped, and no time goes to exit decisions."""
     rules = fixed(2, 3, 1)
     for rule in rules:

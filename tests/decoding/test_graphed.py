@@ -41,7 +41,7 @@ RULE_SETS = {  # one spec per group; thresholds at which the tiny model's tokens
         {"criterion": "acceleration", "variant": "size_difference", "threshold": 1e-4},
         {"criterion": "step_norm", "threshold": 1e-2}],
 }
-OTHER_MODELS_RULE_SETS = {  # the other norms and injections: ordinary decoding, and rules beside a fixed group
+OTHER_MODELS_RULE_SETS = {  # the other norms and injections: autoregressive decoding, and rules beside a fixed group
     "fixed": [{"criterion": "fixed", "loops": n} for n in (2, 6, 3)],
     "mixed": [{"criterion": "fixed", "loops": 5}, {"criterion": "acceleration", "threshold": 1e-3, "min_loops": 4},
               {"criterion": "kl", "decode": "rest", "threshold": 3e-3, "max_loops": 4}],

@@ -64,17 +64,17 @@ def test_the_sampler_s_cost_matches_the_flop_counter(injection, settings):
     assert counter.get_total_flops() == generation_cost(model, out).flops.sum().item()
 
 
-def test_ordinary_decoding_costs_what_the_flop_counter_counts_and_a_wavefront_of_one_the_same():
+def test_autoregressive_decoding_costs_what_the_flop_counter_counts_and_a_wavefront_of_one_the_same():
     model = injected_model()
     ready = prefill(model, PROMPT, 3, len(PROMPT) + 6)
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        ordinary = autoregressive(model, PROMPT, 6, loops=3, prefilled=ready)
-    cost = generation_cost(model, ordinary)
+        reference = autoregressive(model, PROMPT, 6, loops=3, prefilled=ready)
+    cost = generation_cost(model, reference)
     assert counter.get_total_flops() == cost.flops.sum().item()
     # 5 steps at positions 5..9 (the first new token comes from the prefill): 2 single-pass layers, 4 looped ones
     assert cost.layers.tolist() == [2 + 4 * 3] * 5
     one_wide = sample(model, PROMPT, 6, SamplerSettings(inner_loops=3, max_iterations=3, max_wavefront=1))
-    assert one_wide.tokens == ordinary.tokens
+    assert one_wide.tokens == reference.tokens
     assert torch.equal(generation_cost(model, one_wide).flops, cost.flops)
 
 
@@ -83,13 +83,13 @@ def test_one_prompt_gives_a_row_per_loop_count_and_setting():
     grid = settings_grid([1, 2], [0.03, 0.1], ["latent_diff", "acceleration"], max_iterations=4)
     assert len(grid) == 8 and all(isinstance(s, SamplerSettings) and s.max_iterations == 4 for s in grid)
     rows = measure_prompt(model, 0, PROMPT, 6, 4, [4, 2, 1], grid)
-    ordinary = [r for r in rows if r["method"] == "autoregressive"]
-    assert [r["loops"] for r in ordinary] == [4, 2, 1]
-    assert ordinary[0]["agreement"] == 1.0 and all(r["new_tokens"] == 6 for r in rows)
+    reference = [r for r in rows if r["method"] == "autoregressive"]
+    assert [r["loops"] for r in reference] == [4, 2, 1]
+    assert reference[0]["agreement"] == 1.0 and all(r["new_tokens"] == 6 for r in rows)
     assert len(rows) == 3 + 8 and {(r["inner_loops"], r["tolerance"], r["freeze"]) for r in rows[3:]} == {
         (s.inner_loops, s.tolerance, s.freeze) for s in grid}
     # 5 steps after the prefill for 6 tokens, each 2 single-pass layers and 4 looped ones per loop
-    assert [r["layers_per_token"] for r in ordinary] == [pytest.approx(5 * (2 + 4 * k) / 6) for k in (4, 2, 1)]
+    assert [r["layers_per_token"] for r in reference] == [pytest.approx(5 * (2 + 4 * k) / 6) for k in (4, 2, 1)]
     assert all(0 < r["distinct_fraction"] <= 1 and r["gflops_per_token"] > 0 for r in rows)
 
 

@@ -1,4 +1,4 @@
-"""The parallel sampler: its reduction to ordinary cached decoding, its formulas against hand values, freezing and
+"""The parallel sampler: its reduction to cached autoregressive decoding, its formulas against hand values, freezing and
 the KV entries a window reads and writes, and bad settings."""
 
 from __future__ import annotations
@@ -42,36 +42,37 @@ def injected_model(groups=((1, 1), (2, 3), (4, 4)), n_layer=6, injection="adapte
     return model
 
 
-def ordinary(model: LoopedGPT, loops: int, new_tokens: int = 12) -> list[int]:
+def engine_tokens(model: LoopedGPT, loops: int, new_tokens: int = 12) -> list[int]:
+    """Cached autoregressive decoding by the decoding engine with a fixed rule: the route independent of the sampler."""
     rules = [make_rule({"criterion": "fixed", "loops": loops}) for _ in range(model.n_groups)]
     return generate(model, PROMPT, new_tokens, rules).tokens
 
 
-# --- reduction to ordinary decoding ------------------------------------------------------------------------------
+# --- reduction to autoregressive decoding -----------------------------------------------------------------------------
 
 
-def test_full_recurrence_and_a_wavefront_of_one_is_ordinary_cached_decoding():
+def test_full_recurrence_and_a_wavefront_of_one_is_cached_autoregressive_decoding():
     model = injected_model()
     settings = SamplerSettings(inner_loops=5, max_iterations=5, max_wavefront=1, tolerance=0.5, embedding_ema=0.3)
     out = sample(model, PROMPT, 12, settings)
-    assert out.tokens == ordinary(model, 5)
+    assert out.tokens == engine_tokens(model, 5)
     assert out.forward_passes == 11  # the first new token comes from the prefill
     assert out.group_iterations == 11 * 5 * 3
 
 
-def test_one_iteration_per_outer_step_with_a_wavefront_of_one_is_ordinary_decoding_for_one_group():
+def test_one_iteration_per_outer_step_with_a_wavefront_of_one_is_autoregressive_decoding_for_one_group():
     """Every frozen position's cache entries all come from its final token, so later positions read them
-    iteration by iteration, as ordinary decoding does."""
+    iteration by iteration, as autoregressive decoding does."""
     model = injected_model(groups=((1, 3),), n_layer=5)
     out = sample(model, PROMPT, 12, SamplerSettings(inner_loops=1, max_iterations=5, max_wavefront=1, tolerance=0))
-    assert out.tokens == ordinary(model, 5)
+    assert out.tokens == engine_tokens(model, 5)
     assert out.forward_passes == 11 * 5
 
 
 def test_autoregressive_baseline_matches_generate():
     model = injected_model()
     out = autoregressive(model, PROMPT, 12, loops=3)
-    assert out.tokens == ordinary(model, 3)
+    assert out.tokens == engine_tokens(model, 3)
     assert out.new_tokens == 12 and out.forward_passes == 11
 
 

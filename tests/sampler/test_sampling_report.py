@@ -30,13 +30,13 @@ def prompt_rows(method: str, loops: int, seconds: tuple[float, float], cross_ent
              "cross_entropy": cross_entropy[p]} for p in (0, 1)]
 
 
-def table(sampler_seconds: float, sampler_gap: float, ordinary_fast_gap: float = 0.01,
+def table(sampler_seconds: float, sampler_gap: float, fast_gap: float = 0.01,
           sampler_distinct: tuple[float, float] = (0.9, 0.7)) -> pl.DataFrame:
-    """Ordinary decoding at 8 loops (reference: 1 s per prompt, 8 GFLOPs per token) and 2 loops (0.25 s, 2 GFLOPs),
-    the sampler at two settings: a fast one whose quality is `sampler_gap` off (20 GFLOPs per token), and a slow one
-    of equal quality."""
+    """Autoregressive decoding at 8 loops (reference: 1 s per prompt, 8 GFLOPs per token) and 2 loops (0.25 s, 2
+    GFLOPs), the sampler at two settings: a fast one whose quality is `sampler_gap` off (20 GFLOPs per token), and a
+    slow one of equal quality."""
     rows = prompt_rows("autoregressive", FULL, (1.0, 1.0), (2.0, 3.0))
-    rows += prompt_rows("autoregressive", 2, (0.25, 0.25), (2.0 + ordinary_fast_gap, 3.0 + ordinary_fast_gap),
+    rows += prompt_rows("autoregressive", 2, (0.25, 0.25), (2.0 + fast_gap, 3.0 + fast_gap),
                         agreement=0.5, group_iterations=20, layers=(8.0, 8.0), gflops=(2.0, 2.0))
     rows += prompt_rows("sampler", FULL, (sampler_seconds, sampler_seconds), (2.0 + sampler_gap, 3.0 + sampler_gap),
                         agreement=0.8, inner_loops=4, tolerance=0.03, freeze="latent_diff", forward_passes=12,
@@ -84,13 +84,13 @@ def test_summary_against_hand_values():
 
 def test_summary_needs_the_full_recurrence_reference():
     frame = table(0.2, 0.0).filter(pl.col("loops") != FULL)
-    with pytest.raises(TwoscaleError, match="no ordinary decoding at 8 loops"):
+    with pytest.raises(TwoscaleError, match="no autoregressive decoding at 8 loops"):
         sampling_summary(frame, FULL)
 
 
 def test_matched_decoding_is_the_fewest_loops_of_equal_quality():
     assert matched_decoding(summary_of(table(0.2, 0.02)))["loops"] == 2
-    assert matched_decoding(summary_of(table(0.2, 0.02, ordinary_fast_gap=-0.3)))["loops"] == FULL  # far below
+    assert matched_decoding(summary_of(table(0.2, 0.02, fast_gap=-0.3)))["loops"] == FULL  # far below
 
 
 def test_c7_reads_the_paired_rounds_and_prints_both_ratios():
@@ -125,9 +125,9 @@ def test_c7_without_any_sampler_setting_of_equal_quality_is_not_reproduced(gap, 
     (0.01, 2, False),  # 2 loops are as good, timed at 40 tokens/s: the sampler's 50 are 1.25x
     (0.3, FULL, True),  # 2 loops are too poor: matched = full recurrence, 5x
 ])
-def test_c7b_compares_with_ordinary_decoding_at_the_fewest_loops_of_equal_quality(fast_gap, matched, reproduced):
+def test_c7b_compares_with_autoregressive_decoding_at_the_fewest_loops_of_equal_quality(fast_gap, matched, reproduced):
     rounds = speed([50.0] * 3, [10.0] * 3, [40.0 if matched == 2 else 10.0] * 3)
-    row = C7B.row(summary_of(table(0.2, 0.02, ordinary_fast_gap=fast_gap)), rounds)
+    row = C7B.row(summary_of(table(0.2, 0.02, fast_gap=fast_gap)), rounds)
     assert row["reproduced"] is reproduced
     assert row["headline"]["speed-up vs matched decoding"] == pytest.approx(1.25 if matched == 2 else 5.0)
     assert row["headline"]["FLOP ratio vs matched decoding"] == pytest.approx((2.0 if matched == 2 else 8.0) / 20)

@@ -355,13 +355,13 @@ class SampleParams(Section):
     threads: PositiveInt = Field(description="torch threads per sample job (one job per recipe and seed)")
     loops: PositiveInt = Field(
         description="the full recurrence: the prompt's prefill, the most iterations a position runs before it "
-        "freezes, and the ordinary decoding the sampler is compared with (the paper: 32)"
+        "freezes, and the autoregressive decoding the sampler is compared with (the paper: 32)"
     )
     n_prompts: PositiveInt = Field(description="held-out prompts, greedy decoding at batch size 1")
     prompt_tokens: PositiveInt = Field(description="tokens per prompt")
     new_tokens: PositiveInt = Field(description="tokens generated per prompt")
     baseline_loops: list[PositiveInt] = Field(
-        min_length=1, description="ordinary cached decoding at these loop counts (must include loops)"
+        min_length=1, description="cached autoregressive decoding at these loop counts (must include loops)"
     )
     inner_loops: list[PositiveInt] = Field(min_length=1, description="r': iterations per outer step (the grid)")
     tolerances: list[Annotated[float, Field(ge=0)]] = Field(
@@ -382,14 +382,14 @@ class SampleParams(Section):
     state_std: float = Field(ge=0, description="std of random states and of the noise (Huginn: 0.63)")
     quality_tolerance: float = Field(
         ge=0, description="nats: 'about equal quality' (C7) = mean re-scored cross-entropy within this much of "
-        "ordinary decoding at full recurrence, above or below"
+        "autoregressive decoding at full recurrence, above or below"
     )
     distinct_tolerance: float = Field(
         ge=0, le=1, description="'about equal quality' (C7) also = distinct-token fraction of the continuation "
-        "(mean over prompts) at most this much below ordinary decoding at full recurrence"
+        "(mean over prompts) at most this much below autoregressive decoding at full recurrence"
     )
     repeats: StrictInt = Field(
-        ge=2, description="paired rounds that time the chosen sampler setting beside ordinary decoding at full "
+        ge=2, description="paired rounds that time the chosen sampler setting beside autoregressive decoding at full "
         "recurrence and at the fewest loops of about equal quality (the speed verdicts' 95% intervals)"
     )
 

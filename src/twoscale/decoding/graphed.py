@@ -10,7 +10,7 @@ work is then one function of those buffers (`StaticStep`): run as it is on a CPU
 replayed on a GPU. The pieces of a token:
 
 - the work between the exit rules' groups (embedding, single-pass layers, groups looped a fixed number of times,
-  the head): one graph each, so ordinary decoding at a fixed depth is one graph per token;
+  the head): one graph each, so autoregressive decoding at a fixed depth is one graph per token;
 - a group under an exit rule: one graph per loop step (the first with the rule's start), each reading its step's
   cache entries as views, and the copy of the token's deepest cache entry into the deeper steps' slots once it is
   done.

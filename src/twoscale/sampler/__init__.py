@@ -1,2 +1,2 @@
-"""The parallel (diffusion-forcing) sampler system: the sampler, its comparison with ordinary cached decoding,
+"""The parallel (diffusion-forcing) sampler system: the sampler, its comparison with cached autoregressive decoding,
 with its figure, verdicts and claims (C7)."""

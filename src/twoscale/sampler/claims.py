@@ -1,5 +1,5 @@
 """The parallel sampler's claims in words: C7 (Geiping et al.'s speed-up at full recurrence) and C7b (ours: against
-ordinary decoding at the fewest loops of about equal quality), each a `Claim` record with its verdict
+autoregressive decoding at the fewest loops of about equal quality), each a `Claim` record with its verdict
 (`sampler.verdicts`) and its measured text."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ EQUAL_QUALITY_AFTER = Revision(
 
 # "about equal quality", as both claims' tests say it (the tolerances are parameters of the sample section)
 _EQUAL_QUALITY = (
-    "the mean over prompts of the sampler's re-scored cross-entropy minus that of ordinary decoding at full "
+    "the mean over prompts of the sampler's re-scored cross-entropy minus that of autoregressive decoding at full "
     "recurrence is within ± sample.quality_tolerance ({quality:g} nats), and its distinct-token fraction (distinct "
     "generated tokens over generated tokens, mean over prompts) is at most sample.distinct_tolerance ({distinct:g}) "
     "below full recurrence's")
@@ -54,7 +54,7 @@ _EQUAL_QUALITY = (
 def _c7_measured(verdict: Speedup, summary: pl.DataFrame, speed: pl.DataFrame | None) -> tuple[str, Headline]:
     full, sampler = verdict.detail[FULL_RECURRENCE], verdict.detail[SAMPLER]
     measured = (
-        f"ordinary decoding at {full['loops']} loops: {fmt(full['tokens_per_s'])} tokens/s in the grid, "
+        f"autoregressive decoding at {full['loops']} loops: {fmt(full['tokens_per_s'])} tokens/s in the grid, "
         f"{_cost_text(full)} per token, re-scored cross-entropy {fmt(full['cross_entropy'], 3)}, distinct "
         f"fraction {fmt(full['distinct_fraction'])}. "
         + (_NO_SAMPLER if sampler is None else
@@ -63,9 +63,9 @@ def _c7_measured(verdict: Speedup, summary: pl.DataFrame, speed: pl.DataFrame | 
            f"± {fmt(sampler['cross_entropy_gap_sem'], 3)} nats, distinct fraction "
            f"{fmt(sampler['distinct_fraction'])} ({sampler['distinct_fraction_gap']:+.3f}), agreement "
            f"{100 * sampler['agreement']:.0f}%, {fmt(sampler['forward_passes_per_token'])} forward passes, "
-           f"{fmt(sampler['group_iterations_per_token'])} group applications (ordinary: "
+           f"{fmt(sampler['group_iterations_per_token'])} group applications (autoregressive: "
            f"{fmt(full['group_iterations_per_token'])}) and {_cost_text(sampler)} per token; "
-           f"{_speedup_text(verdict, 'ordinary')}.")
+           f"{_speedup_text(verdict, 'autoregressive')}.")
     )
     return measured, {
         "speed-up vs full recurrence": ratio_value(verdict.speedup), "FLOP ratio vs full recurrence":
@@ -77,10 +77,10 @@ def _c7_measured(verdict: Speedup, summary: pl.DataFrame, speed: pl.DataFrame | 
 def _c7_test(verdict: Speedup) -> str:
     quality = _EQUAL_QUALITY.format(quality=verdict.quality_tolerance, distinct=verdict.distinct_tolerance)
     return (f"Greedy, batch size 1, the same held-out prompts. About equal quality: {quality}. "
-            f"The fastest such setting of the grid is timed beside ordinary decoding at full recurrence in paired "
-            f"rounds (sample.repeats); the speed-up is their ratio of tokens/s with a 95% interval. Reproduced if the "
-            f"interval lies at or above {C7_MIN_SPEEDUP:g}×; not reproduced if it lies below (or if no setting is of "
-            f"about equal quality); inconclusive if it straddles {C7_MIN_SPEEDUP:g}×.")
+            f"The fastest such setting of the grid is timed beside autoregressive decoding at full recurrence in "
+            f"paired rounds (sample.repeats); the speed-up is their ratio of tokens/s with a 95% interval. Reproduced "
+            f"if the interval lies at or above {C7_MIN_SPEEDUP:g}×; not reproduced if it lies below (or if no setting "
+            f"is of about equal quality); inconclusive if it straddles {C7_MIN_SPEEDUP:g}×.")
 
 
 C7 = Claim(
@@ -101,7 +101,7 @@ C7 = Claim(
 def _c7b_measured(verdict: Speedup, summary: pl.DataFrame, speed: pl.DataFrame | None) -> tuple[str, Headline]:
     matched, sampler = verdict.detail[MATCHED], verdict.detail[SAMPLER]
     measured = (
-        f"ordinary decoding at the fewest loops of about equal quality: {matched['loops']} loops, "
+        f"autoregressive decoding at the fewest loops of about equal quality: {matched['loops']} loops, "
         f"{fmt(matched['tokens_per_s'])} tokens/s in the grid, gap {matched['cross_entropy_gap']:+.3f} nats, "
         f"{_cost_text(matched)} per token. "
         + (_NO_SAMPLER if sampler is None else
@@ -116,8 +116,8 @@ C7B = Claim(
     id="C7b",
     system="sampler",
     title="the sampler against decoding at the fewest loops of equal quality",
-    statement="The same sampler against ordinary decoding at the fewest loops of about equal quality (ours).",
-    test=f"The fastest sampler setting of about equal quality (as in C7) against ordinary decoding at the fewest "
+    statement="The same sampler against autoregressive decoding at the fewest loops of about equal quality (ours).",
+    test=f"The fastest sampler setting of about equal quality (as in C7) against autoregressive decoding at the fewest "
     f"loops of about equal quality (any loop count of sample.baseline_loops; chosen by loops, not by timing), "
     f"timed beside it in the same paired rounds: reproduced if the 95% interval of the ratio of tokens/s lies "
     f"at or above {C7B_MIN_SPEEDUP:g}×, not reproduced if it lies below (or if no setting is of about equal "

@@ -1,9 +1,9 @@
-"""What the sample stage measures: the parallel sampler at every setting of its grid and ordinary cached decoding at
-every loop count, greedy at batch size 1 on the same held-out prompts (docs/methods.md#the-parallel-sampler).
+"""What the sample stage measures: the parallel sampler at every setting of its grid and cached autoregressive decoding
+at every loop count, greedy at batch size 1 on the same held-out prompts (docs/methods.md#the-parallel-sampler).
 
 Per prompt and setting: the tokens per second after the prompt's prefill, forward passes and looped-group
 applications per generated token, its cost per generated token in layer applications and GFLOPs (`generation_cost`),
-the greedy agreement with ordinary decoding at full recurrence (the fraction of generated positions with the same
+the greedy agreement with autoregressive decoding at full recurrence (the fraction of generated positions with the same
 token), the quality of the continuation as the model itself judges it (its mean cross-entropy re-scored by one
 teacher-forced pass at full recurrence) and how repetitive it is (its distinct-token fraction).
 
@@ -62,8 +62,8 @@ def generation_cost(model: LoopedGPT, out: Sampled) -> TokenCost:
     """The cost of a generation after its prefill by the convention of `cost`, one entry per window position and
     outer step: each runs the single-pass layers once and every looped group `out.loops` times (input injection
     included) and is decoded by the LM head. Its attention is computed over the frozen prefix and the whole window,
-    start + size keys (those after it masked), so it costs what a token at position start + size − 1 does. Ordinary
-    decoding is a window of one new position per step."""
+    start + size keys (those after it masked), so it costs what a token at position start + size − 1 does.
+    Autoregressive decoding is a window of one new position per step."""
     sizes = torch.tensor([size for _, size in out.windows], dtype=torch.long)
     last = torch.tensor([start + size - 1 for start, size in out.windows], dtype=torch.long)
     positions = last.repeat_interleave(sizes)
@@ -111,8 +111,8 @@ def settings_grid(inner_loops: Iterable[int], tolerances: Iterable[float], freez
 
 def measure_prompt(model: LoopedGPT, index: int, prompt: Sequence[int], new_tokens: int, loops: int,
                    baseline_loops: Sequence[int], grid: Sequence[SamplerSettings]) -> list[dict[str, Any]]:
-    """Rows for one prompt: ordinary decoding at every loop count, then the sampler at every setting, all after
-    one shared full-recurrence prefill (ordinary decoding at fewer loops makes its own)."""
+    """Rows for one prompt: autoregressive decoding at every loop count, then the sampler at every setting, all after
+    one shared full-recurrence prefill (autoregressive decoding at fewer loops makes its own)."""
     total = len(prompt) + new_tokens
     full: Prefill = prefill(model, prompt, loops, total)
     baselines = {k: autoregressive(model, prompt, new_tokens, k, prefilled=full if k == loops else None)
@@ -129,15 +129,15 @@ def measure_prompt(model: LoopedGPT, index: int, prompt: Sequence[int], new_toke
 
 def sampler_throughput(model: LoopedGPT, prompts: Sequence[Sequence[int]], new_tokens: int, full_loops: int,
                        matched_loops: int, settings: SamplerSettings | None, repeats: int) -> dict[str, list[float]]:
-    """Tokens/s after the prefill of ordinary decoding at `full_loops` (FULL_RECURRENCE) and at `matched_loops`
+    """Tokens/s after the prefill of autoregressive decoding at `full_loops` (FULL_RECURRENCE) and at `matched_loops`
     (MATCHED), and of the sampler at `settings` (SAMPLER; left out without settings), timed side by side in
     `repeats` rounds: a round runs every method on every prompt in turn, in the reverse order of the round before.
     Per method, its tokens/s of every round (all tokens over all seconds); round i of two methods is a pair."""
-    def ordinary(loops: int) -> Callable[[Sequence[int], Prefill], Sampled]:
+    def autoregressive_at(loops: int) -> Callable[[Sequence[int], Prefill], Sampled]:
         return lambda prompt, ready: autoregressive(model, prompt, new_tokens, loops,
                                                     prefilled=ready if loops == full_loops else None)
 
-    methods = {FULL_RECURRENCE: ordinary(full_loops), MATCHED: ordinary(matched_loops)}
+    methods = {FULL_RECURRENCE: autoregressive_at(full_loops), MATCHED: autoregressive_at(matched_loops)}
     if settings is not None:
         methods[SAMPLER] = lambda prompt, ready: sample(model, prompt, new_tokens, settings, prefilled=ready)
     prefills = [prefill(model, prompt, full_loops, len(prompt) + new_tokens) for prompt in prompts]  # untimed

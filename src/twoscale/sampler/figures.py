@@ -1,5 +1,5 @@
 """The parallel sampler's figure: its settings' quality, repetition and agreement against speed and cost beside
-ordinary decoding (conventions in `report.figures`)."""
+autoregressive decoding (conventions in `report.figures`)."""
 
 from __future__ import annotations
 
@@ -58,15 +58,16 @@ def _equal_quality_band(ax: plt.Axes, column: str, summary: pl.DataFrame, refere
 
 
 def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
-    """One run's sampler against ordinary decoding: quality (the paired gap in re-scored cross-entropy to ordinary
-    decoding at full recurrence), the distinct-token fraction and greedy agreement against tokens/s; the quality gap
-    against layer applications and GFLOPs per generated token; tokens/s against GFLOPs per token. Ordinary decoding
-    is one black line over its loop counts; the sampler one line per freeze criterion and ε over r′ (labelled)."""
+    """One run's sampler against autoregressive decoding: quality (the paired gap in re-scored cross-entropy to
+    autoregressive decoding at full recurrence), the distinct-token fraction and greedy agreement against tokens/s; the
+    quality gap against layer applications and GFLOPs per generated token; tokens/s against GFLOPs per token.
+    Autoregressive decoding is one black line over its loop counts; the sampler one line per freeze criterion and ε over
+    r′ (labelled)."""
     require(summary, "sampling summary", ("method", "loops", "inner_loops", "tolerance", "freeze", "full_loops",
                                           *_SAMPLER_AXES, "quality_tolerance", "distinct_tolerance"),
             "sampler figure")
-    ordinary = summary.filter(pl.col("method") == AUTOREGRESSIVE).sort("loops")
-    reference = ordinary.filter(pl.col("loops") == pl.col("full_loops")).row(0, named=True)
+    autoregressive = summary.filter(pl.col("method") == AUTOREGRESSIVE).sort("loops")
+    reference = autoregressive.filter(pl.col("loops") == pl.col("full_loops")).row(0, named=True)
     sampler = summary.filter(pl.col("method") == SAMPLER).sort("inner_loops")
     lines = list(sampler.select("freeze", "tolerance").unique(maintain_order=True).iter_rows())
     palette = dict(zip(lines, sns.color_palette("deep", len(lines)), strict=True))
@@ -75,10 +76,10 @@ def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
         fig, axes = plt.subplots(2, 3, figsize=(14, 9), layout="constrained")
         point_labels = {}
         for ax, (x_column, y_column) in zip(axes.flat, _SAMPLER_PANELS, strict=True):
-            ax.plot(ordinary[x_column], ordinary[y_column], color="black", marker="D", ms=5, lw=1.6)
+            ax.plot(autoregressive[x_column], autoregressive[y_column], color="black", marker="D", ms=5, lw=1.6)
             point_labels[ax] = [ax.annotate(f"{loops}", (x, y), textcoords="offset points", xytext=(4, 4),
                                             fontsize=7)
-                                for x, y, loops in ordinary.select(x_column, y_column, "loops").iter_rows()]
+                                for x, y, loops in autoregressive.select(x_column, y_column, "loops").iter_rows()]
             for freeze, tolerance in lines:
                 rows = sampler.filter((pl.col("freeze") == freeze) & (pl.col("tolerance") == tolerance))
                 ax.plot(rows[x_column], rows[y_column], color=palette[(freeze, tolerance)],
@@ -96,7 +97,7 @@ def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
             ax.set_xlabel(_SAMPLER_AXES[x_column])
             ax.set_ylabel(_SAMPLER_AXES[y_column])
         quality, distinct = float(summary["quality_tolerance"][0]), float(summary["distinct_tolerance"][0])
-        handles = [Line2D([], [], color="black", marker="D", ms=5, label="ordinary decoding (labels: loops)")]
+        handles = [Line2D([], [], color="black", marker="D", ms=5, label="autoregressive decoding (labels: loops)")]
         handles += [Line2D([], [], color=palette[key], marker=markers.get(key[0], "o"), ms=5,
                            label=f"sampler, {key[0]}, ε {key[1]:g} (labels: r′)") for key in lines]
         handles += [Patch(color="tab:green", alpha=0.2, label=f"about equal quality: gap within ± {quality:g} "
@@ -104,7 +105,7 @@ def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False,
                    fontsize=7)
         recipe, seed = summary["recipe"][0], summary["seed"][0]
-        suptitle(fig, f"Parallel sampler vs ordinary cached decoding: {recipe}, seed {seed}")
-        for ax, labels in point_labels.items():  # where points crowd, ordinary decoding's labels first
+        suptitle(fig, f"Parallel sampler vs cached autoregressive decoding: {recipe}, seed {seed}")
+        for ax, labels in point_labels.items():  # where points crowd, autoregressive decoding's labels first
             readable_point_labels(ax, labels)
         save_figure(fig, path)

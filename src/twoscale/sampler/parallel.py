@@ -1,7 +1,7 @@
 """The parallel "diffusion forcing" sampler for recurrent-depth models (Geiping et al., arXiv 2510.14961;
 docs/methods.md#the-parallel-sampler), batch size 1.
 
-Ordinary decoding runs each new token through the full recurrence before the next token starts. This sampler
+Autoregressive decoding runs each new token through the full recurrence before the next token starts. This sampler
 decodes a new position at every forward pass (an *outer step*) while the latent states of the recent, still
 *active* positions keep refining in parallel. After a full-recurrence prefill of the prompt, each outer step works
 on the active window, positions F..A−1 (everything before F is frozen):
@@ -26,9 +26,9 @@ or a stop token becomes final; the output is cut there.
 
 KV cache: one entry per position and loop iteration of a looped layer (`decoding.cache.LayerCache`). An active position
 at its iteration i reads a frozen position's entry of iteration min(i, d) (d: the iterations that position had), as
-ordinary cached decoding does, but never an entry computed before that position's input token last changed (from
+cached autoregressive decoding does, but never an entry computed before that position's input token last changed (from
 the first iteration after the change on). With r′ = `max_iterations` and a wavefront of one, every position runs its
-full recurrence in one outer step and freezes, and the sampler is exactly ordinary cached autoregressive decoding at
+full recurrence in one outer step and freezes, and the sampler is exactly cached autoregressive decoding at
 `max_iterations` loops (tested; so is r′ = 1 with a wavefront of one, one iteration per outer step).
 
 New positions start their loops as our models were trained: from the group input ("input"). Huginn trains from a
@@ -89,7 +89,7 @@ class Sampled:
     tokens: list[int]  # the prompt and the continuation, cut at the requested length or a stop token
     new_tokens: int  # tokens after the prompt
     windows: list[tuple[int, int]]  # per outer step after the prefill: its window's first position and size
-    loops: int  # iterations of every looped group per window position and outer step (r′; ordinary: its loops)
+    loops: int  # iterations of every looped group per window position and outer step (r′; autoregressive: its loops)
     groups: int  # looped groups of the model
     seconds: float  # wall time after the prefill
 
@@ -198,7 +198,7 @@ def check_model(model: LoopedGPT) -> None:
 
 @dataclass
 class Prefill:
-    """A prompt run through `loops` iterations of every group with the cache, as ordinary decoding does: the
+    """A prompt run through `loops` iterations of every group with the cache, as autoregressive decoding does: the
     caches (room for `positions` positions) and the logits of the prompt's last position."""
 
     prompt: list[int]
@@ -212,7 +212,7 @@ class Prefill:
 
 
 def fixed_rules(model: LoopedGPT, loops: int) -> list:
-    """Every group looped `loops` times: ordinary decoding's exit rules."""
+    """Every group looped `loops` times: autoregressive decoding's exit rules."""
     return [make_rule({"criterion": "fixed", "loops": loops}) for _ in range(model.n_groups)]
 
 
@@ -244,7 +244,7 @@ def greedy(logits: Tensor) -> Tensor:
 @torch.no_grad()
 def autoregressive(model: LoopedGPT, prompt: Sequence[int], new_tokens: int, loops: int,
                    stop_tokens: Sequence[int] = (), prefilled: Prefill | None = None) -> Sampled:
-    """Ordinary cached greedy decoding with every group looped `loops` times, timed after the prefill."""
+    """Cached greedy autoregressive decoding with every group looped `loops` times, timed after the prefill."""
     model.eval()
     total = len(prompt) + new_tokens
     ready = _prefilled(model, prompt, loops, total, prefilled)

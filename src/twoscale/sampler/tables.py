@@ -8,7 +8,7 @@ import polars as pl
 from twoscale.config.errors import TwoscaleError
 from twoscale.report.tables import RUN_KEYS, require
 
-# the methods of its tables: the parallel sampler, and ordinary (autoregressive) decoding, in the speed table at two
+# the methods of its tables: the parallel sampler, and autoregressive decoding, in the speed table at two
 # settings timed beside the sampler's chosen one: full recurrence, and the fewest loops of about equal quality
 SAMPLER, AUTOREGRESSIVE = "sampler", "autoregressive"
 FULL_RECURRENCE, MATCHED = "full_recurrence", "matched"
@@ -28,7 +28,7 @@ SPEED_COLUMNS = ("method", "round", "tokens_per_s")
 
 
 def of_equal_quality(summary: pl.DataFrame, method: str) -> pl.DataFrame:
-    """The method's settings of about equal quality to ordinary decoding at full recurrence: the cross-entropy gap
+    """The method's settings of about equal quality to autoregressive decoding at full recurrence: the cross-entropy gap
     within ± the summary's quality_tolerance, and the distinct-token fraction at most its distinct_tolerance below
     the reference's (a repetitive continuation can score a lower cross-entropy)."""
     quality, distinct = float(summary["quality_tolerance"][0]), float(summary["distinct_tolerance"][0])
@@ -43,7 +43,7 @@ def fastest_of_equal_quality(summary: pl.DataFrame, method: str) -> dict | None:
 
 
 def matched_decoding(summary: pl.DataFrame) -> dict:
-    """Ordinary decoding of about equal quality at the fewest loops: chosen by loops, not by timing, so that the
+    """Autoregressive decoding of about equal quality at the fewest loops: chosen by loops, not by timing, so that the
     choice does not depend on a noisy clock; full recurrence itself always qualifies."""
     return of_equal_quality(summary, AUTOREGRESSIVE).sort("loops").row(0, named=True)
 
@@ -57,12 +57,12 @@ def sampling_summary(rows: pl.DataFrame, full_loops: int) -> pl.DataFrame:
     """One row per setting: tokens/s (all tokens over all seconds), forward passes and group applications per
     token, the token-weighted mean layer applications and GFLOPs per token, the mean greedy agreement and distinct-
     token fraction, the token-weighted mean cross-entropy, and the paired gaps of cross-entropy and of the distinct
-    fraction to ordinary decoding at `full_loops` (mean over prompts of the per-prompt difference; the cross-
+    fraction to autoregressive decoding at `full_loops` (mean over prompts of the per-prompt difference; the cross-
     entropy's with its standard error)."""
     require(rows, "sample", SAMPLE_COLUMNS, "sampling summary")
     reference = rows.filter((pl.col("method") == AUTOREGRESSIVE) & (pl.col("loops") == full_loops))
     if reference.height == 0:
-        raise TwoscaleError(f"sampling summary: no ordinary decoding at {full_loops} loops (the reference)")
+        raise TwoscaleError(f"sampling summary: no autoregressive decoding at {full_loops} loops (the reference)")
     keys = [c for c in rows.columns if c in (*RUN_KEYS, *SAMPLE_SETTING)]
     paired = rows.join(reference.select("prompt", pl.col("cross_entropy").alias("reference_cross_entropy"),
                                         pl.col("distinct_fraction").alias("reference_distinct_fraction")),

@@ -3,10 +3,10 @@
 distinct_tolerance) and of its speed table (`tables.SPEED_COLUMNS`: tokens/s per round of the methods it timed side
 by side after the grid).
 
-"About equal quality" (`tables.of_equal_quality`): the mean paired gap in re-scored cross-entropy to ordinary decoding
-at full recurrence is within ± quality_tolerance, and the distinct-token fraction is at most distinct_tolerance below
-full recurrence's. A speed-up is the paired ratio of tokens/s over the rounds with its 95% interval; beside it, the
-FLOP ratio: GFLOPs per generated token of the reference over the sampler's (above 1: the sampler does less
+"About equal quality" (`tables.of_equal_quality`): the mean paired gap in re-scored cross-entropy to autoregressive
+decoding at full recurrence is within ± quality_tolerance, and the distinct-token fraction is at most distinct_tolerance
+below full recurrence's. A speed-up is the paired ratio of tokens/s over the rounds with its 95% interval; beside it,
+the FLOP ratio: GFLOPs per generated token of the reference over the sampler's (above 1: the sampler does less
 arithmetic per token)."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Speedup(Verdict):
 
 
 def _full_recurrence(summary: pl.DataFrame) -> dict[str, Any]:
-    """Ordinary decoding at full recurrence: the reference of the quality gaps and of C7."""
+    """Autoregressive decoding at full recurrence: the reference of the quality gaps and of C7."""
     full_loops = int(summary["full_loops"][0])
     return summary.filter((pl.col("method") == AUTOREGRESSIVE) & (pl.col("loops") == full_loops)).row(0, named=True)
 
@@ -82,12 +82,12 @@ def _against(summary: pl.DataFrame, speed: pl.DataFrame | None, reference_method
 
 
 def speedup_over_full_recurrence(summary: pl.DataFrame, speed: pl.DataFrame | None) -> Speedup:
-    """C7: the fastest sampler setting of about equal quality against ordinary decoding at full recurrence, as the
+    """C7: the fastest sampler setting of about equal quality against autoregressive decoding at full recurrence, as the
     paper compares."""
     return _against(summary, speed, FULL_RECURRENCE, _full_recurrence(summary), C7_MIN_SPEEDUP)
 
 
 def speedup_over_matched_decoding(summary: pl.DataFrame, speed: pl.DataFrame | None) -> Speedup:
-    """C7b: the same sampler setting against ordinary decoding at the fewest loops of about equal quality (ours,
+    """C7b: the same sampler setting against autoregressive decoding at the fewest loops of about equal quality (ours,
     fixed before the numbers; its quality rule revised with C7's after them)."""
     return _against(summary, speed, MATCHED, matched_decoding(summary), C7B_MIN_SPEEDUP)

@@ -1,8 +1,8 @@
-"""Stage `sample`: the parallel sampler against ordinary cached decoding on one run's final checkpoint (one job per
-recipe under sample.recipes and seed): tokens/s, forward passes, layer applications and GFLOPs per token, greedy
+"""Stage `sample`: the parallel sampler against cached autoregressive decoding on one run's final checkpoint (one job
+per recipe under sample.recipes and seed): tokens/s, forward passes, layer applications and GFLOPs per token, greedy
 agreement, distinct-token fraction and re-scored quality for every setting of the grid (drawn by the
 `sampler_figures` stage); then the chosen sampler setting (the fastest of about equal quality) timed beside
-ordinary decoding at full recurrence and at the fewest loops of about equal quality in sample.repeats paired
+autoregressive decoding at full recurrence and at the fewest loops of about equal quality in sample.repeats paired
 rounds, for the speed verdicts of C7."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from twoscale.stages.common import load_run, origin_columns, run_columns
 from twoscale.training.batches import held_out_prompts
 from twoscale.training.device import provenance
 
-HELP = "the parallel sampler against ordinary cached decoding on one run's final checkpoint"
+HELP = "the parallel sampler against cached autoregressive decoding on one run's final checkpoint"
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,11 @@ log = logging.getLogger(__name__)
 def paired_rounds(model: LoopedGPT, prompts: list[list[int]], sample: SampleParams, summary: pl.DataFrame
                   ) -> list[dict[str, Any]]:
     """The speed rows after the grid: the fastest sampler setting of about equal quality (none if no setting is)
-    timed beside ordinary decoding at full recurrence and at the fewest loops of about equal quality."""
+    timed beside autoregressive decoding at full recurrence and at the fewest loops of about equal quality."""
     chosen = fastest_of_equal_quality(summary, SAMPLER)
     settings = None if chosen is None else settings_of(chosen, sample)
     matched_loops = int(matched_decoding(summary)["loops"])
-    log.info("timing %s beside ordinary decoding at %d and %d loops in %d paired rounds",
+    log.info("timing %s beside autoregressive decoding at %d and %d loops in %d paired rounds",
              "no sampler setting (none of about equal quality)" if settings is None else "the sampler at "
              f"r' {settings.inner_loops}, eps {settings.tolerance:g}, {settings.freeze}",
              sample.loops, matched_loops, sample.repeats)

@@ -1,6 +1,6 @@
 """Stage `sampler_figures`: one run's sampler figure (its settings' quality, repetition and agreement against speed
-and cost, beside ordinary decoding) from the sample stage's summary. A stage of its own, so that editing the figure
-does not rerun the timed sampler."""
+and cost, beside autoregressive decoding) from the sample stage's summary. A stage of its own, so that editing the
+figure does not rerun the timed sampler."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 both precisions against that peak, for each recipe the per-step cost of every exit criterion and ms per
 generated token of every strategy at its best setting (the fastest within 1% of the perplexity of the best fixed
 depth, or of full depth, from the tradeoff stage's summary), and for each sampled recipe the parallel sampler's
-tokens/s beside ordinary decoding at full recurrence and at the fewest loops of about equal quality (the settings
+tokens/s beside autoregressive decoding at full recurrence and at the fewest loops of about equal quality (the settings
 from the sample stage's summary), on one thread and on every core (on a GPU: at sample.threads only)."""
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ def exit_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, d
 def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace, device: torch.device
                  ) -> list[dict]:
     """Per sampled recipe and thread count: tokens/s of the sampler at its fastest setting of about equal quality
-    (else the paper's defaults), of ordinary decoding at full recurrence, and of ordinary decoding at the fewest
-    loops of about equal quality, timed side by side."""
+    (else the paper's defaults), of autoregressive decoding at full recurrence, and of autoregressive decoding at the
+    fewest loops of about equal quality, timed side by side."""
     sample = params.sample
     stats = read_json(args.data_dir / "stats.json")
     prompts = held_out_prompts(load_token_array(args.data_dir / "val.npy"), sample.n_prompts, sample.prompt_tokens)
@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> None:
     print(markdown_table(latency, ["recipe", "strategy", "setting", "chosen", "ms_per_token", "spread_ms",
                                    "layer_ms", "criterion_ms", "generated_mean_loops", "vs_full_depth"]))
     if sampling:
-        print(f"\nparallel sampler vs ordinary cached decoding, tokens/s after the prefill "
+        print(f"\nparallel sampler vs cached autoregressive decoding, tokens/s after the prefill "
               f"({params.sample.n_prompts} prompts x {params.sample.new_tokens} tokens, greedy, batch 1)\n")
         print(markdown_table(sampling, ["recipe", "threads", "method", "setting", "tokens_per_s", "spread",
                                         "vs_full_recurrence", "vs_matched_quality"]))

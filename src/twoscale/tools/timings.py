@@ -1,6 +1,6 @@
 """Timings for the benchmark command: training throughput against the machine's matmul peak, the per-step cost of
 each exit criterion (its decode included) beside the cost of one loop step of a group, ms per generated token
-of each strategy at a given setting, and tokens/s of the parallel sampler beside ordinary cached decoding.
+of each strategy at a given setting, and tokens/s of the parallel sampler beside cached autoregressive decoding.
 
 The exit timings run as in cached generation: batch size 1, one new token attending to a real KV cache of a
 prompt. Training runs real optimizer steps (`trainer.train_step`) on a fresh model.

@@ -48,7 +48,7 @@ SYSTEMS = {  # each rule file, in the order the Snakefile includes them: a rule 
     "geometry": "The geometry of the loop iterates: one measure job per checkpoint, gathered across runs.",
     "exits": "Early exit on the final checkpoint of every run: quality per strategy and setting, timed latency, "
              "the trade-off across runs.",
-    "sampler": "The parallel diffusion-forcing sampler against ordinary cached decoding.",
+    "sampler": "The parallel diffusion-forcing sampler against cached autoregressive decoding.",
     "surrogates": "Block-recurrent (Raptor) surrogates of the teachers: phases of depth, distillation, recovery.",
     "claims": "The claims table: the paper's findings beside our numbers.",
 }
