@@ -16,7 +16,8 @@ token's current state, each later looped group's layers once without their input
 LM head. Its layers attend to the earlier positions' step-1 entries (for a single-pass layer its only entry, computed
 on that position's final pass) and to the token's own key and value; it writes nothing to the cache.
 
-Autoregressive decoding (a `fixed` rule in a group) loops the group's layers with no exit bookkeeping at all.
+Autoregressive decoding at a fixed depth (a `fixed` rule in a group) loops the group's layers with no exit
+bookkeeping at all.
 
 One sequence's generation on a GPU replays each token from CUDA graphs (`graphed`: the same tokens and loop counts on
 static buffers); on a CPU, and for a batch of sequences, it runs the functions here.
@@ -78,7 +79,8 @@ def group_step(model: LoopedGPT, segment: Segment, x: Tensor, group_input: Tenso
 
 def loop_fixed(model: LoopedGPT, segment: Segment, x: Tensor, caches: list[LayerCache], position: int,
                loops: int) -> Tensor:
-    """Autoregressive decoding: the group looped `loops` times on every row, with no exit bookkeeping."""
+    """Autoregressive decoding at a fixed depth: the group looped `loops` times on every row, with no exit
+    bookkeeping."""
     group_input = x
     for k in range(1, loops + 1):
         x = group_step(model, segment, x, group_input, caches, k, position)

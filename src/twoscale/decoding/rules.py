@@ -445,7 +445,7 @@ class ExitRule:
     @property
     def fixed_loops(self) -> int | None:
         """The loop count of a rule that never exits early and stops every token at the same step (autoregressive
-        decoding); None for any other rule."""
+        decoding at a fixed depth); None for any other rule."""
         limit = self.counter.max_loops
         return limit if isinstance(self.criterion, FixedDepth) and isinstance(limit, int) else None
 
