@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
 
-.PHONY: setup setup-cluster reproduce push pull study study-copy study-round screen screen-candidate smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
+.PHONY: setup setup-cluster reproduce push pull study study-copy study-round run-copy deep screen screen-candidate smoke gpu test test-all benchmark report mlflow-ui schema workflow clean
 
 # TORCH=system: reuse the torch that $(PYTHON) already has (a CUDA build, say) instead of the lock's torch==2.13.0
 TORCH ?= lock
@@ -80,16 +80,33 @@ study-round:
 	$(MAKE) --no-print-directory study-copy
 
 study-copy:
-	rm -rf results/study && mkdir -p results/study
-	cd runs/study/results && find . -type f ! -name '*.pt' ! -name '*.stat' ! -name '.*.tmp' ! -name '.*.old' \
-	  ! -name '.*.landing.json' ! -path './benchmarks/*' -exec cp --parents --preserve=timestamps {} ../../../results/study/ \;
-	sed -i 's#](\.\./\.\./\.\./docs/#](../../docs/#g' results/study/claims.md  # one folder up: its links to docs/
+	$(MAKE) --no-print-directory run-copy NAME=study
 	{ printf '# The study\n\n`make study` on commit %s, finished %s UTC, on %s (%s CPUs); what computed each number ' \
 	    "$$(git rev-parse HEAD)" "$$(date -u '+%F %H:%M')" "$$(lscpu | sed -n 's/^Model name: *//p')" "$$(nproc)"; \
 	  printf '(processor, arithmetic, torch): claims.md, "What computed these numbers". Where the time went:\n\n'; \
 	  printf 'the default run (seed 1337, whose jobs the study takes):\n\n```\n'; $(RUN) python -m twoscale cost; \
 	  printf '```\n\nthe study:\n\n```\n'; $(RUN) python -m twoscale cost --params configs/study.yaml; \
 	  printf '```\n'; } > results/study/README.md
+
+# what git keeps of runs/$(NAME)/results (every output but the model weights, with its build records) copied into
+# results/$(NAME)/, its claims' links to docs/ one folder up
+run-copy:
+	rm -rf results/$(NAME) && mkdir -p results/$(NAME)
+	cd runs/$(NAME)/results && find . -type f ! -name '*.pt' ! -name '*.stat' ! -name '.*.tmp' ! -name '.*.old' \
+	  ! -name '.*.landing.json' ! -path './benchmarks/*' -exec cp --parents --preserve=timestamps {} ../../../results/$(NAME)/ \;
+	sed -i 's#](\.\./\.\./\.\./docs/#](../../docs/#g' results/$(NAME)/claims.md
+
+# the deep parameter set (configs/deep.yaml: the depth screen's setting, one seed), copied into results/deep/ and its
+# claims read against the committed study's (results/deep/against-the-study.md)
+deep: setup
+	$(RUN) snakemake --cores all --configfile configs/deep.yaml
+	$(MAKE) --no-print-directory run-copy NAME=deep
+	$(RUN) python -m twoscale compare results/deep/claims.json results/study/claims.json \
+	  --name "the default parameters' study" > results/deep/against-the-study.md
+	{ printf '# The deep parameter set\n\n`make deep` on commit %s, finished %s UTC, on %s (%s CPUs); what computed ' \
+	    "$$(git rev-parse HEAD)" "$$(date -u '+%F %H:%M')" "$$(lscpu | sed -n 's/^Model name: *//p')" "$$(nproc)"; \
+	  printf 'each number: claims.md, "What computed these numbers". Where the time went:\n\n```\n'; \
+	  $(RUN) python -m twoscale cost --params configs/deep.yaml; printf '```\n'; } > results/deep/README.md
 
 # the depth screen (docs/results.md#the-depth-screen-pre-registered-2026-11-29-before-any-candidate-trained): one
 # candidate, configs/screen-$(NAME).yaml, trained and measured as far as the screen reads (under runs/screen-$(NAME)/);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -125,6 +126,43 @@ def test_the_screen_reads_every_candidate_that_has_run_and_lists_the_others(tmp_
     assert table["minutes_huginn"].to_list() == [1.0, 1.0] and table["cpu_minutes_huginn"].to_list() == [1.5, 1.5]
     assert "Not run yet: width192." in capsys.readouterr().out
     assert (tmp_path / "results/screen/depth_vs_cost.png").stat().st_size > 0
+
+
+def test_rows_of_runs_made_elsewhere_travel_in_the_table_already_written(tmp_path, monkeypatch):
+    """A later screen in another checkout: steps2's run folder stayed on the machine that made it, the default set's
+    tables came with the clone but not its logs, and width192 ran here on another machine."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("")
+    (tmp_path / "configs").mkdir()
+    for name in ("width192", "steps2"):
+        (tmp_path / f"configs/screen-{name}.yaml").write_text("base: ../params.yaml\n")
+    write_run(tmp_path, 1.04)
+    write_run(tmp_path / "runs/screen-steps2", 0.85)
+    args = argparse.Namespace(configs=Path("configs"), out_dir=Path("results/screen"))
+    screen.run(args)
+    shutil.rmtree(tmp_path / "runs/screen-steps2")
+    shutil.rmtree(tmp_path / "logs")
+    write_run(tmp_path / "runs/screen-width192", 0.95)
+    for model in ("paper", "huginn", "plain"):
+        (tmp_path / f"runs/screen-width192/results/train/{model}/seed_1337/metrics.json").write_text(
+            '{"machine": "another machine"}')
+    screen.run(args)
+    rows = {row["candidate"]: row for row in pl.read_csv(tmp_path / "results/screen/screen.csv").to_dicts()}
+    assert list(rows) == ["default", "steps2", "width192"]
+    assert rows["default"]["cpu_minutes_huginn"] == 1.5  # 90 CPU seconds, from the first screen's log
+    assert rows["steps2"]["control_recovered"] == 0.85 and rows["steps2"]["uses_depth"] is True
+    assert rows["width192"]["machine"] == "another machine" and rows["width192"]["control_recovered"] == 0.95
+
+
+def test_a_row_read_again_from_other_trainings_replaces_the_kept_one_whole():
+    kept = {"x": {"candidate": "x", "machine": "m", "gain_paper": 0.1, "gain_huginn": 0.2, "control_recovered": 0.9,
+                  "cpu_minutes_huginn": 5.0}}
+    again = {"candidate": "x", "machine": "m", "gain_paper": 0.1, "gain_huginn": 0.2, "control_recovered": 0.9,
+             "cpu_minutes_huginn": None}
+    other = {**again, "machine": "n"}
+    assert screen.merged(["x"], {"x": again}, kept)[0][0]["cpu_minutes_huginn"] == 5.0
+    assert screen.merged(["x"], {"x": other}, kept)[0][0]["cpu_minutes_huginn"] is None  # another draw: not its time
+    assert screen.merged(["x", "y"], {}, kept) == ([kept["x"]], ["y"])
 
 
 def test_a_screen_with_nothing_run_says_so(tmp_path, monkeypatch):

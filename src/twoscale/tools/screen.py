@@ -2,7 +2,8 @@
 (docs/results.md#the-depth-screen-pre-registered-2026-11-29-before-any-candidate-trained). A candidate is a parameter
 set, configs/screen-<name>.yaml, run by `make screen-candidate NAME=<name>`; the default set (params.yaml) is the
 first row. Each row reads the run's loss against loops, its teacher's 2-layer control and its models' training
-histories (`analysis.depth_screen`); a candidate not yet run is listed as such."""
+histories (`analysis.depth_screen`); a candidate run on another machine keeps its row of the table already written
+(`merged`), and a candidate run nowhere yet is listed as such."""
 
 from __future__ import annotations
 
@@ -117,14 +118,40 @@ def draw(rows: list[dict], path: Path) -> None:
         save_figure(fig, path)
 
 
-def run(args: argparse.Namespace) -> None:
+def same_training(row: dict, kept: dict) -> bool:
+    """Whether two rows read the same trainings: the same machine and the same criteria's numbers."""
+    return row["machine"] == kept["machine"] and all(
+        math.isclose(row[column], kept[column], rel_tol=1e-12)
+        for column in ("gain_paper", "gain_huginn", "control_recovered"))
+
+
+def merged(names: list[str], read: dict[str, dict | None], kept: dict[str, dict]) -> tuple[list[dict], list[str]]:
+    """The screen's rows in the candidates' order, and the names of those with none. A candidate's runs travel as
+    its row in the committed table (`kept`), not as its run folder, which stays on the machine that made it: a row
+    read here replaces the kept one, but a value this checkout cannot read (the CPU time in a log it does not have)
+    is taken from the kept row of the same trainings; a candidate not run here keeps its kept row."""
     rows, waiting = [], []
-    for name, params_file in candidates(args.configs).items():
-        row = read_candidate(name, params_file)
+    for name in names:
+        row, old = read.get(name), kept.get(name)
+        if row is not None and old is not None and same_training(row, old):
+            row = {column: old.get(column) if value is None else value for column, value in row.items()}
+        row = row if row is not None else old
         if row is None:
             waiting.append(name)
         else:
             rows.append(row)
+    return rows, waiting
+
+
+def kept_rows(path: Path) -> dict[str, dict]:
+    """The rows of an earlier screen.csv by candidate (none where there is no such file)."""
+    return {row["candidate"]: row for row in pl.read_csv(path).to_dicts()} if path.is_file() else {}
+
+
+def run(args: argparse.Namespace) -> None:
+    files = candidates(args.configs)
+    read = {name: read_candidate(name, params_file) for name, params_file in files.items()}
+    rows, waiting = merged(list(files), read, kept_rows(args.out_dir / "screen.csv"))
     if not rows:
         raise TwoscaleError("screen: no candidate has run yet (make screen-candidate NAME=<name>)")
     args.out_dir.mkdir(parents=True, exist_ok=True)
