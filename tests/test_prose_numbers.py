@@ -359,6 +359,22 @@ QUOTES = [
     Quote(RESULTS, r"`huginn` gains only ([\d.]+) nats from looping", lambda: screen_row("width192")[1:2]),
     Quote(RESULTS, r"`huginn` ([\d,]+) at the default, ([\d,]+) at context 256,\s+([\d,]+) at width 192",
           lambda: [screen_rate(name) for name in ("default", "context256", "width192")]),
+    Quote(RESULTS, r"\| corpus-steps4 \(`public_domain`, 2,400 steps; on the AMD EPYC in float32, at 0c8d3bc\) \| "
+                   r"([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+)% \| yes no no \| 383 TFLOP, "
+                   r"≈([\d.]+) min \(≈([\d.]+) CPU\)",
+          lambda: screen_row("corpus-steps4") + screen_minutes("corpus-steps4", "huginn")),
+    Quote(RESULTS, r"`huginn`\s+gains ([\d.]+) nats from looping \(([\d.]+) at `steps4`, ([\d.]+) at "
+                   r"`corpus-steps2`\), `paper` ([\d.]+) \(([\d.]+), ([\d.]+)\), the\s+control recovers (\d+)% of the "
+                   r"teacher's gain \((\d+)%, (\d+)%\), and `huginn`'s K\* is (\d+) loops \((\d+), (\d+)\)",
+          lambda: [screen_row(name)[1] for name in ("corpus-steps4", "steps4", "corpus-steps2")]
+          + [screen_row(name)[0] for name in ("corpus-steps4", "steps4", "corpus-steps2")]
+          + [screen_row(name)[3] for name in ("corpus-steps4", "steps4", "corpus-steps2")]
+          + [screen_row(name)[2] for name in ("corpus-steps4", "steps4", "corpus-steps2")]),
+    Quote(RESULTS, r"trained at ([\d,]+) tokens per CPU second here, against `steps4`'s\s+([\d,]+) on the Xeon",
+          lambda: [screen_rate(name) for name in ("corpus-steps4", "steps4")]),
+    Quote(RESULTS, r"falls with the steps \((\d+)%, (\d+)%, (\d+)% at 1×, 2×\s+and 4× on Shakespeare; (\d+)% and "
+                   r"(\d+)% at 2× and 4× on the larger corpus\)",
+          lambda: [screen_row(name)[3] for name in ("default", "steps2", "steps4", "corpus-steps2", "corpus-steps4")]),
     # docs/claims.md: the run numbers it quotes
     Quote(CLAIMS, r"on `huginn` it\s+stays within ([\d.]+)% of full depth even at τ = 0\.1",
           lambda: [f"{100 * relative_at(0.1)['increase']:.1f}"]),
