@@ -133,9 +133,10 @@ def merged(names: list[str], read: dict[str, dict | None], kept: dict[str, dict]
     rows, waiting = [], []
     for name in names:
         row, old = read.get(name), kept.get(name)
-        if row is not None and old is not None and same_training(row, old):
+        if row is None:
+            row = old
+        elif old is not None and same_training(row, old):
             row = {column: old.get(column) if value is None else value for column, value in row.items()}
-        row = row if row is not None else old
         if row is None:
             waiting.append(name)
         else:
