@@ -127,14 +127,17 @@ def fresh_clone(tmp_path_factory) -> Path:
 
 
 def as_dry_run(words: list[str]) -> list[str]:
-    """The command as a dry run where running it would do the work: Snakemake plans, make prints, and DVC reports
-    the status of the stages it would reproduce (its own dry run needs the outputs of a finished run)."""
+    """The command as a dry run where running it would do the work: Snakemake plans, make prints, DVC reports
+    the status of the stages it would reproduce (its own dry run needs the outputs of a finished run), and a GPU kit
+    says what it would hold."""
     if words[0] == "snakemake":
         return [*words, "--dry-run", "--quiet", "rules"]
     if words[:2] == ["dvc", "repro"]:
         return ["dvc", "status", *words[2:]]
     if words[0] == "make":
         return ["make", "--dry-run", *words[1:]]
+    if words[1:3] == ["scripts/gpu_kit.py", "build"]:
+        return [*words, "--dry-run"]
     return words
 
 

@@ -1,0 +1,57 @@
+#!/bin/bash
+# On a GPU node whose Python has PyTorch but not the workflow's tools, in a copy of the checkout holding a kit from
+# `python scripts/gpu_kit.py build` and the set's token arrays (docs/running.md#a-gpu-node-without-the-workflows-tools):
+#
+#   OUT=<folder> bash scripts/gpu_call.sh
+#
+# First the CUDA-graph decoding against the engine on the tests' tiny float64 models (tests/decoding/test_graphed.py's
+# CUDA cases; CHECK=0 skips them), then the kit's commands one at a time in its order, each its own process as under
+# the GPU profile. After each, everything the stages wrote but the model weights is packed into $OUT/results.tgz, so
+# that a call cut short brings back all that finished. A command that would start after DEADLINE seconds (default
+# 480) is skipped and listed in $OUT/skipped.txt; one still running at LIMIT (default 560) is stopped. $OUT/stages.tsv
+# holds each command's stage, start, seconds and exit status; $OUT/environment.txt the device and libraries.
+# PYTHON (default python3) is the interpreter; KIT (default .gpukit) the kit. Exit status 1 when a command failed.
+set -u
+: "${OUT:?set OUT to the folder that comes back}"
+KIT=${KIT:-.gpukit}
+export PYTHON=${PYTHON:-python3}
+DEADLINE=${DEADLINE:-480}
+LIMIT=${LIMIT:-560}
+START=$(date +%s)
+elapsed() { echo $(( $(date +%s) - START )); }
+log() { echo "[$(elapsed) s] $*"; }
+[ -f "$KIT/commands.txt" ] && [ -f "$KIT/root" ] || { echo "error: $KIT/commands.txt: no kit (scripts/gpu_kit.py build)" >&2; exit 2; }
+ROOT=$(cat "$KIT/root")
+SITE=""
+if [ -f "$KIT/site.tar.xz" ]; then
+  SITE=$(mktemp -d) && tar xJf "$KIT/site.tar.xz" -C "$SITE" || { echo "error: $KIT/site.tar.xz: cannot unpack" >&2; exit 2; }
+fi
+export PYTHONPATH=$PWD/src${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH} TWOSCALE_TRACKING=off PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+{ nvidia-smi 2>&1 || echo "no nvidia-smi"; nproc
+  "$PYTHON" -c "import sys, torch, polars, pydantic; print(sys.version); print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'polars', polars.__version__, 'pydantic', pydantic.__version__)"
+} > "$OUT/environment.txt" 2>&1
+tail -1 "$OUT/environment.txt"
+pack() { tar czf "$OUT/results.tgz" --exclude='*.pt' -C "$ROOT" results logs 2>/dev/null; }
+if [ "${CHECK:-1}" = 1 ]; then
+  log "cuda check"
+  timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/decoding/test_graphed.py -k cuda > "$OUT/cuda_check.txt" 2>&1
+  tail -1 "$OUT/cuda_check.txt"
+fi
+printf 'stage\tstart_s\tseconds\tstatus\n' > "$OUT/stages.tsv"
+failed=0
+while IFS= read -r command; do
+  read -r _ _ _ stage _ <<< "$command"
+  began=$(elapsed)
+  if [ "$began" -ge "$DEADLINE" ]; then
+    log "skipped $stage: past $DEADLINE s"; echo "$command" >> "$OUT/skipped.txt"; continue
+  fi
+  log "$stage"
+  timeout $(( LIMIT > began ? LIMIT - began : 1 )) bash -c "$command" < /dev/null
+  status=$?
+  printf '%s\t%s\t%s\t%s\n' "$stage" "$began" $(( $(elapsed) - began )) "$status" >> "$OUT/stages.tsv"
+  pack
+  [ "$status" = 0 ] || { log "$stage failed ($status)"; failed=1; }
+done < "$KIT/commands.txt"
+log done
+exit $failed

@@ -1,0 +1,214 @@
+"""A parameter set's model stages as a kit for a GPU node whose Python has PyTorch but not the workflow's tools (no
+Snakemake, no polars): made here, run there by scripts/gpu_call.sh, finished here from what comes back
+(docs/running.md#a-gpu-node-without-the-workflows-tools).
+
+    python scripts/gpu_kit.py build --params configs/gpu-depth.yaml     # here: data, commands, packages -> .gpukit/
+    OUT=<folder> bash scripts/gpu_call.sh                                # there, in a copy of the checkout
+    python scripts/gpu_kit.py finish --results <folder>/results.tgz     # here: the stages that need no model
+
+`build` makes the set's corpus and tokens with Snakemake here, takes every job's command from Snakemake's plan (its
+dry run, in the order it plans them) and splits them: the stages that load a model (stages.yaml's `gpu`) go to
+.gpukit/commands.txt, in the order the node runs them, one at a time as under the GPU profile, what scores a claim
+before what only explains one (the stages the study runs for runtime.explain_seeds alone), so that a call cut short
+loses the latter; the other stages go to .gpukit/finish.txt. It copies the parameter files the commands name into
+.gpukit/params/ and, unless --no-packages, the Python packages such a node lacks (polars and pydantic, at the
+versions installed here, as CPython wheels for x86-64 Linux) unpacked into .gpukit/site.tar.xz. It ends by printing
+what must travel to the node: the checkout, .gpukit/ and the token arrays.
+
+`finish` unpacks the tables and logs that came back into the set's folder (runs/<name>/) and runs finish.txt's
+commands here: figures, geometry, trade-off, headline and claims. Exit status 1 when a command failed (each is run
+and reported), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from twoscale.config.parameter_files import results_root
+from twoscale.pipeline.declaration.dependencies import declared_stages, output_paths, same_or_inside
+
+KIT = Path(".gpukit")
+SHELL_COMMAND = "Shell command: "
+PRELOADED = re.compile(r"^python -m twoscale\.pipeline\.preload (\w+) ")
+PARAMS_FILE = re.compile(r"\.snakemake/twoscale/params/[0-9a-f]+\.yaml")
+DATA_STAGES = ("corpus", "tokenize")  # made here: the node may reach no network, and they need no model
+EXPLAINED_ONLY = "${runtime.explain_seeds}"  # the seeds of a stage that explains a verdict and scores none
+NODE_PACKAGES = ("polars", "polars-runtime-32", "pydantic", "pydantic-core", "typing-inspection", "annotated-types",
+                 "typing-extensions")  # what PyTorch's usual stack lacks of what the stages import
+NODE_PYTHON = "3.12"
+WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+class KitError(Exception):
+    pass
+
+
+def stage_of(command: str) -> str:
+    found = PRELOADED.match(command)
+    if found is None:
+        raise KitError(f"not a stage's command: {command[:80]}")
+    return found.group(1)
+
+
+def planned_commands(dry_run: str) -> list[str]:
+    """Every job's command in the order Snakemake's dry run (`-n -p`) lists them, which runs each after its inputs."""
+    commands = [line[len(SHELL_COMMAND):].strip() for line in dry_run.splitlines() if line.startswith(SHELL_COMMAND)]
+    return [command for command in commands if command != "None"]  # a rule with no command (all)
+
+
+def reads(reader: dict, writer: dict) -> bool:
+    """Whether a declared stage reads what another writes: an input that is one of its outputs, or a folder holding
+    one."""
+    return any(same_or_inside(written, path) for path in reader["inputs"] for written in output_paths(writer))
+
+
+def deferred(names: set[str], stages: dict[str, dict]) -> set[str]:
+    """The stages among `names` that may run after all the others: those that only explain a verdict (the study runs
+    them for runtime.explain_seeds alone) and that no other of `names` reads (surrogates reads distill_curve's)."""
+    later = {name for name in names if stages[name].get("matrix", {}).get("seed") == EXPLAINED_ONLY}
+    while needed := {name for name in later for other in names - later if reads(stages[other], stages[name])}:
+        later -= needed
+    return later
+
+
+def node_order(commands: list[str], stages: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """(the model stages' commands in the node's order, the other stages' in the plan's), the data stages left out:
+    the plan's order, which runs each after its inputs, with the deferred stages moved last."""
+    kept = [c for c in commands if stage_of(c) not in DATA_STAGES]
+    on_node = [c for c in kept if stages[stage_of(c)].get("gpu")]
+    later = deferred({stage_of(c) for c in on_node}, stages)
+    return sorted(on_node, key=lambda c: stage_of(c) in later), [c for c in kept if c not in on_node]
+
+
+def as_kit_command(command: str, python: str = '"$PYTHON"') -> str:
+    """The command as the kit runs it: `python -m twoscale <stage>` (no preloading server, which would need the
+    workflow's tools) and the parameter file's copy in the kit."""
+    stage = stage_of(command)
+    rest = PRELOADED.sub("", command, count=1)
+    return PARAMS_FILE.sub(lambda m: (KIT / "params" / Path(m.group(0)).name).as_posix(),
+                           f"{python} -m twoscale {stage} {rest}")
+
+
+def snakemake(params: Path, *options: str) -> subprocess.CompletedProcess:
+    """Snakemake of this environment, whose rules call `python` and so find this environment's first on the path."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "all", "--configfile", str(params), *options],
+                          capture_output=True, text=True, env={**os.environ, "PATH": path})
+
+
+def node_packages(kit: Path, names: tuple[str, ...], python: str) -> dict[str, str]:
+    """The packages' wheels for the node's Python, unpacked into one kit/site.tar.xz (made again only when the
+    versions changed); returns the versions."""
+    versions = {name: importlib.metadata.version(name) for name in names}
+    manifest = kit / "site.json"
+    if (kit / "site.tar.xz").exists() and manifest.exists() and json.loads(manifest.read_text()) == versions:
+        return versions
+    with tempfile.TemporaryDirectory() as scratch:
+        wheels, site = Path(scratch, "wheels"), Path(scratch, "site")
+        platforms = [option for platform in WHEEL_PLATFORMS for option in ("--platform", platform)]
+        fetched = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                                  "--python-version", python, "--implementation", "cp", *platforms, "-d", str(wheels),
+                                  *(f"{name}=={version}" for name, version in versions.items())],
+                                 capture_output=True, text=True)
+        if fetched.returncode != 0:
+            raise KitError(f"pip download failed: {fetched.stderr.strip().splitlines()[-1]}")
+        for wheel in sorted(wheels.glob("*.whl")):
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(site)
+        with tarfile.open(kit / "site.tar.xz.tmp", "w:xz", preset=6) as archive:
+            archive.add(site, arcname=".")
+    (kit / "site.tar.xz.tmp").replace(kit / "site.tar.xz")
+    manifest.write_text(json.dumps(versions, indent=1) + "\n")
+    return versions
+
+
+def size(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def build(params: Path, kit: Path, packages: bool, dry_run: bool) -> None:
+    root = results_root(params)
+    if not dry_run:
+        made = snakemake(params, "--until", DATA_STAGES[-1])  # with what it needs; naming both rules left Snakemake
+        # 9.27 "out of jobs ready to be started" once the first had run (its issue 823)
+        if made.returncode != 0:
+            raise KitError(f"the data stages failed:\n{made.stderr[-2000:]}")
+    planned = snakemake(params, "-n", "-p", "--forceall", "--quiet", "progress")
+    if planned.returncode != 0:
+        raise KitError(f"snakemake's plan failed:\n{planned.stderr[-2000:]}")
+    on_node, here = node_order(planned_commands(planned.stdout + planned.stderr), declared_stages())
+    if not on_node:
+        raise KitError(f"{params}: no stage of this set loads a model")
+    print(f"{len(on_node)} commands for the node ({', '.join(sorted({stage_of(c) for c in on_node}))}), "
+          f"{len(here)} to finish here")
+    if dry_run:
+        return
+    shutil.rmtree(kit / "params", ignore_errors=True)
+    (kit / "params").mkdir(parents=True)
+    for name in sorted({m.group(0) for c in on_node + here for m in PARAMS_FILE.finditer(c)}):
+        shutil.copy2(name, kit / "params")
+    (kit / "commands.txt").write_text("".join(as_kit_command(c) + "\n" for c in on_node))
+    (kit / "finish.txt").write_text("".join(as_kit_command(c) + "\n" for c in here))
+    (kit / "root").write_text(root.as_posix() + "\n")
+    versions = node_packages(kit, NODE_PACKAGES, NODE_PYTHON) if packages else {}
+    data = root / "data" / "prepared"
+    print(f"{kit}/ made; packages: {', '.join(f'{n} {v}' for n, v in versions.items()) or 'none'}")
+    tracked = [Path(name) for name in subprocess.run(["git", "ls-files", "-z"], capture_output=True, text=True,
+                                                     check=True).stdout.split("\0") if name and Path(name).is_file()]
+    results = sum(size(path) for path in tracked if path.parts[0] == "results")
+    print(f"to copy to the node: the checkout's files ({sum(map(size, tracked)) / 2**20:.1f} MiB, of which results/ "
+          f"{results / 2**20:.1f} MiB, which the node does not read), {kit} ({size(kit) / 2**20:.1f} MiB) and {data} "
+          f"({size(data) / 2**20:.1f} MiB)")
+    print("on the node, in the checkout's root: OUT=<folder> bash scripts/gpu_call.sh")
+
+
+def finish(results: Path, kit: Path) -> int:
+    root = Path((kit / "root").read_text().strip())
+    with tarfile.open(results) as archive:
+        archive.extractall(root, filter="data")
+    failed = 0
+    for command in (kit / "finish.txt").read_text().splitlines():
+        ran = subprocess.run(command, shell=True, env={**os.environ, "PYTHON": sys.executable})
+        print(f"{'failed' if ran.returncode else 'done'}: {command.split()[3]}", flush=True)
+        failed += ran.returncode != 0
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kit", type=Path, default=KIT, help="the kit's folder (default .gpukit)")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    made = verbs.add_parser("build", help="make the kit of a parameter set")
+    made.add_argument("--params", type=Path, required=True, help="the parameter set, configs/<name>.yaml")
+    made.add_argument("--no-packages", action="store_true", help="carry no Python packages (the node has them)")
+    made.add_argument("--dry-run", action="store_true", help="say what the kit would hold; make nothing")
+    done = verbs.add_parser("finish", help="unpack what came back and run the stages that need no model")
+    done.add_argument("--results", type=Path, required=True, help="results.tgz from scripts/gpu_call.sh")
+    args = parser.parse_args(argv)
+    try:
+        if args.verb == "build":
+            if not args.params.is_file():
+                raise KitError(f"{args.params}: no such parameter file")
+            build(args.params, args.kit, not args.no_packages, args.dry_run)
+            return 0
+        if not (args.kit / "finish.txt").is_file() or not args.results.is_file():
+            raise KitError(f"{args.kit}/finish.txt or {args.results}: not found (build the kit first)")
+        return finish(args.results, args.kit)
+    except KitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""scripts/gpu_kit.py and scripts/gpu_call.sh: a set's model stages carried to a node without the workflow's tools,
+run there one at a time within a deadline, and finished here. The node is this CPU (PYTHON names this environment's
+interpreter); what the kit splits is checked against the declaration's jobs, an independent route to Snakemake's plan
+it is read from."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tarfile
+
+import pytest
+import yaml
+from workspace import ROOT, attempt, copy_repository, run
+
+from twoscale.config.parameter_files import read_raw
+from twoscale.pipeline.declaration import dependencies, jobs
+
+spec = importlib.util.spec_from_file_location("gpu_kit", ROOT / "scripts/gpu_kit.py")
+gpu_kit = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_kit)
+
+
+def command(stage: str, *arguments: str) -> str:
+    return f"python -m twoscale.pipeline.preload {stage} --params .snakemake/twoscale/params/0123abcd.yaml " + \
+        " ".join(arguments)
+
+
+def test_the_model_stages_go_to_the_node_what_scores_first_and_the_rest_stays_here():
+    plan = [command("corpus"), command("tokenize"), command("train", "--recipe", "huginn"),
+            command("lens", "--step", "1"), command("sweep", "--strategy", "fixed"), command("geometry"),
+            command("train", "--recipe", "plain"), command("phases"), command("distill_curve"), command("distill"),
+            command("spectrum", "--step", "1"), command("latency"), command("surrogates"), command("claims")]
+    on_node, here = gpu_kit.node_order(plan, dependencies.declared_stages())
+    # lens and spectrum only explain and nothing on the node reads them; distill_curve only explains too, but
+    # surrogates reads the whole distillation folder, so it keeps its place before it
+    assert [c.split()[3] for c in on_node] == ["train", "sweep", "train", "phases", "distill_curve", "distill",
+                                               "latency", "surrogates", "lens", "spectrum"]
+    assert [c.split()[3] for c in here] == ["geometry", "claims"]
+
+
+def test_a_command_runs_by_the_package_with_the_kit_s_parameter_file():
+    assert gpu_kit.as_kit_command(command("sweep", "--strategy", "fixed", "--log", "x.log")) == \
+        '"$PYTHON" -m twoscale sweep --params .gpukit/params/0123abcd.yaml --strategy fixed --log x.log'
+    with pytest.raises(gpu_kit.KitError, match="not a stage's command"):
+        gpu_kit.as_kit_command("echo hello")
+
+
+def test_snakemake_s_commands_are_read_from_its_dry_run_and_a_rule_without_one_is_left_out():
+    dry_run = "Building DAG of jobs...\nShell command: python -m twoscale.pipeline.preload corpus --log a\n\n" \
+              "rule all:\nShell command: None\n"
+    assert gpu_kit.planned_commands(dry_run) == ["python -m twoscale.pipeline.preload corpus --log a"]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_kit_runs_on_the_node_within_its_deadline_and_is_finished_here(tmp_path):
+    repo = copy_repository(tmp_path / "repo", ROOT / "params.yaml")
+    (repo / "configs/kit.yaml").write_text(yaml.safe_dump(
+        {"base": "smoke.yaml", "recipes": {"paper": None}, "teachers": {"plain": None}}))
+    print(run([sys.executable, "scripts/gpu_kit.py", "build", "--params", "configs/kit.yaml", "--no-packages"], repo))
+    kit = repo / ".gpukit"
+    commands = (kit / "commands.txt").read_text().splitlines()
+
+    # what goes to the node: every job of every stage that loads a model, by the declaration
+    config = read_raw(repo / "configs/kit.yaml")
+    declared = dependencies.declared_stages()
+    expected = {stage.name: len(stage.jobs()) for stage in jobs.stages(config) if declared[stage.name].get("gpu")}
+    stages = [c.split()[3] for c in commands]
+    assert {name: stages.count(name) for name in set(stages)} == {k: v for k, v in expected.items() if v}
+    finishing = [c.split()[3] for c in (kit / "finish.txt").read_text().splitlines()]
+    assert {"geometry", "claims"} <= set(finishing) and not set(finishing) & set(stages)
+
+    late = run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "late"), PYTHON=sys.executable,
+               DEADLINE="0", CHECK="0")
+    assert "skipped train" in late
+    assert (tmp_path / "late/skipped.txt").read_text().splitlines() == commands
+
+    out = tmp_path / "back"
+    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(out), PYTHON=sys.executable, CHECK="0")
+    rows = (out / "stages.tsv").read_text().splitlines()[1:]
+    assert [row.split("\t")[0] for row in rows] == stages and all(row.endswith("\t0") for row in rows)
+    with tarfile.open(out / "results.tgz") as archive:
+        names = archive.getnames()
+    assert not [name for name in names if name.endswith(".pt")]
+    assert any(name.startswith("results/sweep/") for name in names)
+
+    root = repo / "runs/kit"
+    for made in ("results", "logs"):  # what the node wrote stays there: only what came back is finished
+        run(["rm", "-rf", str(root / made)], repo)
+    print(run([sys.executable, "scripts/gpu_kit.py", "finish", "--results", str(out / "results.tgz")], repo))
+    claims = (root / "results/claims.md").read_text()
+    assert "huginn" in claims and (root / "results/claims.json").is_file()
+
+
+def test_the_kit_says_what_is_missing_in_one_line(tmp_path):
+    called = attempt(["bash", str(ROOT / "scripts/gpu_call.sh")], tmp_path, OUT=str(tmp_path / "out"))
+    assert called.returncode == 2 and called.stderr.strip().endswith("no kit (scripts/gpu_kit.py build)")
+    finished = attempt([sys.executable, str(ROOT / "scripts/gpu_kit.py"), "finish", "--results", "none.tgz"], tmp_path)
+    assert finished.returncode == 2 and finished.stderr.count("\n") == 1 and "build the kit first" in finished.stderr
+    built = attempt([sys.executable, str(ROOT / "scripts/gpu_kit.py"), "build", "--params", "nothing.yaml"], tmp_path)
+    assert built.returncode == 2 and "nothing.yaml: no such parameter file" in built.stderr
+    assert not (tmp_path / ".gpukit").exists()
+
+
+def test_the_node_s_packages_are_this_environment_s_versions():
+    """The kit carries what the stages import beyond PyTorch's usual stack at the versions the lock pins."""
+    lock = (ROOT / "requirements.lock").read_text().lower()
+    for name in gpu_kit.NODE_PACKAGES:
+        assert f"{name}==" in lock.replace("_", "-"), name
+
