@@ -10,10 +10,10 @@
 # that a call cut short brings back all that finished. A command that would start after DEADLINE seconds (default
 # 480) is skipped and listed in $OUT/skipped.txt; one still running at LIMIT (default 560) is stopped. $OUT/stages.tsv
 # holds each command's stage, start, seconds and exit status; $OUT/environment.txt the device and libraries.
-# PYTHON (default python3) is the interpreter; KIT (default .gpukit) the kit. Exit status 1 when a command failed.
+# PYTHON (default python3) is the interpreter. Exit status 1 when a command failed, 2 without a kit.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
-KIT=${KIT:-.gpukit}
+KIT=.gpukit
 export PYTHON=${PYTHON:-python3}
 DEADLINE=${DEADLINE:-480}
 LIMIT=${LIMIT:-560}

@@ -91,13 +91,13 @@ def node_order(commands: list[str], stages: dict[str, dict]) -> tuple[list[str],
     return sorted(on_node, key=lambda c: stage_of(c) in later), [c for c in kept if c not in on_node]
 
 
-def as_kit_command(command: str, python: str = '"$PYTHON"') -> str:
-    """The command as the kit runs it: `python -m twoscale <stage>` (no preloading server, which would need the
+def as_kit_command(command: str) -> str:
+    """The command as the kit runs it: `$PYTHON -m twoscale <stage>` (no preloading server, which would need the
     workflow's tools) and the parameter file's copy in the kit."""
     stage = stage_of(command)
     rest = PRELOADED.sub("", command, count=1)
     return PARAMS_FILE.sub(lambda m: (KIT / "params" / Path(m.group(0)).name).as_posix(),
-                           f"{python} -m twoscale {stage} {rest}")
+                           f'"$PYTHON" -m twoscale {stage} {rest}')
 
 
 def snakemake(params: Path, *options: str) -> subprocess.CompletedProcess:
@@ -187,7 +187,6 @@ def finish(results: Path, kit: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kit", type=Path, default=KIT, help="the kit's folder (default .gpukit)")
     verbs = parser.add_subparsers(dest="verb", required=True)
     made = verbs.add_parser("build", help="make the kit of a parameter set")
     made.add_argument("--params", type=Path, required=True, help="the parameter set, configs/<name>.yaml")
@@ -200,11 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "build":
             if not args.params.is_file():
                 raise KitError(f"{args.params}: no such parameter file")
-            build(args.params, args.kit, not args.no_packages, args.dry_run)
+            build(args.params, KIT, not args.no_packages, args.dry_run)
             return 0
-        if not (args.kit / "finish.txt").is_file() or not args.results.is_file():
-            raise KitError(f"{args.kit}/finish.txt or {args.results}: not found (build the kit first)")
-        return finish(args.results, args.kit)
+        if not (KIT / "finish.txt").is_file() or not args.results.is_file():
+            raise KitError(f"{KIT}/finish.txt or {args.results}: not found (build the kit first)")
+        return finish(args.results, KIT)
     except KitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
