@@ -103,8 +103,8 @@ def test_the_kit_says_what_is_missing_in_one_line(tmp_path):
     assert not (tmp_path / ".gpukit").exists()
 
 
-def test_the_node_s_packages_are_this_environment_s_versions():
-    """The kit carries what the stages import beyond PyTorch's usual stack at the versions the lock pins."""
+def test_every_package_the_kit_carries_is_pinned_by_the_lock():
+    """The kit carries this environment's versions (importlib.metadata), which are the lock's only when it pins them."""
     lock = (ROOT / "requirements.lock").read_text().lower()
     for name in gpu_kit.NODE_PACKAGES:
         assert f"{name}==" in lock.replace("_", "-"), name
