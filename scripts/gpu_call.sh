@@ -5,12 +5,13 @@
 #   OUT=<folder> bash scripts/gpu_call.sh
 #
 # First the CUDA-graph decoding against the engine on the tests' tiny float64 models (tests/decoding/test_graphed.py's
-# CUDA cases; CHECK=0 skips them), then the kit's commands one at a time in its order, each its own process as under
-# the GPU profile. After each, everything the stages wrote but the model weights is packed into $OUT/results.tgz, so
-# that a call cut short brings back all that finished. A command that would start after DEADLINE seconds (default
-# 480) is skipped and listed in $OUT/skipped.txt; one still running at LIMIT (default 560) is stopped. $OUT/stages.tsv
-# holds each command's stage, start, seconds and exit status; $OUT/environment.txt the device and libraries.
-# PYTHON (default python3) is the interpreter. Exit status 1 when a command failed, 2 without a kit.
+# CUDA cases; CHECK=0 skips them), then the kit's jobs (a line each: the stage, a tab, its command) one at a time in
+# its order, each its own process as under the GPU profile. After each, everything the stages wrote but the model
+# weights is packed into $OUT/results.tgz, so that a call cut short brings back all that finished. A job that would
+# start after DEADLINE seconds (default 480) is skipped and listed in $OUT/skipped.txt; one still running at LIMIT
+# (default 560) is stopped. $OUT/stages.tsv holds each job's stage, start, seconds and exit status;
+# $OUT/environment.txt the device and libraries. PYTHON (default python3) is the interpreter. Exit status 1 when a
+# command failed, 2 without a kit.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
 KIT=.gpukit
@@ -40,11 +41,10 @@ if [ "${CHECK:-1}" = 1 ]; then
 fi
 printf 'stage\tstart_s\tseconds\tstatus\n' > "$OUT/stages.tsv"
 failed=0
-while IFS= read -r command; do
-  read -r _ _ _ stage _ <<< "$command"
+while IFS=$'\t' read -r stage command; do
   began=$(elapsed)
   if [ "$began" -ge "$DEADLINE" ]; then
-    log "skipped $stage: past $DEADLINE s"; echo "$command" >> "$OUT/skipped.txt"; continue
+    log "skipped $stage: past $DEADLINE s"; printf '%s\t%s\n' "$stage" "$command" >> "$OUT/skipped.txt"; continue
   fi
   log "$stage"
   timeout $(( LIMIT > began ? LIMIT - began : 1 )) bash -c "$command" < /dev/null

@@ -37,11 +37,13 @@ from pathlib import Path
 
 from twoscale.config.parameter_files import results_root
 from twoscale.pipeline.declaration.dependencies import declared_stages, output_paths, same_or_inside
+from twoscale.pipeline.orchestrators import SNAPSHOTS
 
 KIT = Path(".gpukit")
+RULE = re.compile(r"^(?:local)?rule (\w+):$")  # a job's first line in Snakemake's plan: its rule, the stage's name
 SHELL_COMMAND = "Shell command: "
-PRELOADED = re.compile(r"^python -m twoscale\.pipeline\.preload (\w+) ")
-PARAMS_FILE = re.compile(r"\.snakemake/twoscale/params/[0-9a-f]+\.yaml")
+PRELOADED = "python -m twoscale.pipeline.preload "  # how every rule runs its stage
+PARAMS_FILE = re.compile(re.escape(SNAPSHOTS.as_posix()) + r"/\w+\.yaml")
 DATA_STAGES = ("corpus", "tokenize")  # made here: the node may reach no network, and they need no model
 EXPLAINED_ONLY = "${runtime.explain_seeds}"  # the seeds of a stage that explains a verdict and scores none
 NODE_PACKAGES = ("polars", "polars-runtime-32", "pydantic", "pydantic-core", "typing-inspection", "annotated-types",
@@ -54,17 +56,17 @@ class KitError(Exception):
     pass
 
 
-def stage_of(command: str) -> str:
-    found = PRELOADED.match(command)
-    if found is None:
-        raise KitError(f"not a stage's command: {command[:80]}")
-    return found.group(1)
-
-
-def planned_commands(dry_run: str) -> list[str]:
-    """Every job's command in the order Snakemake's dry run (`-n -p`) lists them, which runs each after its inputs."""
-    commands = [line[len(SHELL_COMMAND):].strip() for line in dry_run.splitlines() if line.startswith(SHELL_COMMAND)]
-    return [command for command in commands if command != "None"]  # a rule with no command (all)
+def planned_jobs(dry_run: str) -> list[tuple[str, str]]:
+    """Every job's (stage, command) in the order Snakemake's dry run (`-n -p`) lists them, which runs each after its
+    inputs. The stage is the job's rule: its command names the stage's module, which some stages share
+    (train_teacher runs train's, distill_curve distill's)."""
+    jobs, rule = [], None
+    for line in dry_run.splitlines():
+        if found := RULE.match(line):
+            rule = found.group(1)
+        elif line.startswith(SHELL_COMMAND) and (command := line[len(SHELL_COMMAND):].strip()) != "None":
+            jobs.append((rule, command))  # "None": a rule with no command (all)
+    return jobs
 
 
 def reads(reader: dict, writer: dict) -> bool:
@@ -82,22 +84,28 @@ def deferred(names: set[str], stages: dict[str, dict]) -> set[str]:
     return later
 
 
-def node_order(commands: list[str], stages: dict[str, dict]) -> tuple[list[str], list[str]]:
-    """(the model stages' commands in the node's order, the other stages' in the plan's), the data stages left out:
-    the plan's order, which runs each after its inputs, with the deferred stages moved last."""
-    kept = [c for c in commands if stage_of(c) not in DATA_STAGES]
-    on_node = [c for c in kept if stages[stage_of(c)].get("gpu")]
-    later = deferred({stage_of(c) for c in on_node}, stages)
-    return sorted(on_node, key=lambda c: stage_of(c) in later), [c for c in kept if c not in on_node]
+def node_order(jobs: list[tuple[str, str]], stages: dict[str, dict]
+               ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(the model stages' jobs in the node's order, the other stages' in the plan's), the data stages left out: the
+    plan's order, which runs each after its inputs, with the deferred stages moved last."""
+    kept = [job for job in jobs if job[0] not in DATA_STAGES]
+    on_node = [job for job in kept if stages[job[0]].get("gpu")]
+    later = deferred({stage for stage, _ in on_node}, stages)
+    return sorted(on_node, key=lambda job: job[0] in later), [job for job in kept if job not in on_node]
 
 
 def as_kit_command(command: str) -> str:
-    """The command as the kit runs it: `$PYTHON -m twoscale <stage>` (no preloading server, which would need the
+    """The command as the kit runs it: `$PYTHON -m twoscale <module>` (no preloading server, which would need the
     workflow's tools) and the parameter file's copy in the kit."""
-    stage = stage_of(command)
-    rest = PRELOADED.sub("", command, count=1)
+    if not command.startswith(PRELOADED):
+        raise KitError(f"not a stage's command: {command[:80]}")
     return PARAMS_FILE.sub(lambda m: (KIT / "params" / Path(m.group(0)).name).as_posix(),
-                           f'"$PYTHON" -m twoscale {stage} {rest}')
+                           '"$PYTHON" -m twoscale ' + command[len(PRELOADED):])
+
+
+def kit_lines(jobs: list[tuple[str, str]]) -> str:
+    """A kit's list of jobs: a line each, its stage and command apart by a tab."""
+    return "".join(f"{stage}\t{as_kit_command(command)}\n" for stage, command in jobs)
 
 
 def snakemake(params: Path, *options: str) -> subprocess.CompletedProcess:
@@ -147,19 +155,19 @@ def build(params: Path, kit: Path, packages: bool, dry_run: bool) -> None:
     planned = snakemake(params, "-n", "-p", "--forceall", "--quiet", "progress")
     if planned.returncode != 0:
         raise KitError(f"snakemake's plan failed:\n{planned.stderr[-2000:]}")
-    on_node, here = node_order(planned_commands(planned.stdout + planned.stderr), declared_stages())
+    on_node, here = node_order(planned_jobs(planned.stdout + planned.stderr), declared_stages())
     if not on_node:
         raise KitError(f"{params}: no stage of this set loads a model")
-    print(f"{len(on_node)} commands for the node ({', '.join(sorted({stage_of(c) for c in on_node}))}), "
+    print(f"{len(on_node)} commands for the node ({', '.join(sorted({stage for stage, _ in on_node}))}), "
           f"{len(here)} to finish here")
     if dry_run:
         return
     shutil.rmtree(kit / "params", ignore_errors=True)
     (kit / "params").mkdir(parents=True)
-    for name in sorted({m.group(0) for c in on_node + here for m in PARAMS_FILE.finditer(c)}):
+    for name in sorted({m.group(0) for _, c in on_node + here for m in PARAMS_FILE.finditer(c)}):
         shutil.copy2(name, kit / "params")
-    (kit / "commands.txt").write_text("".join(as_kit_command(c) + "\n" for c in on_node))
-    (kit / "finish.txt").write_text("".join(as_kit_command(c) + "\n" for c in here))
+    (kit / "commands.txt").write_text(kit_lines(on_node))
+    (kit / "finish.txt").write_text(kit_lines(here))
     (kit / "root").write_text(root.as_posix() + "\n")
     versions = node_packages(kit, NODE_PACKAGES, NODE_PYTHON) if packages else {}
     data = root / "data" / "prepared"
@@ -178,9 +186,10 @@ def finish(results: Path, kit: Path) -> int:
     with tarfile.open(results) as archive:
         archive.extractall(root, filter="data")
     failed = 0
-    for command in (kit / "finish.txt").read_text().splitlines():
+    for line in (kit / "finish.txt").read_text().splitlines():
+        stage, command = line.split("\t", 1)
         ran = subprocess.run(command, shell=True, env={**os.environ, "PYTHON": sys.executable})
-        print(f"{'failed' if ran.returncode else 'done'}: {command.split()[3]}", flush=True)
+        print(f"{'failed' if ran.returncode else 'done'}: {stage}", flush=True)
         failed += ran.returncode != 0
     return 1 if failed else 0
 

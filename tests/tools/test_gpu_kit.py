@@ -21,22 +21,25 @@ gpu_kit = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu_kit)
 
 
-def command(stage: str, *arguments: str) -> str:
-    return f"python -m twoscale.pipeline.preload {stage} --params .snakemake/twoscale/params/0123abcd.yaml " + \
+def command(module: str, *arguments: str) -> str:
+    return f"python -m twoscale.pipeline.preload {module} --params .snakemake/twoscale/params/0123abcd.yaml " + \
         " ".join(arguments)
 
 
+def job(stage: str, module: str | None = None) -> tuple[str, str]:
+    return stage, command(module or stage, "--log", f"{stage}.log")
+
+
 def test_the_model_stages_go_to_the_node_what_scores_first_and_the_rest_stays_here():
-    plan = [command("corpus"), command("tokenize"), command("train", "--recipe", "huginn"),
-            command("lens", "--step", "1"), command("sweep", "--strategy", "fixed"), command("geometry"),
-            command("train", "--recipe", "plain"), command("phases"), command("distill_curve"), command("distill"),
-            command("spectrum", "--step", "1"), command("latency"), command("surrogates"), command("claims")]
+    plan = [job("corpus"), job("tokenize"), job("train"), job("lens"), job("sweep"), job("geometry"),
+            job("train_teacher", "train"), job("phases"), job("distill_curve", "distill"), job("distill"),
+            job("spectrum"), job("latency"), job("surrogates"), job("claims")]
     on_node, here = gpu_kit.node_order(plan, dependencies.declared_stages())
     # lens and spectrum only explain and nothing on the node reads them; distill_curve only explains too, but
     # surrogates reads the whole distillation folder, so it keeps its place before it
-    assert [c.split()[3] for c in on_node] == ["train", "sweep", "train", "phases", "distill_curve", "distill",
+    assert [stage for stage, _ in on_node] == ["train", "sweep", "train_teacher", "phases", "distill_curve", "distill",
                                                "latency", "surrogates", "lens", "spectrum"]
-    assert [c.split()[3] for c in here] == ["geometry", "claims"]
+    assert [stage for stage, _ in here] == ["geometry", "claims"]
 
 
 def test_a_command_runs_by_the_package_with_the_kit_s_parameter_file():
@@ -46,10 +49,11 @@ def test_a_command_runs_by_the_package_with_the_kit_s_parameter_file():
         gpu_kit.as_kit_command("echo hello")
 
 
-def test_snakemake_s_commands_are_read_from_its_dry_run_and_a_rule_without_one_is_left_out():
-    dry_run = "Building DAG of jobs...\nShell command: python -m twoscale.pipeline.preload corpus --log a\n\n" \
-              "rule all:\nShell command: None\n"
-    assert gpu_kit.planned_commands(dry_run) == ["python -m twoscale.pipeline.preload corpus --log a"]
+def test_each_job_of_snakemake_s_plan_is_its_rule_and_command_and_a_rule_without_one_is_left_out():
+    dry_run = ("Building DAG of jobs...\nrule distill_curve:\n    jobid: 4\n"
+               "Shell command: python -m twoscale.pipeline.preload distill --log a\n\n"
+               "localrule all:\n    jobid: 0\nShell command: None\n")
+    assert gpu_kit.planned_jobs(dry_run) == [("distill_curve", "python -m twoscale.pipeline.preload distill --log a")]
 
 
 @pytest.mark.e2e
@@ -66,9 +70,9 @@ def test_a_kit_runs_on_the_node_within_its_deadline_and_is_finished_here(tmp_pat
     config = read_raw(repo / "configs/kit.yaml")
     declared = dependencies.declared_stages()
     expected = {stage.name: len(stage.jobs()) for stage in jobs.stages(config) if declared[stage.name].get("gpu")}
-    stages = [c.split()[3] for c in commands]
+    stages = [line.split("\t")[0] for line in commands]
     assert {name: stages.count(name) for name in set(stages)} == {k: v for k, v in expected.items() if v}
-    finishing = [c.split()[3] for c in (kit / "finish.txt").read_text().splitlines()]
+    finishing = [line.split("\t")[0] for line in (kit / "finish.txt").read_text().splitlines()]
     assert {"geometry", "claims"} <= set(finishing) and not set(finishing) & set(stages)
 
     late = run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "late"), PYTHON=sys.executable,
