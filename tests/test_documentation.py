@@ -69,7 +69,7 @@ def test_the_readme_verdicts_are_those_of_the_committed_claims():
     """The README's tables are what `python -m twoscale readme` writes from the committed claims.json files their
     marks name, the study's first: every registered claim by its title, each recipe's verdict."""
     readme = (ROOT / "README.md").read_text()
-    assert verdict_sources(readme) == ["results/study/claims.json", "results/claims.json"]
+    assert verdict_sources(readme) == ["results/study/claims.json", "results/deep/claims.json", "results/claims.json"]
     for source in verdict_sources(readme):
         summary = json.loads((ROOT / source).read_text())["summary"]
         assert with_verdict_table(readme, source, verdict_table(summary)) == readme, "run: python -m twoscale readme"
