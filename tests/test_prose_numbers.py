@@ -56,17 +56,18 @@ def detail_tests(recipe: str) -> list[dict]:
 
 
 @cache
-def last_regime_shares() -> pl.DataFrame:
-    """Per recipe, seed, group and regime: the share of tokens at the last checkpoint, from the study's geometry."""
-    geometry = pl.read_parquet(ROOT / "results/study/geometry/geometry.parquet")
+def last_regime_shares(run: str = "results/study") -> pl.DataFrame:
+    """Per recipe, seed, group and regime: the share of tokens at the last checkpoint, from a run's geometry (the
+    study's by default)."""
+    geometry = pl.read_parquet(ROOT / run / "geometry/geometry.parquet")
     last = geometry.filter(pl.col("step") == pl.col("step").max().over("recipe", "seed"))
     return last.filter(pl.col("metric").str.starts_with("regime_")).select(
         "recipe", "seed", "group", pl.col("metric").str.strip_prefix("regime_").alias("regime"), "mean")
 
 
-def shares(recipe: str, regime: str) -> list[float]:
-    table = last_regime_shares()
-    return table.filter((pl.col("recipe") == recipe) & (pl.col("regime") == regime))["mean"].to_list()
+def shares(recipe: str, regime: str, run: str = "results/study") -> list[float]:
+    table = last_regime_shares(run)
+    return table.filter((pl.col("recipe") == recipe) & (pl.col("regime") == regime)).sort("group")["mean"].to_list()
 
 
 @cache
@@ -199,6 +200,64 @@ def screen_row(candidate: str) -> list[str]:
     row = pl.read_csv(ROOT / "results/screen/screen.csv").filter(pl.col("candidate") == candidate).row(0, named=True)
     return [f"{row['gain_paper']:.3f}", f"{row['gain_huginn']:.3f}", str(row["k_star_huginn"]),
             percent(row["control_recovered"])]
+
+
+DEEP = "results/deep/claims.json"
+
+
+def deep(claim: str, recipe: str, label: str) -> float:
+    """A headline number of the deep run (one seed)."""
+    return rows(claim, recipe, DEEP)[0]["headline"][label]
+
+
+def deep_span(claim: str, recipe: str, labels: str, form: Callable[[float], str]) -> str:
+    return span(values(claim, recipe, labels, DEEP), form)
+
+
+def deep_latency_cut() -> list[str]:
+    """`huginn`'s acceleration exit against full depth in the deep run: the ratio and its interval."""
+    ratio = rows("C6", "huginn", DEEP)[0]["detail"]["tests"]["latency_cut"]["ratio"]
+    return [f"{ratio[key]:.2f}" for key in ("ratio", "low", "high")]
+
+
+DEEP_TEACHER_METRICS = "results/deep/train/plain/seed_1337/metrics.json"
+
+
+def study_recovery() -> str:
+    return span(values("C8", "plain", r"recovered \(k = 2\)"), percent)
+
+
+def deep_recovery(blocks: int, column: str) -> str:
+    table = pl.read_csv(ROOT / "results/deep/surrogates/recovery.csv")
+    return percent(table.filter(pl.col("blocks") == blocks)[column][0])
+
+
+def deep_dlr_at_first_checkpoint() -> list[str]:
+    summary = pl.read_csv(ROOT / "results/deep/geometry/summary.csv").filter(pl.col("recipe") == "paper")
+    first = summary.filter(pl.col("step") == summary["step"].min())
+    return [f"{first[f'dlr_median_{hand_off}_K30'][0]:.2f}" for hand_off in ("0_to_1", "1_to_2")]
+
+
+def deep_spectral_radii() -> str:
+    """`paper`'s median spectral radius of one loop step per group at the deep run's last checkpoint."""
+    spectrum = pl.read_parquet(ROOT / "results/deep/claims_tables/spectrum.parquet").filter(pl.col("recipe") == "paper")
+    last = spectrum.filter(pl.col("step") == spectrum["step"].max())
+    return span(last.group_by("group").agg(pl.col("spectral_radius").median())["spectral_radius"].to_list(), fixed(3))
+
+
+def deep_comparison() -> list[str]:
+    """What `twoscale compare` counted: verdicts some seed of the study gave, and headline numbers inside its range."""
+    text = (ROOT / "results/deep/against-the-study.md").read_text()
+    return list(re.search(r"(\d+) of (\d+) verdicts were given .*?; (\d+) of (\d+) headline numbers", text).groups())
+
+
+def deep_hours() -> str:
+    seconds = re.search(r"first start to last end (\d+) s", (ROOT / "results/deep/README.md").read_text()).group(1)
+    return f"{int(seconds) / 3600:.1f}"
+
+
+def minus(form: Callable[[float], str]) -> Callable[[float], str]:
+    return lambda x: form(x).replace("-", "−")
 
 
 SHORT = "README.md#in-short"
@@ -375,6 +434,84 @@ QUOTES = [
     Quote(RESULTS, r"falls with the steps \((\d+)%, (\d+)%, (\d+)% at 1×, 2×\s+and 4× on Shakespeare; (\d+)% and "
                    r"(\d+)% at 2× and 4× on the larger corpus\)",
           lambda: [screen_row(name)[3] for name in ("default", "steps2", "steps4", "corpus-steps2", "corpus-steps4")]),
+    # docs/results.md: the deep run
+    Quote(RESULTS, r"looping is worth ([\d.]+) nats to `paper` and ([\d.]+) to `huginn`, `huginn`'s K\* is (\d+) "
+                   r"loops,\s+and the control recovers (\d+)% of the teacher's gain",
+          lambda: [f"{deep('C1', r, 'depth gain (nats)'):.3f}" for r in ("paper", "huginn")]
+          + [str(json.loads((ROOT / "results/deep/headline/huginn/seed_1337.json").read_text())["k_star"]),
+             percent(deep("C8b", "plain", "control recovered (k = 2)"))]),
+    Quote(RESULTS, r"(?s)on\s+2026-11-30 resumed from its checkpoints, ([\d.]+) hours", lambda: [deep_hours()]),
+    Quote(RESULTS, r"\): (\d+) of its (\d+) verdicts are ones some seed\s+of the study gave, (\d+) of its (\d+) "
+                   r"headline numbers", deep_comparison),
+    Quote(RESULTS, r"s\(10\)/s\(1\)\s+is ([\d.–]+) in its three groups \(the study's ([\d.–]+)\)",
+          lambda: [deep_span("C1", "paper", r"s\(10\)/s\(1\) g\d", fixed(2)),
+                   span(values("C1", "paper", r"s\(10\)/s\(1\) g\d"), fixed(2))]),
+    Quote(RESULTS, r"([\d–]+)% of each group's tokens are a slowing drift, the\s+loop map's spectral radius is "
+                   r"([\d.–]+),", lambda: [span(shares("paper", "slowing_drift", "results/deep"), percent),
+                                            deep_spectral_radii()]),
+    Quote(RESULTS, r"\(S does not hold:\s+([\d.]+) nats worse at (\d+) loops than at (\d+)\)",
+          lambda: [f"{deep('S', 'paper', 'rise to the most loops'):.3f}", "64",
+                   f"{deep('S', 'paper', 'best loop count'):.0f}"]),
+    Quote(RESULTS, r"the median drift-to-loop ratio is ([\d.]+) and ([\d.]+) \(the study's\s+([\d.–]+)\), rising "
+                   r"through training \(([\d.]+) and ([\d.]+) at step 100\)",
+          lambda: [f"{deep('C4', 'paper', f'median DLR_30 {h}'):.2f}" for h in ("0->1", "1->2")]
+          + [span(values("C4", "paper", r"median DLR_30 .+"), fixed(2)), *deep_dlr_at_first_checkpoint()]),
+    Quote(RESULTS, r"\(late cosine ([\d.–]+), C3 not reproduced\) and its turning small \(([\d.–]+)°, C5\s+not "
+                   r"reproduced\)", lambda: [deep_span("C3", "paper", r"late cosine g\d", fixed(3)),
+                                            deep_span("C5", "paper", r"turning g\d \(deg\)", fixed(1))]),
+    Quote(RESULTS, r"C1 reproduced \(s\(10\)/s\(1\) ([\d.–]+)\), C4 reproduced \(ratio ([\d.]+) and ([\d.]+)\)",
+          lambda: [deep_span("C1", "huginn", r"s\(10\)/s\(1\) g\d", significant(2)),
+                   *sorted(f"{v:.1f}" for v in values("C4", "huginn", r"median DLR_30 .+", DEEP))]),
+    Quote(RESULTS, r"(?s)Its last group's late cosine is ([−\d.]+), not in the band: (\d+)% of its tokens sit at a "
+                   r"fixed point,.*?and (\d+)% approach theirs",
+          lambda: [minus(fixed(2))(deep("C3", "huginn", "late cosine g2")),
+                   percent(shares("huginn", "fixed_point", "results/deep")[2]),
+                   percent(shares("huginn", "slowing_drift", "results/deep")[2])]),
+    Quote(RESULTS, r"later groups turn (\d+)° and (\d+)° a step, which\s+passes the spiral's 30°, while its first "
+                   r"turns ([\d.]+)°", lambda: [f"{deep('C5', 'huginn', f'turning g{g} (deg)'):.0f}" for g in (1, 2)]
+          + [f"{deep('C5', 'huginn', 'turning g0 (deg)'):.1f}"]),
+    Quote(RESULTS, r"it cuts latency to ([\d.]+)× of full depth at τ = 1e-2, an interval \(([\d.]+)–([\d.]+)\)",
+          deep_latency_cut),
+    Quote(RESULTS, r"\(([\d.]+)× of its latency\), so C6 reads not reproduced",
+          lambda: [f"{deep('C6', 'huginn', 'kl_head latency ratio to acceleration'):.2f}"]),
+    Quote(RESULTS, r"the fewest fixed loops of the same quality \((\d+)\) the exit takes ([\d.]+)× their latency",
+          lambda: [f"{deep('C6b', 'huginn', 'K*'):.0f}",
+                   f"{deep('C6b', 'huginn', 'acceleration latency ratio vs K*'):.1f}"]),
+    Quote(RESULTS, r"\*\*The sampler\*\* is ([\d.]+)× faster than full recurrence at about equal quality \(C7 not "
+                   r"reproduced\) and ([\d.]+)× as fast\s+as decoding at (\d+) loops",
+          lambda: [f"{deep('C7', 'huginn', 'speed-up vs full recurrence'):.1f}",
+                   f"{deep('C7b', 'huginn', 'speed-up vs matched decoding'):.2f}",
+                   f"{deep('C7b', 'huginn', 'matched loops'):.0f}"]),
+    Quote(RESULTS, r"two shared blocks recover (\d+)% of the teacher's gain \(the study's ([\d–]+)%\), two layers "
+                   r"trained\s+from scratch (\d+)% \(the study's ([\d–]+)%\)",
+          lambda: [deep_recovery(2, "surrogate_recovered"), study_recovery(),
+                   deep_recovery(2, "control_recovered"),
+                   span(values("C8b", "plain", r"control recovered \(k = 2\)"), percent)]),
+    Quote(RESULTS, r"\(held-out loss ([\d.]+) nats, the default's ([\d.]+)\)",
+          lambda: [f"{json.loads((ROOT / DEEP_TEACHER_METRICS).read_text())['val_loss']:.3f}",
+                   f"{train_metric('plain', 'val_loss'):.3f}"]),
+    Quote(RESULTS, r"three and four blocks recover (\d+)% and (\d+)%, the controls of those sizes (\d+)% and (\d+)%",
+          lambda: [deep_recovery(k, "surrogate_recovered") for k in (3, 4)]
+          + [deep_recovery(k, "control_recovered") for k in (3, 4)]),
+    # the README's deep run, claim by claim
+    Quote("README.md", r"(?s)training in float32, 2026-11-30, ([\d.]+) hours", lambda: [deep_hours()]),
+    Quote("README.md", r"looping is worth ([\d.]+) nats to it here,\s+and its steps fall to ([\d.–]+) of the first",
+          lambda: [f"{deep('C1', 'paper', 'depth gain (nats)'):.3f}",
+                   deep_span("C1", "paper", r"s\(10\)/s\(1\) g\d", fixed(2))]),
+    Quote("README.md", r"to ([\d.–]+)\s+times its mean step \(C4\)",
+          lambda: [deep_span("C4", "paper", r"median DLR_30 .+", fixed(1))]),
+    Quote("README.md", r"with late cosines of ([\d.–]+)\s+\(C3\)",
+          lambda: [deep_span("C3", "paper", r"late cosine g\d", fixed(3))]),
+    Quote("README.md", r"exit cuts latency to ([\d.]+)× of full depth, an interval that straddles",
+          lambda: deep_latency_cut()[:1]),
+    Quote("README.md", r"the sampler is ([\d.]+)× faster than full recurrence \(C7\)",
+          lambda: [f"{deep('C7', 'huginn', 'speed-up vs full recurrence'):.1f}"]),
+    Quote("README.md", r"\(C6b: it takes ([\d.]+)× their latency\)",
+          lambda: [f"{deep('C6b', 'huginn', 'acceleration latency ratio vs K*'):.1f}"]),
+    Quote("README.md", r"two shared blocks now recover (\d+)% of the teacher's gain \(([\d–]+)%\s+in the study\), "
+                       r"below the claim's 90%, while two layers trained from scratch recover (\d+)%",
+          lambda: [deep_recovery(2, "surrogate_recovered"), study_recovery(),
+                   deep_recovery(2, "control_recovered")]),
     # docs/claims.md: the run numbers it quotes
     Quote(CLAIMS, r"on `huginn` it\s+stays within ([\d.]+)% of full depth even at τ = 0\.1",
           lambda: [f"{100 * relative_at(0.1)['increase']:.1f}"]),
@@ -441,7 +578,8 @@ NOT_FROM_A_TABLE = [
     r"line of 0\.5", r"C4's 10", r"\d+ minutes", r"torch [\d.]+", r"\d-core", r"AVX512|AMX|bf16|float\d+|bfloat16",
     r"Zen \d", r"s\(10\)/s\(1\)", r"\d of 4 checks", r"\(\d checks? undecided\)", r"\d of 4 pass, \d undecided",
     r"\d/3", r"(?<=of )3\b", r"4,096 tokens", r"AMX-BF16|AVX512-BF16", r"straddles\s+0\.75", r"1%",
-    r"1e-3 of the state", r"seed_1337",
+    r"1e-3 of the state", r"seed_1337", r"the spiral's 30°", r"at step 100\b",
+    r"corpus-steps\d", r"≫ 1",  # a candidate's name; the paper's words
     r"\| recipe \| 1 loop .*",  # the header of the loss table, whose cells a test of their own holds
     r"(?m)^\| `(paper|huginn)` \| [\d.* |]+\|$",
 ]
@@ -449,8 +587,10 @@ NOT_FROM_A_TABLE = [
 
 def uncovered_numbers(document: str) -> list[str]:
     text = passage(document)
-    if document == RESULTS:  # its sections on the default run and the study; round three quotes the older reading
-        text = text[text.index("## The default run"):text.index("## Round three")]
+    if document == RESULTS:  # its sections on the default run, the study and the deep run; round three quotes the
+        # older reading
+        text = (text[text.index("## The default run"):text.index("## Round three")]
+                + text[text.index("## The deep run"):text.index("## A reproduction elsewhere")])
     covered = [m.span(g) for q in QUOTES if q.document == document for m in re.finditer(q.pattern, text)
                for g in range(1, len(m.groups()) + 1)]
     covered += [m.span() for pattern in NOT_FROM_A_TABLE for m in re.finditer(pattern, text)]
@@ -464,10 +604,15 @@ def test_every_number_of_the_prose_on_the_committed_runs_is_quoted(document):
     assert uncovered_numbers(document) == []
 
 
-def test_the_loss_against_loops_table_of_the_default_run_is_its_table():
-    losses = pl.read_parquet(ROOT / "results/claims_tables/loss_vs_loops.parquet")
+@pytest.mark.parametrize(("section", "table"), [
+    ("## The default run", "results/claims_tables/loss_vs_loops.parquet"),
+    ("## The deep run", "results/deep/claims_tables/loss_vs_loops.parquet"),
+])
+def test_each_run_s_loss_against_loops_table_is_its_table(section, table):
+    losses = pl.read_parquet(ROOT / table)
     last = losses.filter(pl.col("step") == pl.col("step").max().over("recipe"))
     text = passage(RESULTS)
+    text = text[text.index(section):]
     header = re.search(r"\| recipe \| 1 loop \| (.*) loops \|", text).group(1)
     loops = [1, *(int(n) for n in header.split(" | "))]
     for recipe in ("paper", "huginn"):
