@@ -578,8 +578,8 @@ NOT_FROM_A_TABLE = [
     r"line of 0\.5", r"C4's 10", r"\d+ minutes", r"torch [\d.]+", r"\d-core", r"AVX512|AMX|bf16|float\d+|bfloat16",
     r"Zen \d", r"s\(10\)/s\(1\)", r"\d of 4 checks", r"\(\d checks? undecided\)", r"\d of 4 pass, \d undecided",
     r"\d/3", r"(?<=of )3\b", r"4,096 tokens", r"AMX-BF16|AVX512-BF16", r"straddles\s+0\.75", r"1%",
-    r"1e-3 of the state", r"seed_1337", r"the spiral's 30°", r"at step 100\b",
-    r"corpus-steps\d", r"≫ 1",  # a candidate's name; the paper's words
+    r"1e-3 of the state", r"seed_1337", r"the spiral's 30°", r"at step \d+\b",
+    r"corpus-steps\d", r"≫ 1", r"fig\d\w*",  # a candidate's name; the paper's words; a figure's file
     r"\| recipe \| 1 loop .*",  # the header of the loss table, whose cells a test of their own holds
     r"(?m)^\| `(paper|huginn)` \| [\d.* |]+\|$",
 ]
