@@ -220,9 +220,6 @@ def deep_latency_cut() -> list[str]:
     return [f"{ratio[key]:.2f}" for key in ("ratio", "low", "high")]
 
 
-DEEP_TEACHER_METRICS = "results/deep/train/plain/seed_1337/metrics.json"
-
-
 def study_recovery() -> str:
     return span(values("C8", "plain", r"recovered \(k = 2\)"), percent)
 
@@ -467,7 +464,7 @@ QUOTES = [
           lambda: [minus(fixed(2))(deep("C3", "huginn", "late cosine g2")),
                    percent(shares("huginn", "fixed_point", "results/deep")[2]),
                    percent(shares("huginn", "slowing_drift", "results/deep")[2])]),
-    Quote(RESULTS, r"later groups turn (\d+)° and (\d+)° a step, which\s+passes the spiral's 30°, while its first "
+    Quote(RESULTS, r"later groups turn\s+(\d+)° and (\d+)° a step, which\s+passes the spiral's 30°, while its first "
                    r"turns ([\d.]+)°", lambda: [f"{deep('C5', 'huginn', f'turning g{g} (deg)'):.0f}" for g in (1, 2)]
           + [f"{deep('C5', 'huginn', 'turning g0 (deg)'):.1f}"]),
     Quote(RESULTS, r"it cuts latency to ([\d.]+)× of full depth at τ = 1e-2, an interval \(([\d.]+)–([\d.]+)\)",
@@ -487,9 +484,6 @@ QUOTES = [
           lambda: [deep_recovery(2, "surrogate_recovered"), study_recovery(),
                    deep_recovery(2, "control_recovered"),
                    span(values("C8b", "plain", r"control recovered \(k = 2\)"), percent)]),
-    Quote(RESULTS, r"\(held-out loss ([\d.]+) nats, the default's ([\d.]+)\)",
-          lambda: [f"{json.loads((ROOT / DEEP_TEACHER_METRICS).read_text())['val_loss']:.3f}",
-                   f"{train_metric('plain', 'val_loss'):.3f}"]),
     Quote(RESULTS, r"three and four blocks recover (\d+)% and (\d+)%, the controls of those sizes (\d+)% and (\d+)%",
           lambda: [deep_recovery(k, "surrogate_recovered") for k in (3, 4)]
           + [deep_recovery(k, "control_recovered") for k in (3, 4)]),
