@@ -210,6 +210,21 @@ def deep(claim: str, recipe: str, label: str) -> float:
     return rows(claim, recipe, DEEP)[0]["headline"][label]
 
 
+def deep_premise_as_the_screen_s() -> list[str]:
+    """The deep run's depth gains, `huginn`'s K* and the control's recovery, from its own tables; the prose says they
+    are the screen's `corpus-steps4` row (the same weights), which this checks too."""
+    premise = [f"{deep('C1', r, 'depth gain (nats)'):.3f}" for r in ("paper", "huginn")] + [
+        str(json.loads((ROOT / "results/deep/headline/huginn/seed_1337.json").read_text())["k_star"]),
+        percent(deep("C8b", "plain", "control recovered (k = 2)"))]
+    assert premise == screen_row("corpus-steps4"), "the prose says the screen's row is this run's premise"
+    return premise
+
+
+def deep_most_loops() -> int:
+    """The most loops the deep run's loss was measured at."""
+    return pl.read_parquet(ROOT / "results/deep/claims_tables/loss_vs_loops.parquet")["loops"].max()
+
+
 def deep_span(claim: str, recipe: str, labels: str, form: Callable[[float], str]) -> str:
     return span(values(claim, recipe, labels, DEEP), form)
 
@@ -433,10 +448,7 @@ QUOTES = [
           lambda: [screen_row(name)[3] for name in ("default", "steps2", "steps4", "corpus-steps2", "corpus-steps4")]),
     # docs/results.md: the deep run
     Quote(RESULTS, r"looping is worth ([\d.]+) nats to `paper` and ([\d.]+) to `huginn`, `huginn`'s K\* is (\d+) "
-                   r"loops,\s+and the control recovers (\d+)% of the teacher's gain",
-          lambda: [f"{deep('C1', r, 'depth gain (nats)'):.3f}" for r in ("paper", "huginn")]
-          + [str(json.loads((ROOT / "results/deep/headline/huginn/seed_1337.json").read_text())["k_star"]),
-             percent(deep("C8b", "plain", "control recovered (k = 2)"))]),
+                   r"loops,\s+and the control recovers (\d+)% of the teacher's gain", deep_premise_as_the_screen_s),
     Quote(RESULTS, r"(?s)on\s+2026-11-30 resumed from its checkpoints, ([\d.]+) hours", lambda: [deep_hours()]),
     Quote(RESULTS, r"\): (\d+) of its (\d+) verdicts are ones some seed\s+of the study gave, (\d+) of its (\d+) "
                    r"headline numbers", deep_comparison),
@@ -447,7 +459,7 @@ QUOTES = [
                    r"([\d.–]+),", lambda: [span(shares("paper", "slowing_drift", "results/deep"), percent),
                                             deep_spectral_radii()]),
     Quote(RESULTS, r"\(S does not hold:\s+([\d.]+) nats worse at (\d+) loops than at (\d+)\)",
-          lambda: [f"{deep('S', 'paper', 'rise to the most loops'):.3f}", "64",
+          lambda: [f"{deep('S', 'paper', 'rise to the most loops'):.3f}", str(deep_most_loops()),
                    f"{deep('S', 'paper', 'best loop count'):.0f}"]),
     Quote(RESULTS, r"the median drift-to-loop ratio is ([\d.]+) and ([\d.]+) \(the study's\s+([\d.–]+)\), rising "
                    r"through training \(([\d.]+) and ([\d.]+) at step 100\)",
