@@ -5,11 +5,12 @@
 #   OUT=<folder> bash scripts/gpu_call.sh
 #
 # First the CUDA-graph decoding against the engine on the tests' tiny float64 models (tests/decoding/test_graphed.py's
-# CUDA cases; CHECK=0 skips them), then the kit's jobs (a line each: the stage, a tab, its command) one at a time in
-# its order, each its own process as under the GPU profile. After each, everything the stages wrote but the model
-# weights is packed into $OUT/results.tgz, so that a call cut short brings back all that finished. A job that would
-# start after DEADLINE seconds (default 480) is skipped and listed in $OUT/skipped.txt; one still running at LIMIT
-# (default 560) is stopped. $OUT/stages.tsv holds each job's stage, start, seconds and exit status;
+# CUDA cases; CHECK=0 skips them), then the kit's jobs (a line each: the stage, a tab, its command) in its order, each
+# its own process: the jobs between two `wait` lines side by side (at most MAX_JOBS at once, default 8), a batch
+# after the one before it has ended. After each batch, everything the stages wrote but the model weights is packed
+# into $OUT/results.tgz, so that a call cut short brings back all that finished. A job that would start after
+# DEADLINE seconds (default 480) is skipped and listed in $OUT/skipped.txt; one still running at LIMIT (default 560)
+# is stopped. $OUT/stages.tsv holds each job's stage, start, seconds and exit status, as the jobs end;
 # $OUT/environment.txt the device and libraries. PYTHON (default python3) is the interpreter. Exit status 1 when a
 # command failed, 2 without a kit.
 set -u
@@ -39,19 +40,26 @@ if [ "${CHECK:-1}" = 1 ]; then
   timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/decoding/test_graphed.py -k cuda > "$OUT/cuda_check.txt" 2>&1
   tail -1 "$OUT/cuda_check.txt"
 fi
+MAX_JOBS=${MAX_JOBS:-8}
 printf 'stage\tstart_s\tseconds\tstatus\n' > "$OUT/stages.tsv"
-failed=0
-while IFS=$'\t' read -r stage command; do
+job() {  # stage, command: run it within LIMIT, its row to stages.tsv
+  local began status
   began=$(elapsed)
-  if [ "$began" -ge "$DEADLINE" ]; then
+  timeout $(( LIMIT > began ? LIMIT - began : 1 )) bash -c "$2" < /dev/null
+  status=$?
+  printf '%s\t%s\t%s\t%s\n' "$1" "$began" $(( $(elapsed) - began )) "$status" >> "$OUT/stages.tsv"
+  [ "$status" = 0 ] || log "$1 failed ($status)"
+}
+settle() { wait; pack; }  # the batch's jobs ended, what they wrote packed
+while IFS=$'\t' read -r stage command; do
+  if [ "$stage" = wait ]; then settle; continue; fi
+  if [ "$(elapsed)" -ge "$DEADLINE" ]; then
     log "skipped $stage: past $DEADLINE s"; printf '%s\t%s\n' "$stage" "$command" >> "$OUT/skipped.txt"; continue
   fi
+  while [ "$(jobs -rp | wc -l)" -ge "$MAX_JOBS" ]; do sleep 1; done
   log "$stage"
-  timeout $(( LIMIT > began ? LIMIT - began : 1 )) bash -c "$command" < /dev/null
-  status=$?
-  printf '%s\t%s\t%s\t%s\n' "$stage" "$began" $(( $(elapsed) - began )) "$status" >> "$OUT/stages.tsv"
-  pack
-  [ "$status" = 0 ] || { log "$stage failed ($status)"; failed=1; }
+  job "$stage" "$command" &
 done < "$KIT/commands.txt"
+settle
 log done
-exit $failed
+awk -F'\t' 'NR > 1 && $4 != 0 { failed = 1 } END { exit failed }' "$OUT/stages.tsv"

@@ -8,12 +8,14 @@ Snakemake, no polars): made here, run there by scripts/gpu_call.sh, finished her
 
 `build` makes the set's corpus and tokens with Snakemake here, takes every job's command from Snakemake's plan (its
 dry run, in the order it plans them) and splits them: the stages that load a model (stages.yaml's `gpu`) go to
-.gpukit/commands.txt, in the order the node runs them, one at a time as under the GPU profile, what scores a claim
-before what only explains one (the stages the study runs for runtime.explain_seeds alone), so that a call cut short
-loses the latter; the other stages go to .gpukit/finish.txt. It copies the parameter files the commands name into
-.gpukit/params/ and, unless --no-packages, the Python packages such a node lacks (polars and pydantic, at the
-versions installed here, as CPython wheels for x86-64 Linux) unpacked into .gpukit/site.tar.xz. It ends by printing
-what must travel to the node: the checkout, .gpukit/ and the token arrays.
+.gpukit/commands.txt, in the order the node runs them, what scores a claim before what only explains one (the stages
+the study runs for runtime.explain_seeds alone), so that a call cut short loses the latter; the other stages go to
+.gpukit/finish.txt. The node runs the jobs between two `wait` lines side by side (the GPU has room for several): a
+timed job or a training, whose throughput is read, runs alone, and a job that reads another's outputs after it. It
+copies the parameter files the commands name into .gpukit/params/ and, unless --no-packages, the Python packages
+such a node lacks (polars and pydantic, at the versions installed here, as CPython wheels for x86-64 Linux) unpacked
+into .gpukit/site.tar.xz. It ends by printing what must travel to the node: the checkout, .gpukit/ and the token
+arrays.
 
 `finish` unpacks the tables and logs that came back into the set's folder (runs/<name>/) and runs finish.txt's
 commands here: figures, geometry, trade-off, headline and claims. Exit status 1 when a command failed (each is run
@@ -45,6 +47,8 @@ SHELL_COMMAND = "Shell command: "
 PRELOADED = "python -m twoscale.pipeline.preload "  # how every rule runs its stage
 PARAMS_FILE = re.compile(re.escape(SNAPSHOTS.as_posix()) + r"/\w+\.yaml")
 DATA_STAGES = ("corpus", "tokenize")  # made here: the node may reach no network, and they need no model
+TRAINING = ("train", "train_teacher")  # not declared timed, but their throughput (MFU) is read, so alone on the node
+BARRIER = "wait"  # a line of commands.txt: the node waits for every job started before it
 EXPLAINED_ONLY = "${runtime.explain_seeds}"  # the seeds of a stage that explains a verdict and scores none
 NODE_PACKAGES = ("polars", "polars-runtime-32", "pydantic", "pydantic-core", "typing-inspection", "annotated-types",
                  "typing-extensions")  # what PyTorch's usual stack lacks of what the stages import
@@ -103,9 +107,26 @@ def as_kit_command(command: str) -> str:
                            '"$PYTHON" -m twoscale ' + command[len(PRELOADED):])
 
 
-def kit_lines(jobs: list[tuple[str, str]]) -> str:
-    """A kit's list of jobs: a line each, its stage and command apart by a tab."""
-    return "".join(f"{stage}\t{as_kit_command(command)}\n" for stage, command in jobs)
+def side_by_side(jobs: list[tuple[str, str]], stages: dict[str, dict]) -> list[list[tuple[str, str]]]:
+    """The jobs, in their order, as batches whose jobs may run at once: a job joins the batch before it unless either
+    is timed or a training (which run alone) or it reads a stage of that batch."""
+    def alone(stage: str) -> bool:
+        return stage in TRAINING or bool(stages[stage].get("timed"))
+
+    batches: list[list[tuple[str, str]]] = []
+    for stage, command in jobs:
+        last = batches[-1] if batches else []
+        if last and not alone(stage) and not any(alone(s) or reads(stages[stage], stages[s]) for s, _ in last):
+            last.append((stage, command))
+        else:
+            batches.append([(stage, command)])
+    return batches
+
+
+def kit_lines(batches: list[list[tuple[str, str]]]) -> str:
+    """A kit's list of jobs: a line each, its stage and command apart by a tab, and a `wait` line between batches."""
+    return f"{BARRIER}\n".join("".join(f"{stage}\t{as_kit_command(command)}\n" for stage, command in batch)
+                                for batch in batches)
 
 
 def snakemake(params: Path, *options: str) -> subprocess.CompletedProcess:
@@ -155,7 +176,8 @@ def build(params: Path, kit: Path, packages: bool, dry_run: bool) -> None:
     planned = snakemake(params, "-n", "-p", "--forceall", "--quiet", "progress")
     if planned.returncode != 0:
         raise KitError(f"snakemake's plan failed:\n{planned.stderr[-2000:]}")
-    on_node, here = node_order(planned_jobs(planned.stdout + planned.stderr), declared_stages())
+    stages = declared_stages()
+    on_node, here = node_order(planned_jobs(planned.stdout + planned.stderr), stages)
     if not on_node:
         raise KitError(f"{params}: no stage of this set loads a model")
     print(f"{len(on_node)} commands for the node ({', '.join(sorted({stage for stage, _ in on_node}))}), "
@@ -166,8 +188,8 @@ def build(params: Path, kit: Path, packages: bool, dry_run: bool) -> None:
     (kit / "params").mkdir(parents=True)
     for name in sorted({m.group(0) for _, c in on_node + here for m in PARAMS_FILE.finditer(c)}):
         shutil.copy2(name, kit / "params")
-    (kit / "commands.txt").write_text(kit_lines(on_node))
-    (kit / "finish.txt").write_text(kit_lines(here))
+    (kit / "commands.txt").write_text(kit_lines(side_by_side(on_node, stages)))
+    (kit / "finish.txt").write_text(kit_lines([here]))
     (kit / "root").write_text(root.as_posix() + "\n")
     versions = node_packages(kit, NODE_PACKAGES, NODE_PYTHON) if packages else {}
     data = root / "data" / "prepared"

@@ -1,7 +1,7 @@
 """scripts/gpu_kit.py and scripts/gpu_call.sh: a set's model stages carried to a node without the workflow's tools,
-run there one at a time within a deadline, and finished here. The node is this CPU (PYTHON names this environment's
-interpreter); what the kit splits is checked against the declaration's jobs, an independent route to Snakemake's plan
-it is read from."""
+run there side by side where nothing is timed and nothing waits on another, within a deadline, and finished here.
+The node is this CPU (PYTHON names this environment's interpreter); what the kit splits is checked against the
+declaration's jobs, an independent route to Snakemake's plan it is read from."""
 
 from __future__ import annotations
 
@@ -42,6 +42,18 @@ def test_the_model_stages_go_to_the_node_what_scores_first_and_the_rest_stays_he
     assert [stage for stage, _ in here] == ["geometry", "claims"]
 
 
+def test_jobs_share_the_node_unless_one_is_timed_a_training_or_reads_another():
+    plan = [job("train"), job("sweep"), job("sweep"), job("measure"), job("sample"), job("sweep"), job("phases"),
+            job("distill"), job("latency"), job("lens"), job("spectrum")]
+    batches = gpu_kit.side_by_side(plan, dependencies.declared_stages())
+    # the sweeps read train's checkpoints; sample and latency are timed; distill reads phases' outputs
+    assert [[stage for stage, _ in batch] for batch in batches] == [
+        ["train"], ["sweep", "sweep", "measure"], ["sample"], ["sweep", "phases"], ["distill"], ["latency"],
+        ["lens", "spectrum"]]
+    lines = gpu_kit.kit_lines(batches).splitlines()
+    assert lines.count("wait") == len(batches) - 1 and lines[1] == "wait" and lines[2].startswith("sweep\t")
+
+
 def test_a_command_runs_by_the_package_with_the_kit_s_parameter_file():
     assert gpu_kit.as_kit_command(command("sweep", "--strategy", "fixed", "--log", "x.log")) == \
         '"$PYTHON" -m twoscale sweep --params .gpukit/params/0123abcd.yaml --strategy fixed --log x.log'
@@ -64,7 +76,7 @@ def test_a_kit_runs_on_the_node_within_its_deadline_and_is_finished_here(tmp_pat
         {"base": "smoke.yaml", "recipes": {"paper": None}, "teachers": {"plain": None}}))
     print(run([sys.executable, "scripts/gpu_kit.py", "build", "--params", "configs/kit.yaml", "--no-packages"], repo))
     kit = repo / ".gpukit"
-    commands = (kit / "commands.txt").read_text().splitlines()
+    commands = [line for line in (kit / "commands.txt").read_text().splitlines() if line != "wait"]
 
     # what goes to the node: every job of every stage that loads a model, by the declaration
     config = read_raw(repo / "configs/kit.yaml")
@@ -82,8 +94,15 @@ def test_a_kit_runs_on_the_node_within_its_deadline_and_is_finished_here(tmp_pat
 
     out = tmp_path / "back"
     run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(out), PYTHON=sys.executable, CHECK="0")
-    rows = (out / "stages.tsv").read_text().splitlines()[1:]
-    assert [row.split("\t")[0] for row in rows] == stages and all(row.endswith("\t0") for row in rows)
+    rows = [row.split("\t") for row in (out / "stages.tsv").read_text().splitlines()[1:]]
+    assert sorted(row[0] for row in rows) == sorted(stages) and all(row[3] == "0" for row in rows)
+    spans = [(stage, int(start), int(start) + int(seconds)) for stage, start, seconds, _ in rows]
+    for stage, start, end in spans:  # a timed job or a training shares the node with no other
+        if stage in gpu_kit.TRAINING or declared[stage].get("timed"):
+            assert all(other_end <= start or other_start >= end for other_stage, other_start, other_end in spans
+                       if (other_stage, other_start, other_end) != (stage, start, end)), stage
+    assert any(start < other_end and other_start < end for i, (_, start, end) in enumerate(spans)
+               for _, other_start, other_end in spans[i + 1:])  # and some jobs did run side by side
     with tarfile.open(out / "results.tgz") as archive:
         names = archive.getnames()
     assert not [name for name in names if name.endswith(".pt")]
