@@ -272,8 +272,30 @@ def minus(form: Callable[[float], str]) -> Callable[[float], str]:
     return lambda x: form(x).replace("-", "−")
 
 
+RUN_F = "results/gpu/run-f/claims.json"
+
+
+def run_f(claim: str, label: str) -> float:
+    """A headline number of GPU run f (one seed, `huginn`)."""
+    return rows(claim, "huginn", RUN_F)[0]["headline"][label]
+
+
+def run_f_gain_at(step: int) -> str:
+    """What looping gains over one loop at a checkpoint of GPU run f, from its loss table."""
+    losses = pl.read_parquet(ROOT / "results/gpu/run-f/claims_tables/loss_vs_loops.parquet").filter(
+        pl.col("step") == step)
+    return f"{losses.filter(pl.col('loops') == 1)['val_loss'][0] - losses['val_loss'].min():.4f}"
+
+
+def run_f_acceleration_loops() -> str:
+    """The mean loops per group after which GPU run f's acceleration exit stops at τ = 1e-2, in the sweep."""
+    sweep = pl.read_parquet(ROOT / "results/gpu/run-f/claims_tables/sweep.parquet")
+    return f"{sweep.filter((pl.col('strategy') == 'acceleration') & (pl.col('setting') == 1e-2))['mean_loops'][0]:.0f}"
+
+
 SHORT = "README.md#in-short"
 RESULTS = "docs/results.md"
+GPU_RUNS = "docs/results.md#the-gpu-runs"
 CLAIMS = "docs/claims.md"
 
 QUOTES = [
@@ -518,6 +540,32 @@ QUOTES = [
                        r"below the claim's 90%, while two layers trained from scratch recover (\d+)%",
           lambda: [deep_recovery(2, "surrogate_recovered"), study_recovery(),
                    deep_recovery(2, "control_recovered")]),
+    # GPU run f
+    Quote(GPU_RUNS, r"Its\s+loss is \*\*([\d.]+) nats at one loop and ([\d.]+) at its best\*\* \((\d+) loops\): "
+                    r"looping gains ([\d.]+) nats",
+          lambda: [f"{run_f('S', 'loss at 1 loop'):.3f}", f"{run_f('S', 'best loss'):.3f}",
+                   f"{run_f('S', 'best loop count'):.0f}", f"{run_f('C4', 'depth gain (nats)'):.4f}"]),
+    Quote(GPU_RUNS, r"\(at its checkpoint of step 400, ([\d.]+)\)", lambda: [run_f_gain_at(400)]),
+    Quote(GPU_RUNS, r"\*\*C1 reproduced\*\*\s+\(s\(10\)/s\(1\) ([\d.–]+)\)",
+          lambda: [span(values("C1", "huginn", r"s\(10\)/s\(1\) g\d", RUN_F), significant(2))]),
+    Quote(GPU_RUNS, r"C3 not\s+reproduced \(late cosines ([−\d.]+), ([−\d.]+), ([−\d.]+)\), \*\*C4 reproduced\*\* "
+                    r"\(DLR_30 ([\d.]+) and ([\d.]+)\)",
+          lambda: [minus(fixed(3))(run_f("C3", f"late cosine g{g}")) for g in range(3)]
+          + [f"{run_f('C4', f'median DLR_30 {h}'):.1f}" for h in ("0->1", "1->2")]),
+    Quote(GPU_RUNS, r"stops after (\d+) of 30 loops per group and takes \*\*([\d.]+)×\s+\(([\d.]+)–([\d.]+)\)\*\*",
+          lambda: [run_f_acceleration_loops()] + [
+              f"{rows('C6', 'huginn', RUN_F)[0]['detail']['tests']['latency_cut']['ratio'][key]:.2f}"
+              for key in ("ratio", "low", "high")]),
+    Quote(GPU_RUNS, r"with `kl_head` at ([\d.]+)× its latency at the same quality; C6b not reproduced "
+                    r"\(([\d.]+)× K\* = (\d+)\); C7 ([\d.]+)×\s+and C7b ([\d.]+)×",
+          lambda: [f"{run_f('C6', 'kl_head latency ratio to acceleration'):.2f}",
+                   f"{run_f('C6b', 'acceleration latency ratio vs K*'):.2f}", f"{run_f('C6b', 'K*'):.0f}",
+                   f"{run_f('C7', 'speed-up vs full recurrence'):.2f}",
+                   f"{run_f('C7b', 'speed-up vs matched decoding'):.2f}"]),
+    Quote("README.md", r"the model uses its loops \(([\d.]+) nats at one loop, ([\d.]+) at its best\)",
+          lambda: [f"{run_f('S', 'loss at 1 loop'):.3f}", f"{run_f('S', 'best loss'):.3f}"]),
+    Quote("README.md", r"the acceleration exit saves less \(([\d.]+)× of full depth's latency",
+          lambda: [f"{run_f('C6', 'acceleration latency ratio'):.2f}"]),
     # docs/claims.md: the run numbers it quotes
     Quote(CLAIMS, r"on `huginn` it\s+stays within ([\d.]+)% of full depth even at τ = 0\.1",
           lambda: [f"{100 * relative_at(0.1)['increase']:.1f}"]),
@@ -559,11 +607,16 @@ def gpu_headline(claim: str, label: str) -> float:
 
 def passage(document: str) -> str:
     """The text a quote reads: the README's "In short" list, the sections of results.md on the committed CPU runs,
-    or a whole document."""
+    its section on the GPU runs, or a whole document."""
     if document == SHORT:
         readme = (ROOT / "README.md").read_text()
         start = readme.index("In short, what the study's tables back")
         return readme[start:readme.index("\nThe numbers, the reasons", start)]
+    if document == GPU_RUNS:
+        results = (ROOT / RESULTS).read_text()
+        start = results.index("## The GPU runs")
+        end = results.find("\n## ", start + 1)
+        return results[start:end if end > 0 else None]
     text = (ROOT / document).read_text()
     return text[:text.index("## The GPU runs")] if document == RESULTS else text
 
