@@ -14,7 +14,7 @@ from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 from twoscale.decoding.cache import new_cache
 from twoscale.decoding.engine import CriterionClock, generate, step_token, token_stepper
-from twoscale.decoding.graphed import GraphedDecoder, advance, first_read, next_read
+from twoscale.decoding.graphed import GraphedDecoder, advance, first_read, read_spans
 from twoscale.decoding.rules import ACCELERATION_VARIANTS, CRITERIA, DECODES, ExitRule, make_rule
 from twoscale.models.looped_gpt import LoopedGPT
 
@@ -142,8 +142,20 @@ def test_the_host_reads_an_exit_first_when_the_rule_can_exit():
     assert first_read(rule({"criterion": "step_norm", "threshold": 1.0})) == 1
     assert first_read(rule({"criterion": "step_norm", "threshold": 1.0, "min_loops": 4})) == 4
     assert first_read(rule({"criterion": "argmax", "max_loops": 3})) == 3  # five hits from step 2: its limit first
-    argmax = rule({"criterion": "argmax"})  # five hits in a row
-    assert next_read(7, 0, argmax, 4) == 12 and next_read(7, 3, argmax, 4) == 11 and next_read(7, 4, argmax, 1) == 8
+
+
+def test_the_steps_between_two_reads_are_one_graph():
+    def spans(spec: dict, read_every: int, max_loops: int = 12) -> list[list[int]]:
+        return [list(span) for span in read_spans(make_rule(spec, max_loops=max_loops), read_every)]
+
+    # one hit needed: the first read after step 1, then every read_every steps, the last stretch to max_loops
+    assert spans({"criterion": "step_norm", "threshold": 1.0}, 4) == [[1], [2, 3, 4, 5], [6, 7, 8, 9], [10, 11, 12]]
+    assert spans({"criterion": "step_norm", "threshold": 1.0}, 1, 3) == [[1], [2], [3]]
+    # two hits from step 2 (the acceleration needs two steps for a value): first read at 3
+    assert spans({"criterion": "acceleration", "threshold": 1.0}, 4, 8) == [[1, 2, 3], [4, 5, 6, 7], [8]]
+    # five hits: the reads every five steps, not every two
+    assert spans({"criterion": "argmax"}, 2, 12) == [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11], [12]]
+    assert spans({"criterion": "argmax", "max_loops": 3}, 4, 3) == [[1, 2, 3]]  # its limit before any exit: no read
 
 
 def test_batches_and_per_row_settings_are_refused(tiny_model):

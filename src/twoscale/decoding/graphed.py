@@ -11,19 +11,20 @@ replayed on a GPU. The pieces of a token:
 
 - the work between the exit rules' groups (embedding, single-pass layers, groups looped a fixed number of times,
   the head): one graph each, so autoregressive decoding at a fixed depth is one graph per token;
-- a group under an exit rule: one graph per loop step (the first with the rule's start), each reading its step's
-  cache entries as views, and the copy of the token's deepest cache entry into the deeper steps' slots once it is
-  done.
+- a group under an exit rule: one graph per stretch of loop steps between two reads of the exit decision (the
+  first with the rule's start), each step reading its cache entries as views, and the copy of the token's deepest
+  cache entry into the deeper steps' slots once it is done.
 
 The rule's arithmetic (its criterion, the consecutive-hit count, the exit test) runs on the device inside the step's
 graph, on a GPU compiled into a few fused kernels (`fused_advance`): on an H200 a rule that never exits cost 40-61%
 more than the same loops with its arithmetic launched op by op, 12-24% compiled (results/gpu/run-e). A token that
 has exited keeps its state, its loop count and its cache entries; the steps replayed after its exit only compute
 what is thrown away. So the host need not read the exit decision after every step: it reads it first at the earliest
-step the rule can exit (`first_read`), and from then every `read_every` steps or, if more, as many steps as the
-token still needs hits to exit (`next_read`). The exits, loop counts, states and cache are those of the same rule
-read after every step (`engine.step_tokens`, tested equal); a later read only costs the steps replayed past the
-exit.
+step the rule can exit (`first_read`), and from then every `read_every` steps or, if more, every as many steps as
+the rule needs hits (`read_spans`); the steps between two reads are one graph (on an H200 one graph per step cost a
+launch per step: the never-exiting rules stayed 12-13% above the same loops, results/gpu/run-e). The exits, loop
+counts, states and cache are those of the same rule read after every step (`engine.step_tokens`, tested equal); a
+later read only costs the steps replayed past the exit.
 """
 
 from __future__ import annotations
@@ -83,10 +84,13 @@ def first_read(rule: ExitRule) -> int:
     return min(earliest, rule.max_loops)
 
 
-def next_read(step: int, hits_so_far: int, rule: ExitRule, read_every: int) -> int:
-    """The step of the next read after one at `step`, where the token had `hits_so_far` consecutive hits: no exit
-    is possible before it has all its hits."""
-    return step + max(read_every, int(rule.hits) - hits_so_far)
+def read_spans(rule: ExitRule, read_every: int) -> list[range]:
+    """The loop steps (1-based) of each graph of a group under `rule`; the host reads the exit decision after each
+    but the last: first at `first_read`, then every `read_every` steps, or every `rule.hits` steps if more (after a
+    read that found the token running, it needs at most that many steps to exit)."""
+    every = max(read_every, int(rule.hits))
+    reads = [*range(first_read(rule), rule.max_loops, every), rule.max_loops]
+    return [range(start + 1, end + 1) for start, end in zip([0, *reads], reads)]
 
 
 class GraphedDecoder:
@@ -221,9 +225,9 @@ class GraphedDecoder:
 
 
 class RuleGroup:
-    """A looped group under an exit rule, for `GraphedDecoder`: one graph per loop step (the step known when it is
-    captured, so every layer reads its cache entries as views), the rule's state on the device, and the host's
-    loop that reads the exit decision now and then."""
+    """A looped group under an exit rule, for `GraphedDecoder`: one graph per stretch of steps between two reads
+    (`read_spans`; each step known when it is captured, so every layer reads its cache entries as views), the rule's
+    state on the device, and the host's loop that reads the exit decision after each stretch."""
 
     def __init__(self, decoder: GraphedDecoder, segment_index: int, rule: ExitRule) -> None:
         model = decoder.model
@@ -239,13 +243,12 @@ class RuleGroup:
         self.running = torch.ones(1, dtype=torch.bool, device=device)
         self.hits = torch.zeros(1, dtype=torch.long, device=device)
         self.loops = torch.ones(1, dtype=torch.long, device=device)  # any count: the warm-up of `done` reads it
-        self.flags = torch.zeros(2, dtype=torch.long, device=device)  # running and hits after the step, for the host
         self.memory: dict[str, Tensor] = {}  # the criterion's history, kept at fixed addresses
         self.advance = fused_advance() if decoder.fuse_rules else advance
         self.held: set[int] = set()  # the steps whose history buffers exist
-        # step k's graph; the warm-up of step k writes step k's cache slot, which exists up to max_loops
-        self.steps = [StaticStep(functools.partial(self._step, k), device, decoder.pool)
-                      for k in range(1, rule.max_loops + 1)]
+        # a stretch's graph; the warm-up of step k writes step k's cache slot, which exists up to max_loops
+        self.spans = [StaticStep(functools.partial(self._steps, span), device, decoder.pool)
+                      for span in read_spans(rule, decoder.read_every)]
         self.done = StaticStep(lambda: decoder.finish(self.segment, self.loops), device, decoder.pool)
 
     def _decode(self, x: Tensor) -> Tensor:
@@ -255,6 +258,10 @@ class RuleGroup:
                 for layer in segment.layers:
                     x = self.decoder.look_ahead(layer, x)
         return model.logits_of(x)
+
+    def _steps(self, span: range) -> None:
+        for k in span:
+            self._step(k)
 
     def _step(self, k: int) -> None:
         criterion, x = self.rule.criterion, self.decoder.x
@@ -277,7 +284,7 @@ class RuleGroup:
                 self.memory[key].copy_(held)
         counter = self.rule.counter
         self.advance(criterion, tuple(history), counter.hits, counter.min_loops, counter.max_loops, new, logits, x,
-                     self.memory, self.hits, self.running, self.loops, self.k, self.threshold, self.flags)
+                     self.memory, self.hits, self.running, self.loops, self.k, self.threshold)
 
     def _hold_history(self, history: dict[str, Tensor], new: Tensor, logits: Tensor | None) -> None:
         """Buffers for every entry of the criterion's history before and after a step from `history`."""
@@ -289,28 +296,20 @@ class RuleGroup:
                 self.memory[key] = torch.zeros_like(held)
 
     def __call__(self) -> None:
-        rule = self.rule
-        self.steps[0]()
-        step, read_at = 1, first_read(rule)
-        while step < rule.max_loops:
-            if step >= read_at:
-                running, hits = self.flags.tolist()
-                if not running:
-                    break
-                read_at = next_read(step, hits, rule, self.decoder.read_every)
-            self.steps[step]()
-            step += 1
+        for index, span in enumerate(self.spans):
+            if index and not self.running.item():  # the read: has the token exited?
+                break
+            span()
         self.done()
 
 
 def advance(criterion: Criterion, history: tuple[str, ...], hits_needed: int, min_loops: int, max_loops: int,
             new: Tensor, logits: Tensor | None, x: Tensor, memory: dict[str, Tensor], hits: Tensor,
-            running: Tensor, loops: Tensor, k: Tensor, threshold: Tensor, flags: Tensor) -> None:
+            running: Tensor, loops: Tensor, k: Tensor, threshold: Tensor) -> None:
     """The rule's arithmetic after loop step k (a device scalar) gave the state `new` (and its logits): the
     criterion's value from the history entries named `history`, the consecutive hits, the exit test, and the
     token's state, loop count and running flag, all written in place (`memory` keeps the history after the step).
-    `flags` gets the running flag and the hit count, for the host. `ExitRule.step`'s arithmetic with one setting
-    for the row."""
+    `ExitRule.step`'s arithmetic with one setting for the row."""
     criterion.memory = {key: memory[key] for key in history}
     value = criterion.score(new, logits)
     for key, held in criterion.memory.items():
@@ -321,7 +320,6 @@ def advance(criterion: Criterion, history: tuple[str, ...], hits_needed: int, mi
     loops.copy_(torch.where(exits, k, loops))
     running.copy_(running & ~exits)
     k.add_(1)
-    flags.copy_(torch.cat([running.long(), hits]))
 
 
 RULE_COMPILATIONS = 64  # torch.compile's default of 8 is fewer than the criteria and first steps of one run
