@@ -293,6 +293,12 @@ def run_f_acceleration_loops() -> str:
     return f"{sweep.filter((pl.col('strategy') == 'acceleration') & (pl.col('setting') == 1e-2))['mean_loops'][0]:.0f}"
 
 
+def run_f_never_exiting(strategy: str) -> float:
+    """GPU run f's second call: a never-exiting rule's ms per token over full depth's, read every 4 steps."""
+    table = pl.read_csv(ROOT / "results/gpu/run-f/never_exiting_rules.csv")
+    return table.filter((pl.col("strategy") == strategy) & (pl.col("read_every") == 4))["ratio_to_full_depth"][0]
+
+
 SHORT = "README.md#in-short"
 RESULTS = "docs/results.md"
 GPU_RUNS = "docs/results.md#the-gpu-runs"
@@ -566,6 +572,11 @@ QUOTES = [
           lambda: [f"{run_f('S', 'loss at 1 loop'):.3f}", f"{run_f('S', 'best loss'):.3f}"]),
     Quote("README.md", r"the acceleration exit saves less \(([\d.]+)× of full depth's latency",
           lambda: [f"{run_f('C6', 'acceleration latency ratio'):.2f}"]),
+    Quote(GPU_RUNS, r"a never-exiting rule costs \*\*([\d.]+)× \(acceleration\) and ([\d.]+)× \(first-order\)\*\* "
+                    r"the\s+same 30 loops over 5 paired rounds \(target ≤ 1\.10×: met; [\d.–]+× before\), the KL exit "
+                    r"([\d.]+)×",
+          lambda: [f"{run_f_never_exiting(s):.3f}" for s in ("acceleration", "step_norm")]
+          + [f"{run_f_never_exiting('kl_head'):.2f}"]),
     # docs/claims.md: the run numbers it quotes
     Quote(CLAIMS, r"on `huginn` it\s+stays within ([\d.]+)% of full depth even at τ = 0\.1",
           lambda: [f"{100 * relative_at(0.1)['increase']:.1f}"]),

@@ -21,10 +21,10 @@ more than the same loops with its arithmetic launched op by op, 12-24% compiled 
 has exited keeps its state, its loop count and its cache entries; the steps replayed after its exit only compute
 what is thrown away. So the host need not read the exit decision after every step: it reads it first at the earliest
 step the rule can exit (`first_read`), and from then every `read_every` steps or, if more, every as many steps as
-the rule needs hits (`read_spans`); the steps between two reads are one graph (on an H200 one graph per step cost a
-launch per step: the never-exiting rules stayed 12-13% above the same loops, results/gpu/run-e). The exits, loop
-counts, states and cache are those of the same rule read after every step (`engine.step_tokens`, tested equal); a
-later read only costs the steps replayed past the exit.
+the rule needs hits (`read_spans`); the steps between two reads are one graph (on an H200, never-exiting rules cost
+12-15% more than the same loops with one graph per step, 7-8% with one per stretch: results/gpu/run-e, run-f). The
+exits, loop counts, states and cache are those of the same rule read after every step (`engine.step_tokens`, tested
+equal); a later read only costs the steps replayed past the exit.
 """
 
 from __future__ import annotations
