@@ -108,8 +108,8 @@ def as_kit_command(command: str) -> str:
 
 
 def side_by_side(jobs: list[tuple[str, str]], stages: dict[str, dict]) -> list[list[tuple[str, str]]]:
-    """The jobs, in their order, as batches whose jobs may run at once: a job joins the batch before it unless either
-    is timed or a training (which run alone) or it reads a stage of that batch."""
+    """The jobs, in their order, as batches whose jobs may run at once: a job joins the batch before it unless it or
+    a job of that batch is timed or a training (those run alone), or it reads the outputs of a stage of that batch."""
     def alone(stage: str) -> bool:
         return stage in TRAINING or bool(stages[stage].get("timed"))
 

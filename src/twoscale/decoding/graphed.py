@@ -86,8 +86,8 @@ def first_read(rule: ExitRule) -> int:
 
 def read_spans(rule: ExitRule, read_every: int) -> list[range]:
     """The loop steps (1-based) of each graph of a group under `rule`; the host reads the exit decision after each
-    but the last: first at `first_read`, then every `read_every` steps, or every `rule.hits` steps if more (after a
-    read that found the token running, it needs at most that many steps to exit)."""
+    but the last: first at `first_read`, then every `read_every` steps, or every `rule.hits` steps if more (a token
+    that a read found running without a hit needs that many steps before it can exit: an earlier read is in vain)."""
     every = max(read_every, int(rule.hits))
     reads = [*range(first_read(rule), rule.max_loops, every), rule.max_loops]
     return [range(start + 1, end + 1) for start, end in zip([0, *reads], reads)]
