@@ -376,7 +376,7 @@ def test_a_run_outside_the_file_is_one_line():
     ("sample.inner_loops", [4, 31], "sample: inner_loops 31 exceeds loops (30)"),
     ("sample.tolerances", [0.03, -0.1], "sample.tolerances.1 = -0.1: Input should be greater than or equal to 0"),
     ("sample.baseline_loops", [1, 2], "sample: baseline_loops must include loops (30)"),
-    ("sample.freezes", ["vibes"], "sample.freezes.0 = 'vibes': Input should be 'latent_diff' or 'acceleration'"),
+    ("sample.freezes", ["vibes"], "sample.freezes.0 = 'vibes': Input should be 'latent_difference' or 'acceleration'"),
     ("sample.new_tokens", 200, "sample.prompt_tokens + sample.new_tokens (216) exceeds model.block_size (128)"),
 ])
 def test_bad_sample_settings_name_the_key(path, value, expected):

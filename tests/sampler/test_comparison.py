@@ -52,7 +52,7 @@ SETTINGS = [SamplerSettings(inner_loops=2, max_iterations=4, tolerance=0.05),
 
 
 @pytest.mark.parametrize("injection", ["adapter", "add"])
-@pytest.mark.parametrize("settings", SETTINGS, ids=["latent_diff", "headway-3", "acceleration-noise"])
+@pytest.mark.parametrize("settings", SETTINGS, ids=["latent_difference", "headway-3", "acceleration-noise"])
 def test_the_sampler_s_cost_matches_the_flop_counter(injection, settings):
     """The sampler after a prefill made outside the counter, under PyTorch's FLOP counter, against the count from
     its windows alone; attention as explicit matmuls (the counter does not see the CPU's fused kernel)."""
@@ -80,7 +80,7 @@ def test_autoregressive_decoding_costs_what_the_flop_counter_counts_and_a_wavefr
 
 def test_one_prompt_gives_a_row_per_loop_count_and_setting():
     model = injected_model()
-    grid = settings_grid([1, 2], [0.03, 0.1], ["latent_diff", "acceleration"], max_iterations=4)
+    grid = settings_grid([1, 2], [0.03, 0.1], ["latent_difference", "acceleration"], max_iterations=4)
     assert len(grid) == 8 and all(isinstance(s, SamplerSettings) and s.max_iterations == 4 for s in grid)
     rows = measure_prompt(model, 0, PROMPT, 6, 4, [4, 2, 1], grid)
     reference = [r for r in rows if r["method"] == "autoregressive"]
@@ -124,5 +124,5 @@ def test_speed_rows_name_each_method_s_setting():
         (FULL_RECURRENCE, 0, 10.0, 4), (FULL_RECURRENCE, 1, 11.0, 4), (MATCHED, 0, 20.0, 2), (MATCHED, 1, 21.0, 2),
         (SAMPLER, 0, 40.0, 4), (SAMPLER, 1, 41.0, 4)]
     assert rows[-1] | {"round": 0} == {"method": SAMPLER, "round": 0, "tokens_per_s": 41.0, "loops": 4,
-                                       "inner_loops": 2, "tolerance": 0.1, "freeze": "latent_diff"}
+                                       "inner_loops": 2, "tolerance": 0.1, "freeze": "latent_difference"}
     assert rows[0]["inner_loops"] is None

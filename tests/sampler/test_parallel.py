@@ -221,3 +221,17 @@ def test_bad_settings_fail_naming_the_key(changes, key):
 def test_a_model_without_input_injection_is_refused(tiny_model):
     with pytest.raises(ValueError, match="input injection"):
         sample(tiny_model, PROMPT, 4, SamplerSettings())
+
+
+def test_the_freezes_are_exit_criteria_by_name_and_the_parameters_choices():
+    """A freeze test is an exit criterion's formula (decoding/rules.py), so it goes by that criterion's name; the
+    parameters' schema lists the same choices."""
+    from typing import get_args
+
+    from twoscale.config.params import SampleParams
+    from twoscale.decoding.rules import CRITERIA
+    from twoscale.sampler.parallel import FREEZES
+
+    assert set(FREEZES) <= set(CRITERIA)
+    (choices,) = get_args(SampleParams.model_fields["freezes"].annotation)
+    assert get_args(choices) == FREEZES

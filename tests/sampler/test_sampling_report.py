@@ -39,10 +39,10 @@ def table(sampler_seconds: float, sampler_gap: float, fast_gap: float = 0.01,
     rows += prompt_rows("autoregressive", 2, (0.25, 0.25), (2.0 + fast_gap, 3.0 + fast_gap),
                         agreement=0.5, group_iterations=20, layers=(8.0, 8.0), gflops=(2.0, 2.0))
     rows += prompt_rows("sampler", FULL, (sampler_seconds, sampler_seconds), (2.0 + sampler_gap, 3.0 + sampler_gap),
-                        agreement=0.8, inner_loops=4, tolerance=0.03, freeze="latent_diff", forward_passes=12,
+                        agreement=0.8, inner_loops=4, tolerance=0.03, freeze="latent_difference", forward_passes=12,
                         group_iterations=30, distinct=sampler_distinct, layers=(50.0, 70.0), gflops=(16.0, 24.0))
     rows += prompt_rows("sampler", FULL, (0.9, 0.9), (2.0, 3.0), inner_loops=8, tolerance=0.01,
-                        freeze="latent_diff")
+                        freeze="latent_difference")
     return pl.DataFrame(rows)
 
 
@@ -101,7 +101,7 @@ def test_c7_reads_the_paired_rounds_and_prints_both_ratios():
     assert row["headline"]["speed-up vs full recurrence"] == pytest.approx(5.0)
     assert row["headline"]["FLOP ratio vs full recurrence"] == pytest.approx(0.4)
     assert "5.00× (5.00–5.00) in tokens/s over 3 paired rounds; 0.40× in FLOPs per token" in row["measured"]
-    assert "r′ 4, ε 0.03, latent_diff" in row["measured"] and "inconclusive if it straddles 4×" in row["test"]
+    assert "r′ 4, ε 0.03, latent_difference" in row["measured"] and "inconclusive if it straddles 4×" in row["test"]
     assert row["detail"]["speedup"] == {"ratio": pytest.approx(5.0), "low": pytest.approx(5.0),
                                         "high": pytest.approx(5.0), "repeats": 3}
 

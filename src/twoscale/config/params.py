@@ -367,8 +367,8 @@ class SampleParams(Section):
     tolerances: list[Annotated[float, Field(ge=0)]] = Field(
         min_length=1, description="freeze tolerance epsilon on the relative change of a position's state (the grid)"
     )
-    freezes: list[Literal["latent_diff", "acceleration"]] = Field(
-        min_length=1, description="freeze criteria (the grid): latent_diff ||s_t - s_t-1|| / ||s_t||, or the "
+    freezes: list[Literal["latent_difference", "acceleration"]] = Field(
+        min_length=1, description="freeze criteria (the grid): latent_difference ||s_t - s_t-1|| / ||s_t||, or the "
         "second difference (acceleration)"
     )
     embedding_ema: float = Field(ge=0, le=1, description="eta: e = eta e_prev + (1 - eta) P(y)")

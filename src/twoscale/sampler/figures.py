@@ -71,7 +71,7 @@ def fig_sampler_tradeoff(summary: pl.DataFrame, path: Path) -> None:
     sampler = summary.filter(pl.col("method") == SAMPLER).sort("inner_loops")
     lines = list(sampler.select("freeze", "tolerance").unique(maintain_order=True).iter_rows())
     palette = dict(zip(lines, sns.color_palette("deep", len(lines)), strict=True))
-    markers = {"latent_diff": "o", "acceleration": "s"}
+    markers = {"latent_difference": "o", "acceleration": "s"}
     with figure_style():
         fig, axes = plt.subplots(2, 3, figsize=(14, 9), layout="constrained")
         point_labels = {}

@@ -51,7 +51,7 @@ from twoscale.training.device import clock
 
 Tensor = torch.Tensor
 
-FREEZES = ("latent_diff", "acceleration")
+FREEZES = ("latent_difference", "acceleration")
 INITS = ("input", "random")
 
 
@@ -59,7 +59,7 @@ INITS = ("input", "random")
 class SamplerSettings:
     inner_loops: int = 4  # r′: iterations of every looped group per outer step
     tolerance: float = 0.03  # ε of the freeze criterion
-    freeze: str = "latent_diff"  # "latent_diff" | "acceleration"
+    freeze: str = "latent_difference"  # "latent_difference" | "acceleration"
     embedding_ema: float = 0.1  # η
     state_noise: float = 0.0  # β, dampened by the iterations a position already had
     headway: int = 1  # new positions per outer step
@@ -301,7 +301,7 @@ class _Window:
 
 def _settled(window: _Window, settings: SamplerSettings) -> Tensor:
     """Which window positions settled in this outer step (their states' history includes this step's)."""
-    if settings.freeze == "latent_diff":
+    if settings.freeze == "latent_difference":
         enough = window.steps_active >= 2
         values = [latent_difference(h[-1], h[-2]) for h in window.history]
     else:

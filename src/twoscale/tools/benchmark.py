@@ -160,7 +160,7 @@ def sampler_rows(params: Params, runs: list[RunParams], args: argparse.Namespace
     for run in (r for r in runs if r.recipe in sample.recipes):
         summary = read_summary(args.sample_dir / run_subdir(run.recipe, run.seed) / "summary.csv", "sample")
         chosen = fastest_of_equal_quality(summary, SAMPLER)
-        settings = settings_of({"inner_loops": 4, "tolerance": 0.03, "freeze": "latent_diff"} if chosen is None
+        settings = settings_of({"inner_loops": 4, "tolerance": 0.03, "freeze": "latent_difference"} if chosen is None
                                else chosen, sample)
         matched_loops = int(matched_decoding(summary)["loops"])
         model, _ = load_final_model(args.train_dir, args.data_dir, params, run, stats["vocab_size"], device)
