@@ -205,9 +205,13 @@ def screen_row(candidate: str) -> list[str]:
 DEEP = "results/deep/claims.json"
 
 
+def one_seed(source: str, claim: str, label: str, recipe: str = "huginn") -> float:
+    """A headline number of a run of one seed, from its claims.json at `source`."""
+    return rows(claim, recipe, source)[0]["headline"][label]
+
+
 def deep(claim: str, recipe: str, label: str) -> float:
-    """A headline number of the deep run (one seed)."""
-    return rows(claim, recipe, DEEP)[0]["headline"][label]
+    return one_seed(DEEP, claim, label, recipe)
 
 
 def deep_premise_as_the_screen_s() -> list[str]:
@@ -229,9 +233,9 @@ def deep_span(claim: str, recipe: str, labels: str, form: Callable[[float], str]
     return span(values(claim, recipe, labels, DEEP), form)
 
 
-def deep_latency_cut() -> list[str]:
-    """`huginn`'s acceleration exit against full depth in the deep run: the ratio and its interval."""
-    ratio = rows("C6", "huginn", DEEP)[0]["detail"]["tests"]["latency_cut"]["ratio"]
+def latency_cut(source: str) -> list[str]:
+    """`huginn`'s acceleration exit against full depth in a run of one seed: the ratio and its interval."""
+    ratio = rows("C6", "huginn", source)[0]["detail"]["tests"]["latency_cut"]["ratio"]
     return [f"{ratio[key]:.2f}" for key in ("ratio", "low", "high")]
 
 
@@ -281,8 +285,7 @@ RUN_F = "results/gpu/run-f/claims.json"
 
 
 def run_f(claim: str, label: str) -> float:
-    """A headline number of GPU run f (one seed, `huginn`)."""
-    return rows(claim, "huginn", RUN_F)[0]["headline"][label]
+    return one_seed(RUN_F, claim, label)
 
 
 def run_f_gain_at(step: int) -> str:
@@ -513,7 +516,7 @@ QUOTES = [
                    r"turns ([\d.]+)°", lambda: [f"{deep('C5', 'huginn', f'turning g{g} (deg)'):.0f}" for g in (1, 2)]
           + [f"{deep('C5', 'huginn', 'turning g0 (deg)'):.1f}"]),
     Quote(RESULTS, r"it cuts latency to ([\d.]+)× of full depth at τ = 1e-2, an interval \(([\d.]+)–([\d.]+)\)",
-          deep_latency_cut),
+          lambda: latency_cut(DEEP)),
     Quote(RESULTS, r"\(([\d.]+)× of its latency\), so C6 reads not reproduced",
           lambda: [f"{deep('C6', 'huginn', 'kl_head latency ratio to acceleration'):.2f}"]),
     Quote(RESULTS, r"the fewest fixed loops of the same quality \((\d+)\) the exit takes ([\d.]+)× their latency",
@@ -542,7 +545,7 @@ QUOTES = [
     Quote("README.md", r"with late cosines of ([\d.–]+)\s+\(C3\)",
           lambda: [deep_span("C3", "paper", r"late cosine g\d", fixed(3))]),
     Quote("README.md", r"exit cuts latency to ([\d.]+)× of full depth, an interval that straddles",
-          lambda: deep_latency_cut()[:1]),
+          lambda: latency_cut(DEEP)[:1]),
     Quote("README.md", r"the sampler is ([\d.]+)× faster than full recurrence \(C7\)",
           lambda: [f"{deep('C7', 'huginn', 'speed-up vs full recurrence'):.1f}"]),
     Quote("README.md", r"\(C6b: it takes ([\d.]+)× their latency\)",
@@ -564,9 +567,7 @@ QUOTES = [
           lambda: [minus(fixed(3))(run_f("C3", f"late cosine g{g}")) for g in range(3)]
           + [f"{run_f('C4', f'median DLR_30 {h}'):.1f}" for h in ("0->1", "1->2")]),
     Quote(GPU_RUNS, r"stops after (\d+) of 30 loops per group and takes \*\*([\d.]+)×\s+\(([\d.]+)–([\d.]+)\)\*\*",
-          lambda: [run_f_acceleration_loops()] + [
-              f"{rows('C6', 'huginn', RUN_F)[0]['detail']['tests']['latency_cut']['ratio'][key]:.2f}"
-              for key in ("ratio", "low", "high")]),
+          lambda: [run_f_acceleration_loops(), *latency_cut(RUN_F)]),
     Quote(GPU_RUNS, any_break(r"with `kl_head` at ([\d.]+)× its latency at the same quality; C6b not reproduced "
                               r"\(([\d.]+)× K\* = (\d+)\); C7 ([\d.]+)× and C7b ([\d.]+)×"),
           lambda: [f"{run_f('C6', 'kl_head latency ratio to acceleration'):.2f}",
@@ -614,8 +615,7 @@ def huginn_near_tie() -> list[str]:
 
 
 def gpu_headline(claim: str, label: str) -> float:
-    return next(row["headline"][label] for run in bundle("results/gpu/claims.json")["runs"] for row in run["rows"]
-                if row["claim"] == claim)
+    return one_seed("results/gpu/claims.json", claim, label)
 
 
 # --- the documents' passages -------------------------------------------------------------------------------------
