@@ -19,6 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from twoscale.decoding.engine import decode_prompt, token_stepper
+from twoscale.decoding.graphed import GraphOptions
 from twoscale.exits.sweep import never_exit_setting, rules_at
 from twoscale.models.looped_gpt import LoopedGPT
 from twoscale.stages.validation import read_params
@@ -55,7 +56,7 @@ def profile_point(model, prompt, new_tokens, rules, fuse_rules, on_gpu):
     decoded = decode_prompt(model, prompt, rules)
     total = len(prompt) + new_tokens
     step = token_stepper(model, [cache.grown(total) for cache in decoded.caches], rules, graphs=True,
-                         fuse_rules=fuse_rules)
+                         options=GraphOptions(fuse_rules=fuse_rules))
     tokens, loops = list(prompt), []
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as profiler:

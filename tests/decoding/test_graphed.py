@@ -14,7 +14,7 @@ from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 from twoscale.decoding.cache import new_cache
 from twoscale.decoding.engine import CriterionClock, generate, step_token, token_stepper
-from twoscale.decoding.graphed import GraphedDecoder, advance, first_read, read_spans
+from twoscale.decoding.graphed import GraphedDecoder, GraphOptions, first_read, judge, keep, read_spans
 from twoscale.decoding.rules import ACCELERATION_VARIANTS, CRITERIA, DECODES, ExitRule, make_rule
 from twoscale.models.looped_gpt import LoopedGPT
 
@@ -69,11 +69,11 @@ def rules_of(name: str) -> list[ExitRule]:
 
 
 @torch.no_grad()
-def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: int = 4, fuse: bool | None = None):
-    """Greedy decoding of PROMPT and NEW_TOKENS more, one position at a time from the first: the logits and loop
-    counts of every position, and the caches."""
+def decode(model: LoopedGPT, rules: list[ExitRule], graphed: GraphOptions | None):
+    """Greedy decoding of PROMPT and NEW_TOKENS more, one position at a time from the first, by the engine or on
+    static buffers laid out as `graphed` says: the logits and loop counts of every position, and the caches."""
     caches = new_cache(model, MAX_LOOPS, len(PROMPT) + NEW_TOKENS)
-    step = (GraphedDecoder(model, rules, caches, read_every, fuse).step if graphed else
+    step = (GraphedDecoder(model, rules, caches, graphed).step if graphed else
             lambda token, position: step_token(model, token, position, caches, rules))
     tokens, logits, loops = list(PROMPT), [], []
     for position in range(len(PROMPT) + NEW_TOKENS - 1):
@@ -85,12 +85,11 @@ def decode(model: LoopedGPT, rules: list[ExitRule], graphed: bool, read_every: i
     return tokens, torch.stack(logits), loops, caches
 
 
-def assert_same_decoding(model: LoopedGPT, name: str, read_every: int, fuse: bool | None = None) -> list[list[int]]:
-    """Static decoding's tokens, loop counts, logits and caches are the engine's (with the rules' arithmetic
-    compiled if `fuse`, by default on a GPU); the loop counts."""
-    tokens, logits, loops, caches = decode(model, rules_of(name), graphed=False)
-    got_tokens, got_logits, got_loops, got_caches = decode(model, rules_of(name), graphed=True,
-                                                           read_every=read_every, fuse=fuse)
+def assert_same_decoding(model: LoopedGPT, name: str, options: GraphOptions) -> list[list[int]]:
+    """Static decoding's tokens, loop counts, logits and caches, laid out as `options` say, are the engine's; the
+    loop counts."""
+    tokens, logits, loops, caches = decode(model, rules_of(name), graphed=None)
+    got_tokens, got_logits, got_loops, got_caches = decode(model, rules_of(name), graphed=options)
     assert got_tokens == tokens and got_loops == loops
     torch.testing.assert_close(got_logits, logits, rtol=0, atol=1e-12)
     decoded = len(PROMPT) + NEW_TOKENS - 1  # the last slot is where the graphs were captured: never decoded here
@@ -107,7 +106,7 @@ CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available
 @pytest.mark.parametrize("name", list(RULE_SETS))
 @pytest.mark.parametrize("read_every", [1, 3])
 def test_static_decoding_under_exit_rules_is_the_engines_decoding(tiny_model, name, read_every, device):
-    loops = assert_same_decoding(copy.deepcopy(tiny_model).to(device), name, read_every)
+    loops = assert_same_decoding(copy.deepcopy(tiny_model).to(device), name, GraphOptions(read_every))
     depths = {n for counts in loops for n in counts}
     assert len(depths) > 2 and min(depths) < MAX_LOOPS, depths  # the premise: tokens exit at several depths
 
@@ -115,15 +114,32 @@ def test_static_decoding_under_exit_rules_is_the_engines_decoding(tiny_model, na
 def test_the_rules_compiled_arithmetic_decodes_as_the_engine(tiny_model):
     """torch.compile's fused kernels (here Inductor's C++ on the CPU, Triton on a GPU) for the acceleration rule:
     the history of two steps, and a first step whose history differs."""
-    loops = assert_same_decoding(tiny_model, "acceleration", read_every=1, fuse=True)
+    loops = assert_same_decoding(tiny_model, "acceleration", GraphOptions(read_every=1, fuse_rules=True))
     assert len({n for counts in loops for n in counts}) > 2  # the premise: tokens exit at several depths
-    assert len(_debug_get_cache_entry_list(advance.__code__)) >= 2  # and it ran compiled: first and later steps
+    assert len(_debug_get_cache_entry_list(judge.__code__)) >= 2  # and it ran compiled: first and later steps
+    assert _debug_get_cache_entry_list(keep.__code__)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name", ["acceleration", "kl_head", "kl_rest", "argmax_head"])
+@pytest.mark.parametrize("fuse_rules", [True, False])
+def test_on_a_gpu_judgements_in_line_decode_as_the_engine(tiny_model, name, fuse_rules):
+    """The layout before the second stream (a GPU's default now judges beside the next step), kept as the timed
+    comparison's reference."""
+    options = GraphOptions(read_every=3, fuse_rules=fuse_rules, overlap_rules=False)
+    assert_same_decoding(copy.deepcopy(tiny_model).to("cuda"), name, options)
+
+
+def test_a_second_stream_is_refused_without_cuda(tiny_model):
+    with pytest.raises(ValueError, match="needs a CUDA device, not cpu"):
+        GraphedDecoder(tiny_model, rules_of("acceleration"), new_cache(tiny_model, MAX_LOOPS, 8),
+                       GraphOptions(overlap_rules=True))
 
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("name", list(OTHER_MODELS_RULE_SETS))
 def test_static_decoding_with_every_norm_and_injection_is_the_engines_decoding(variant_model, name, device):
-    assert_same_decoding(copy.deepcopy(variant_model).to(device), name, read_every=2)
+    assert_same_decoding(copy.deepcopy(variant_model).to(device), name, GraphOptions(read_every=2))
 
 
 def test_generation_on_static_buffers_is_the_engines_generation(tiny_model):

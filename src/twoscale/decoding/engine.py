@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from twoscale.decoding.cache import LayerCache, Rows, new_cache
-from twoscale.decoding.graphed import READ_EVERY, GraphedDecoder, uses_graphs
+from twoscale.decoding.graphed import GraphedDecoder, GraphOptions, uses_graphs
 from twoscale.decoding.rules import ExitRule, head_decode
 from twoscale.models.looped_gpt import Block, KeysPerQuery, LoopedGPT, Segment
 from twoscale.training.device import clock
@@ -167,9 +167,9 @@ TokenStep = Callable[[int, int], tuple[Tensor, list[int]]]  # (token, position) 
 
 def token_stepper(model: LoopedGPT, caches: list[LayerCache], rules: Sequence[ExitRule],
                   timer: CriterionClock | None = None, graphs: bool | None = None,
-                  read_every: int = READ_EVERY, fuse_rules: bool | None = None) -> TokenStep:
-    """How one sequence's next tokens are decoded into `caches`: replayed from CUDA graphs (`graphed`, the host
-    reading exit decisions every `read_every` steps) where `graphs` says so, by default on a GPU; else by
+                  options: GraphOptions = GraphOptions()) -> TokenStep:
+    """How one sequence's next tokens are decoded into `caches`: replayed from CUDA graphs (`GraphedDecoder`, laid
+    out as `options` say) where `graphs` says so, by default on a GPU; else by
     `step_token`, always so with a `timer`, which times the exit decisions inside a token. Graphs are captured here,
     before any token is timed."""
     if graphs is None:
@@ -177,7 +177,7 @@ def token_stepper(model: LoopedGPT, caches: list[LayerCache], rules: Sequence[Ex
     if graphs:
         if timer is not None:
             raise ValueError("a token replayed from graphs has no separate time for its exit decisions")
-        return GraphedDecoder(model, rules, caches, read_every, fuse_rules).step
+        return GraphedDecoder(model, rules, caches, options).step
     return lambda token, position: step_token(model, token, position, caches, rules, timer)
 
 
@@ -233,13 +233,12 @@ def generate(
     timer: CriterionClock | None = None,
     decoded: PromptState | None = None,
     graphs: bool | None = None,
-    read_every: int = READ_EVERY,
-    fuse_rules: bool | None = None,
+    graph_options: GraphOptions = GraphOptions(),
 ) -> Generation:
     """Greedy (or `pick`) generation at batch size 1 with per-token exits, timing every generated token (and with
     `timer`, the exit decisions of the generated tokens). The prompt is decoded first under the same rules, untimed,
-    unless `decoded` holds it decoded under these very rules (`decode_prompt`). `graphs`, `read_every` and
-    `fuse_rules`: see `token_stepper` and `GraphedDecoder`."""
+    unless `decoded` holds it decoded under these very rules (`decode_prompt`). `graphs` and `graph_options`: see
+    `token_stepper`."""
     model.eval()
     total = len(prompt) + new_tokens
     if total > model.config.block_size:
@@ -252,7 +251,7 @@ def generate(
     caches = [cache.grown(total) for cache in decoded.caches]
     out = Generation(list(prompt), list(decoded.logits), list(decoded.loops), [])
     device = model.lm_head.weight.device
-    step = token_stepper(model, caches, rules, timer, graphs, read_every, fuse_rules)
+    step = token_stepper(model, caches, rules, timer, graphs, graph_options)
     for position in range(len(prompt) - 1, total - 1):
         started = clock(device)
         logits, loops = step(out.tokens[position], position)

@@ -16,23 +16,31 @@ replayed on a GPU. The pieces of a token:
   cache entry into the deeper steps' slots once it is done.
 
 The rule's arithmetic (its criterion, the consecutive-hit count, the exit test) runs on the device inside the step's
-graph, on a GPU compiled into a few fused kernels (`fused_advance`): on an H200 a rule that never exits cost 40-61%
-more than the same loops with its arithmetic launched op by op, 12-24% compiled (results/gpu/run-e). A token that
-has exited keeps its state, its loop count and its cache entries; the steps replayed after its exit only compute
-what is thrown away. So the host need not read the exit decision after every step: it reads it first at the earliest
-step the rule can exit (`first_read`), and from then every `read_every` steps or, if more, every as many steps as
-the rule needs hits (`read_spans`); the steps between two reads are one graph (on an H200, never-exiting rules cost
-12-15% more than the same loops with one graph per step, 7-8% with one per stretch: results/gpu/run-e, run-f). The
-exits, loop counts, states and cache are those of the same rule read after every step (`engine.step_tokens`, tested
-equal); a later read only costs the steps replayed past the exit.
+graph, on a GPU compiled into a few fused kernels (`fused`): on an H200 a rule that never exits cost 40-61% more
+than the same loops with its arithmetic launched op by op, 12-24% compiled (results/gpu/run-e). A token that has
+exited keeps its state, its loop count and its cache entries; the steps replayed after its exit only compute what is
+thrown away. So the host need not read the exit decision after every step: it reads it first at the earliest step
+the rule can exit (`first_read`), and from then every `read_every` steps or, if more, every as many steps as the
+rule needs hits (`read_spans`); the steps between two reads are one graph (on an H200, never-exiting rules cost
+12-15% more than the same loops with one graph per step, 7-8% with one per stretch, KL 19%: its head's decode at
+every step is 27% more FLOPs than the loops; results/gpu/run-e, run-f). The exits, loop counts, states and cache are
+those of the same rule read after every step (`engine.step_tokens`, tested equal); a later read only costs the
+steps replayed past the exit.
+
+The judgement of step k (`judge`: the criterion, with the head's decode for the rules that read logits, and the exit
+test) decides only whether step k+1's state is kept (`keep`), not what step k+1 computes from the state kept after
+step k. On a GPU it runs on a second stream beside loop step k+1, both in the same graph
+(`GraphOptions`, its `overlap_rules`), where at batch size 1 neither fills the device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -43,6 +51,41 @@ from twoscale.models.looped_gpt import LoopedGPT, Segment, SharedKeys, at_least_
 Tensor = torch.Tensor
 
 READ_EVERY = 4  # loop steps between two reads of an exit decision, once the rule can exit
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    """How `GraphedDecoder` lays out a token's work. `read_every`: loop steps between two reads of an exit decision,
+    once the rule can exit (`read_spans`). `fuse_rules`: the rules' arithmetic compiled into a few fused kernels
+    (`fused`) or launched op by op. `overlap_rules`: each step's judgement on a second CUDA stream beside the next
+    loop step, or in line. None: as on the decoder's device (on a GPU, yes)."""
+
+    read_every: int = READ_EVERY
+    fuse_rules: bool | None = None
+    overlap_rules: bool | None = None
+
+
+class SideStream:
+    """Work forked off the current stream and joined back to it: on a second CUDA stream, where it runs beside what
+    the current stream is given meanwhile (captured into the same graph as a branch); without one, in line."""
+
+    def __init__(self, device: torch.device, separate: bool) -> None:
+        if separate and device.type != "cuda":
+            raise ValueError(f"a second stream needs a CUDA device, not {device}")
+        self.stream = torch.cuda.Stream(device) if separate else None
+
+    @contextlib.contextmanager
+    def fork(self) -> Iterator[None]:
+        if self.stream is None:
+            yield
+            return
+        self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
+        with torch.cuda.stream(self.stream):
+            yield
+
+    def join(self) -> None:
+        if self.stream is not None:
+            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
 
 
 class StaticStep:
@@ -96,21 +139,21 @@ def read_spans(rule: ExitRule, read_every: int) -> list[range]:
 class GraphedDecoder:
     """One sequence's tokens, one at a time, through `model` under `rules` (one per looped group), with the KV
     caches `caches` (one row, room for every position to be decoded): `step(token, position)` gives the logits
-    (V,) and each group's loop count, as `engine.step_token` does. The caches' `depth` is not kept up to date.
-    `fuse_rules`: the rules' arithmetic after each step compiled into a few fused kernels (`fused_advance`), by
-    default on a GPU, or launched op by op."""
+    (V,) and each group's loop count, as `engine.step_token` does. The caches' `depth` is not kept up to date."""
 
     @torch.no_grad()  # the warm-ups and captures record no autograd graph, whoever builds the decoder
     def __init__(self, model: LoopedGPT, rules: Sequence[ExitRule], caches: Sequence[LayerCache],
-                 read_every: int = READ_EVERY, fuse_rules: bool | None = None) -> None:
+                 options: GraphOptions = GraphOptions()) -> None:
         if not one_setting_per_rule(rules):
             raise ValueError("graphed decoding takes one setting per rule, not a value per row")
         if caches[0].keys.shape[1] != 1:
             raise ValueError("graphed decoding decodes one sequence")
         config = model.config
-        self.model, self.rules, self.read_every = model, list(rules), read_every
+        self.model, self.rules, self.read_every = model, list(rules), options.read_every
         self.device = model.lm_head.weight.device
-        self.fuse_rules = self.device.type == "cuda" if fuse_rules is None else fuse_rules
+        on_gpu = self.device.type == "cuda"
+        self.fuse_rules = on_gpu if options.fuse_rules is None else options.fuse_rules
+        self.overlap_rules = on_gpu if options.overlap_rules is None else options.overlap_rules
         self.keys = [cache.keys[:, 0] for cache in caches]  # (steps, positions, heads, head_dim)
         self.values = [cache.values[:, 0] for cache in caches]
         positions = self.keys[0].shape[1]
@@ -226,8 +269,9 @@ class GraphedDecoder:
 
 class RuleGroup:
     """A looped group under an exit rule, for `GraphedDecoder`: one graph per stretch of steps between two reads
-    (`read_spans`; each step known when it is captured, so every layer reads its cache entries as views), the rule's
-    state on the device, and the host's loop that reads the exit decision after each stretch."""
+    (`read_spans`; each step known when it is captured, so every layer reads its cache entries as views), each
+    step's judgement beside the next step (`SideStream`), the rule's state on the device, and the host's loop that
+    reads the exit decision after each stretch."""
 
     def __init__(self, decoder: GraphedDecoder, segment_index: int, rule: ExitRule) -> None:
         model = decoder.model
@@ -244,7 +288,8 @@ class RuleGroup:
         self.hits = torch.zeros(1, dtype=torch.long, device=device)
         self.loops = torch.ones(1, dtype=torch.long, device=device)  # any count: the warm-up of `done` reads it
         self.memory: dict[str, Tensor] = {}  # the criterion's history, kept at fixed addresses
-        self.advance = fused_advance() if decoder.fuse_rules else advance
+        self.judge, self.keep = (fused(judge), fused(keep)) if decoder.fuse_rules else (judge, keep)
+        self.judging = SideStream(device, decoder.overlap_rules)
         self.held: set[int] = set()  # the steps whose history buffers exist
         # a stretch's graph; the warm-up of step k writes step k's cache slot, which exists up to max_loops
         self.spans = [StaticStep(functools.partial(self._steps, span), device, decoder.pool)
@@ -260,21 +305,34 @@ class RuleGroup:
         return model.logits_of(x)
 
     def _steps(self, span: range) -> None:
+        """Loop steps `span`, each judged beside the next: step k's state is computed from the state kept after
+        step k-1 while step k-1 is judged, and kept once that judgement says the token ran step k."""
+        x = self.decoder.x
+        judged: list[object] = []  # what the judgement beside the next step reads, held until it is joined: freed
+        # before, its memory could be given to a tensor of that step while the other stream still reads it
         for k in span:
-            self._step(k)
+            history = self._start() if k == 1 else self.memory
+            new = self.decoder.group_step(self.segment, x, self.group_input, k - 1)
+            self.judging.join()
+            judged.clear()
+            self.keep(new, self.running, x)
+            with self.judging.fork():
+                self._judge(k, new, history)
+            judged += [new, history]
+        self.judging.join()
 
-    def _step(self, k: int) -> None:
-        criterion, x = self.rule.criterion, self.decoder.x
-        if k == 1:
-            self.group_input.copy_(x)
-            self.k.fill_(1)
-            self.running.fill_(True)
-            self.hits.zero_()  # `loops` is set at the token's exit, which comes by max_loops
-            criterion.reset(self.group_input)
-            history = dict(criterion.memory)
-        else:
-            history = self.memory
-        new = self.decoder.group_step(self.segment, x, self.group_input, k - 1)
+    def _start(self) -> dict[str, Tensor]:
+        """A token's first step under the rule: its state, counts and criterion from the group's input; the
+        criterion's history."""
+        self.group_input.copy_(self.decoder.x)
+        self.k.fill_(1)
+        self.running.fill_(True)
+        self.hits.zero_()  # `loops` is set at the token's exit, which comes by max_loops
+        self.rule.criterion.reset(self.group_input)
+        return dict(self.rule.criterion.memory)
+
+    def _judge(self, k: int, new: Tensor, history: dict[str, Tensor]) -> None:
+        criterion = self.rule.criterion
         logits = self._decode(new) if criterion.needs_logits else None
         if k not in self.held:  # the first run of this step, before its capture: the history's buffers
             self._hold_history(history, new, logits)
@@ -283,8 +341,8 @@ class RuleGroup:
             if held is not self.memory[key]:
                 self.memory[key].copy_(held)
         counter = self.rule.counter
-        self.advance(criterion, tuple(history), counter.hits, counter.min_loops, counter.max_loops, new, logits, x,
-                     self.memory, self.hits, self.running, self.loops, self.k, self.threshold)
+        self.judge(criterion, tuple(history), counter.hits, counter.min_loops, counter.max_loops, new, logits,
+                   self.memory, self.hits, self.running, self.loops, self.k, self.threshold)
 
     def _hold_history(self, history: dict[str, Tensor], new: Tensor, logits: Tensor | None) -> None:
         """Buffers for every entry of the criterion's history before and after a step from `history`."""
@@ -303,35 +361,39 @@ class RuleGroup:
         self.done()
 
 
-def advance(criterion: Criterion, history: tuple[str, ...], hits_needed: int, min_loops: int, max_loops: int,
-            new: Tensor, logits: Tensor | None, x: Tensor, memory: dict[str, Tensor], hits: Tensor,
-            running: Tensor, loops: Tensor, k: Tensor, threshold: Tensor) -> None:
+def judge(criterion: Criterion, history: tuple[str, ...], hits_needed: int, min_loops: int, max_loops: int,
+          new: Tensor, logits: Tensor | None, memory: dict[str, Tensor], hits: Tensor, running: Tensor,
+          loops: Tensor, k: Tensor, threshold: Tensor) -> None:
     """The rule's arithmetic after loop step k (a device scalar) gave the state `new` (and its logits): the
-    criterion's value from the history entries named `history`, the consecutive hits, the exit test, and the
-    token's state, loop count and running flag, all written in place (`memory` keeps the history after the step).
-    `ExitRule.step`'s arithmetic with one setting for the row."""
+    criterion's value from the history entries named `history`, the consecutive hits, the exit test, the token's
+    loop count and running flag, all written in place (`memory` keeps the history after the step). With `keep`
+    before it, `ExitRule.step`'s arithmetic with one setting for the row."""
     criterion.memory = {key: memory[key] for key in history}
     value = criterion.score(new, logits)
     for key, held in criterion.memory.items():
         memory[key].copy_(held)
     hits.copy_(torch.where(value < threshold, hits + 1, 0))  # NaN is never a hit
     exits = running & (((hits >= hits_needed) & (k >= min_loops)) | (k >= max_loops))
-    x.copy_(torch.where(running[:, None], new.to(x.dtype), x))
     loops.copy_(torch.where(exits, k, loops))
     running.copy_(running & ~exits)
     k.add_(1)
+
+
+def keep(new: Tensor, running: Tensor, x: Tensor) -> None:
+    """The token's state after a step: the step's `new` while it runs, else the state it exited with."""
+    x.copy_(torch.where(running[:, None], new.to(x.dtype), x))
 
 
 RULE_COMPILATIONS = 64  # torch.compile's default of 8 is fewer than the criteria and first steps of one run
 
 
 @functools.cache
-def fused_advance() -> Callable[..., None]:
-    """`advance` compiled (a few fused kernels on a GPU instead of a few dozen small ones): once per process, and
-    again per criterion, first step and rule setting it meets (the threshold is a tensor: a sweep's thresholds
-    share one compilation)."""
+def fused(arithmetic: Callable[..., None]) -> Callable[..., None]:
+    """The rules' `arithmetic` (`judge`, `keep`) compiled (a few fused kernels on a GPU instead of a few dozen small
+    ones): once per process, and again per criterion, first step and rule setting it meets (the threshold is a
+    tensor: a sweep's thresholds share one compilation)."""
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RULE_COMPILATIONS)
-    return torch.compile(advance, dynamic=False)
+    return torch.compile(arithmetic, dynamic=False)
 
 
 def one_setting_per_rule(rules: Sequence[ExitRule]) -> bool:
