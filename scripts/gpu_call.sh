@@ -13,6 +13,11 @@
 # is stopped. $OUT/stages.tsv holds each job's stage, start, seconds and exit status, as the jobs end;
 # $OUT/environment.txt the device and libraries. PYTHON (default python3) is the interpreter. Exit status 1 when a
 # command failed, 2 without a kit.
+#
+# A second call on the same node carries on: what ended well (the check, each job) is noted under the set's folder
+# (.gpukit-done/<fingerprint of the kit's commands and the package's code>), and a call skips what an earlier one
+# noted, so a set longer than one call runs in several while the node keeps its files (training resumes from its
+# last checkpoint). Another kit or other code is another fingerprint: everything runs again.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
 KIT=.gpukit
@@ -30,14 +35,22 @@ if [ -f "$KIT/site.tar.xz" ]; then
 fi
 export PYTHONPATH=$PWD/src${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH} TWOSCALE_TRACKING=off PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
+FINGERPRINT=$( { cat "$KIT/commands.txt"; find src -name '*.py' -print0 | sort -z | xargs -0 cat; } | sha256sum | cut -c1-16)
+DONE="$ROOT/.gpukit-done/$FINGERPRINT"
+mkdir -p "$(dirname "$DONE")" && touch "$DONE"
+done_before() { grep -qxF -- "$1" "$DONE"; }  # a kit line an earlier call on this node ended well
 { nvidia-smi 2>&1 || echo "no nvidia-smi"; nproc
   "$PYTHON" -c "import sys, torch, polars, pydantic; print(sys.version); print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'polars', polars.__version__, 'pydantic', pydantic.__version__)"
 } > "$OUT/environment.txt" 2>&1
 tail -1 "$OUT/environment.txt"
 pack() { tar czf "$OUT/results.tgz" --exclude='*.pt' -C "$ROOT" results logs 2>/dev/null; }
-if [ "${CHECK:-1}" = 1 ]; then
+CHECKED=$'check\tcuda'  # the check's line in $DONE
+if [ "${CHECK:-1}" = 1 ] && done_before "$CHECKED"; then
+  log "cuda check passed before"
+elif [ "${CHECK:-1}" = 1 ]; then
   log "cuda check"
-  timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/decoding/test_graphed.py -k cuda > "$OUT/cuda_check.txt" 2>&1
+  timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/decoding/test_graphed.py -k cuda > "$OUT/cuda_check.txt" 2>&1 \
+    && printf '%s\n' "$CHECKED" >> "$DONE"
   tail -1 "$OUT/cuda_check.txt"
 fi
 MAX_JOBS=${MAX_JOBS:-8}
@@ -48,11 +61,12 @@ job() {  # stage, command: run it within LIMIT, its row to stages.tsv
   timeout $(( LIMIT > began ? LIMIT - began : 1 )) bash -c "$2" < /dev/null
   status=$?
   printf '%s\t%s\t%s\t%s\n' "$1" "$began" $(( $(elapsed) - began )) "$status" >> "$OUT/stages.tsv"
-  [ "$status" = 0 ] || log "$1 failed ($status)"
+  if [ "$status" = 0 ]; then printf '%s\t%s\n' "$1" "$2" >> "$DONE"; else log "$1 failed ($status)"; fi
 }
 settle() { wait; pack; }  # the batch's jobs ended, what they wrote packed
 while IFS=$'\t' read -r stage command; do
   if [ "$stage" = wait ]; then settle; continue; fi
+  if done_before "$stage"$'\t'"$command"; then log "$stage done before"; continue; fi
   if [ "$(elapsed)" -ge "$DEADLINE" ]; then
     log "skipped $stage: past $DEADLINE s"; printf '%s\t%s\n' "$stage" "$command" >> "$OUT/skipped.txt"; continue
   fi

@@ -108,6 +108,27 @@ def test_a_kit_runs_on_the_node_within_its_deadline_and_is_finished_here(tmp_pat
     assert not [name for name in names if name.endswith(".pt")]
     assert any(name.startswith("results/sweep/") for name in names)
 
+    # a second call on the same node runs nothing that ended well, and still brings everything back
+    again = run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "again"), PYTHON=sys.executable, CHECK="0")
+    assert again.count(" done before") == len(commands)
+    assert (tmp_path / "again/stages.tsv").read_text().count("\n") == 1
+    with tarfile.open(tmp_path / "again/results.tgz") as archive:
+        assert sorted(archive.getnames()) == sorted(names)
+    # one cut short before its last batch: the next runs that batch, and only it
+    [noted] = (repo / "runs/kit/.gpukit-done").iterdir()
+    last_batch = (kit / "commands.txt").read_text().split("wait\n")[-1].splitlines()
+    noted.write_text("".join(f"{line}\n" for line in noted.read_text().splitlines() if line not in last_batch))
+    rest = tmp_path / "rest"
+    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(rest), PYTHON=sys.executable, CHECK="0")
+    assert sorted(row.split("\t")[0] for row in (rest / "stages.tsv").read_text().splitlines()[1:]) == \
+        sorted(line.split("\t")[0] for line in last_batch)
+    # other code is another fingerprint: nothing was done before
+    with (repo / "src/twoscale/__init__.py").open("a") as handle:
+        handle.write("\n")
+    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "changed"), PYTHON=sys.executable, DEADLINE="0",
+        CHECK="0")
+    assert (tmp_path / "changed/skipped.txt").read_text().splitlines() == commands
+
     root = repo / "runs/kit"
     for made in ("results", "logs"):  # what the node wrote stays there: only what came back is finished
         run(["rm", "-rf", str(root / made)], repo)
