@@ -123,7 +123,7 @@ def test_the_rules_compiled_arithmetic_decodes_as_the_engine(tiny_model):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("name", ["acceleration", "kl_head", "kl_rest", "argmax_head"])
 @pytest.mark.parametrize("fuse_rules", [True, False])
-def test_on_a_gpu_judgements_in_line_decode_as_the_engine(tiny_model, name, fuse_rules):
+def test_on_cuda_judgements_in_line_decode_as_the_engine(tiny_model, name, fuse_rules):
     """The layout before the second stream (a GPU's default now judges beside the next step), kept as the timed
     comparison's reference."""
     options = GraphOptions(read_every=3, fuse_rules=fuse_rules, overlap_rules=False)
