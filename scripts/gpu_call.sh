@@ -4,17 +4,16 @@
 #
 #   OUT=<folder> bash scripts/gpu_call.sh
 #
-# First the CUDA-graph decoding against the engine on the tests' tiny float64 models (tests/decoding/test_graphed.py's
-# CUDA cases; CHECK=0 skips them), then the kit's jobs (a line each: the stage, a tab, its command) in its order, each
-# its own process: the jobs between two `wait` lines side by side (at most MAX_JOBS at once, default 8), a batch
-# after the one before it has ended. After each batch, everything the stages wrote but the model weights is packed
-# into $OUT/results.tgz, so that a call cut short brings back all that finished. A job that would start after
-# DEADLINE seconds (default 480) is skipped and listed in $OUT/skipped.txt; one still running at LIMIT (default 560)
-# is stopped. $OUT/stages.tsv holds each job's stage, start, seconds and exit status, as the jobs end;
-# $OUT/environment.txt the device and libraries. PYTHON (default python3) is the interpreter. Exit status 1 when a
-# command failed, 2 without a kit.
+# The kit's jobs (a line each: the stage, a tab, its command; among them the check of the CUDA-graph decoding against
+# the engine, whose output is $OUT/cuda_check.txt) in its order, each its own process: the jobs between two `wait`
+# lines side by side (at most MAX_JOBS at once, default 8), a batch after the one before it has ended. After each
+# batch, everything the stages wrote but the model weights is packed into $OUT/results.tgz, so that a call cut short
+# brings back all that finished. A job that would start after DEADLINE seconds (default 480) is skipped and listed in
+# $OUT/skipped.txt; one still running at LIMIT (default 560) is stopped. $OUT/stages.tsv holds each job's stage,
+# start, seconds and exit status, as the jobs end; $OUT/environment.txt the device and libraries. PYTHON (default
+# python3) is the interpreter. Exit status 1 when a command failed, 2 without a kit.
 #
-# A second call on the same node carries on: what ended well (the check, each job) is noted under the set's folder
+# A second call on the same node carries on: what ended well (each job) is noted under the set's folder
 # (.gpukit-done/<fingerprint of the kit's commands and the package's code>), and a call skips what an earlier one
 # noted, so a set longer than one call runs in several while the node keeps its files (training resumes from its
 # last checkpoint). Another kit or other code is another fingerprint: everything runs again.
@@ -44,15 +43,6 @@ done_before() { grep -qxF -- "$1" "$DONE"; }  # a kit line an earlier call on th
 } > "$OUT/environment.txt" 2>&1
 tail -1 "$OUT/environment.txt"
 pack() { tar czf "$OUT/results.tgz" --exclude='*.pt' -C "$ROOT" results logs 2>/dev/null; }
-CHECKED=$'check\tcuda'  # the check's line in $DONE
-if [ "${CHECK:-1}" = 1 ] && done_before "$CHECKED"; then
-  log "cuda check passed before"
-elif [ "${CHECK:-1}" = 1 ]; then
-  log "cuda check"
-  timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/decoding/test_graphed.py -k cuda > "$OUT/cuda_check.txt" 2>&1 \
-    && printf '%s\n' "$CHECKED" >> "$DONE"
-  tail -1 "$OUT/cuda_check.txt"
-fi
 MAX_JOBS=${MAX_JOBS:-8}
 printf 'stage\tstart_s\tseconds\tstatus\n' > "$OUT/stages.tsv"
 job() {  # stage, command: run it within LIMIT, its row to stages.tsv

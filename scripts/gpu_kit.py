@@ -11,7 +11,9 @@ dry run, in the order it plans them) and splits them: the stages that load a mod
 .gpukit/commands.txt, in the order the node runs them, what scores a claim before what only explains one (the stages
 the study runs for runtime.explain_seeds alone), so that a call cut short loses the latter; the other stages go to
 .gpukit/finish.txt. The node runs the jobs between two `wait` lines side by side (the GPU has room for several): a
-timed job or a training, whose throughput is read, runs alone, and a job that reads another's outputs after it. It
+timed job or a training, whose throughput is read, runs alone, and a job that reads another's outputs after it. The
+CUDA-graph decoding's check against the engine (the CUDA cases of tests/decoding/test_graphed.py) is a job too, in
+the first batch that shares the node, so that its minute of compilation costs the node no time of its own. It
 copies the parameter files the commands name into .gpukit/params/ and, unless --no-packages, the Python packages
 such a node lacks (polars and pydantic, at the versions installed here, as CPython wheels for x86-64 Linux) unpacked
 into .gpukit/site.tar.xz. It ends by printing what must travel to the node: the checkout, .gpukit/ and the token
@@ -50,6 +52,8 @@ DATA_STAGES = ("corpus", "tokenize")  # made here: the node may reach no network
 TRAINING = ("train", "train_teacher")  # not declared timed, but their throughput (MFU) is read, so alone on the node
 BARRIER = "wait"  # a line of commands.txt: the node waits for every job started before it
 EXPLAINED_ONLY = "${runtime.explain_seeds}"  # the seeds of a stage that explains a verdict and scores none
+CHECK = ("check", 'timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/decoding/test_graphed.py -k cuda '
+                  '> "$OUT/cuda_check.txt" 2>&1')  # the graphs against the engine on the tests' tiny float64 models
 NODE_PACKAGES = ("polars", "polars-runtime-32", "pydantic", "pydantic-core", "typing-inspection", "annotated-types",
                  "typing-extensions")  # what PyTorch's usual stack lacks of what the stages import
 NODE_PYTHON = "3.12"
@@ -107,26 +111,46 @@ def as_kit_command(command: str) -> str:
                            '"$PYTHON" -m twoscale ' + command[len(PRELOADED):])
 
 
+def runs_alone(stage: str, stages: dict[str, dict]) -> bool:
+    """A training or a timed stage: its throughput is read, so nothing shares the node with it."""
+    return stage in TRAINING or bool(stages[stage].get("timed"))
+
+
 def side_by_side(jobs: list[tuple[str, str]], stages: dict[str, dict]) -> list[list[tuple[str, str]]]:
     """The jobs, in their order, as batches whose jobs may run at once: a job joins the batch before it unless it or
-    a job of that batch is timed or a training (those run alone), or it reads the outputs of a stage of that batch."""
-    def alone(stage: str) -> bool:
-        return stage in TRAINING or bool(stages[stage].get("timed"))
-
+    a job of that batch runs alone (`runs_alone`), or it reads the outputs of a stage of that batch."""
     batches: list[list[tuple[str, str]]] = []
     for stage, command in jobs:
         last = batches[-1] if batches else []
-        if last and not alone(stage) and not any(alone(s) or reads(stages[stage], stages[s]) for s, _ in last):
+        if last and not runs_alone(stage, stages) and not any(
+                runs_alone(other, stages) or reads(stages[stage], stages[other]) for other, _ in last):
             last.append((stage, command))
         else:
             batches.append([(stage, command)])
     return batches
 
 
+def with_check(batches: list[list[tuple[str, str]]], stages: dict[str, dict]) -> list[list[tuple[str, str]]]:
+    """The batches with the check (`CHECK`) in the first whose jobs share the node, if one comes before the first
+    that runs alone and is no training (a timed job, which decodes from the graphs it checks); else in a batch of its
+    own before that job, or last."""
+    for index, batch in enumerate(batches):
+        if not any(runs_alone(stage, stages) for stage, _ in batch):
+            return [*batches[:index], [*batch, CHECK], *batches[index + 1:]]
+        if not any(stage in TRAINING for stage, _ in batch):
+            break
+    else:
+        index = len(batches)
+    return [*batches[:index], [CHECK], *batches[index:]]
+
+
 def kit_lines(batches: list[list[tuple[str, str]]]) -> str:
     """A kit's list of jobs: a line each, its stage and command apart by a tab, and a `wait` line between batches."""
-    return f"{BARRIER}\n".join("".join(f"{stage}\t{as_kit_command(command)}\n" for stage, command in batch)
-                                for batch in batches)
+    return f"{BARRIER}\n".join("".join(f"{stage}\t{command}\n" for stage, command in batch) for batch in batches)
+
+
+def as_kit_jobs(jobs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(stage, as_kit_command(command)) for stage, command in jobs]
 
 
 def snakemake(params: Path, *options: str) -> subprocess.CompletedProcess:
@@ -188,8 +212,9 @@ def build(params: Path, kit: Path, packages: bool, dry_run: bool) -> None:
     (kit / "params").mkdir(parents=True)
     for name in sorted({m.group(0) for _, c in on_node + here for m in PARAMS_FILE.finditer(c)}):
         shutil.copy2(name, kit / "params")
-    (kit / "commands.txt").write_text(kit_lines(side_by_side(on_node, stages)))
-    (kit / "finish.txt").write_text(kit_lines([here]))
+    batches = [as_kit_jobs(batch) for batch in side_by_side(on_node, stages)]
+    (kit / "commands.txt").write_text(kit_lines(with_check(batches, stages)))
+    (kit / "finish.txt").write_text(kit_lines([as_kit_jobs(here)]))
     (kit / "root").write_text(root.as_posix() + "\n")
     versions = node_packages(kit, NODE_PACKAGES, NODE_PYTHON) if packages else {}
     data = root / "data" / "prepared"

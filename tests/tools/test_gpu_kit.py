@@ -54,6 +54,20 @@ def test_jobs_share_the_node_unless_one_is_timed_a_training_or_reads_another():
     assert lines.count("wait") == len(batches) - 1 and lines[1] == "wait" and lines[2].startswith("sweep\t")
 
 
+def test_the_check_shares_the_first_batch_that_shares_before_any_timed_job():
+    declared = dependencies.declared_stages()
+
+    def placed(*batches: list[str]) -> list[list[str]]:
+        with_check = gpu_kit.with_check([[job(stage) for stage in batch] for batch in batches], declared)
+        return [[stage for stage, _ in batch] for batch in with_check]
+
+    assert placed(["train"], ["train_teacher"], ["sweep", "measure"], ["latency"]) == \
+        [["train"], ["train_teacher"], ["sweep", "measure", "check"], ["latency"]]
+    # a timed job decodes from the graphs that the check checks: the check goes before it, alone
+    assert placed(["train"], ["sample"], ["sweep"]) == [["train"], ["check"], ["sample"], ["sweep"]]
+    assert placed(["train"]) == [["train"], ["check"]]
+
+
 def test_a_command_runs_by_the_package_with_the_kit_s_parameter_file():
     assert gpu_kit.as_kit_command(command("sweep", "--strategy", "fixed", "--log", "x.log")) == \
         '"$PYTHON" -m twoscale sweep --params .gpukit/params/0123abcd.yaml --strategy fixed --log x.log'
@@ -83,22 +97,24 @@ def test_a_kit_runs_on_the_node_within_its_deadline_and_is_finished_here(tmp_pat
     declared = dependencies.declared_stages()
     expected = {stage.name: len(stage.jobs()) for stage in jobs.stages(config) if declared[stage.name].get("gpu")}
     stages = [line.split("\t")[0] for line in commands]
-    assert {name: stages.count(name) for name in set(stages)} == {k: v for k, v in expected.items() if v}
+    assert {name: stages.count(name) for name in set(stages) - {"check"}} == {k: v for k, v in expected.items() if v}
+    assert stages.count("check") == 1
     finishing = [line.split("\t")[0] for line in (kit / "finish.txt").read_text().splitlines()]
     assert {"geometry", "claims"} <= set(finishing) and not set(finishing) & set(stages)
 
     late = run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "late"), PYTHON=sys.executable,
-               DEADLINE="0", CHECK="0")
+               DEADLINE="0")
     assert "skipped train" in late
     assert (tmp_path / "late/skipped.txt").read_text().splitlines() == commands
 
     out = tmp_path / "back"
-    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(out), PYTHON=sys.executable, CHECK="0")
+    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(out), PYTHON=sys.executable)
     rows = [row.split("\t") for row in (out / "stages.tsv").read_text().splitlines()[1:]]
     assert sorted(row[0] for row in rows) == sorted(stages) and all(row[3] == "0" for row in rows)
+    assert " passed" in (out / "cuda_check.txt").read_text()  # here the CUDA cases skip; the others pass
     spans = [(stage, int(start), int(start) + int(seconds)) for stage, start, seconds, _ in rows]
     for stage, start, end in spans:  # a timed job or a training shares the node with no other
-        if stage in gpu_kit.TRAINING or declared[stage].get("timed"):
+        if stage != "check" and gpu_kit.runs_alone(stage, declared):
             assert all(other_end <= start or other_start >= end for other_stage, other_start, other_end in spans
                        if (other_stage, other_start, other_end) != (stage, start, end)), stage
     assert any(start < other_end and other_start < end for i, (_, start, end) in enumerate(spans)
@@ -109,7 +125,7 @@ def test_a_kit_runs_on_the_node_within_its_deadline_and_is_finished_here(tmp_pat
     assert any(name.startswith("results/sweep/") for name in names)
 
     # a second call on the same node runs nothing that ended well, and still brings everything back
-    again = run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "again"), PYTHON=sys.executable, CHECK="0")
+    again = run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "again"), PYTHON=sys.executable)
     assert again.count(" done before") == len(commands)
     assert (tmp_path / "again/stages.tsv").read_text().count("\n") == 1
     with tarfile.open(tmp_path / "again/results.tgz") as archive:
@@ -119,14 +135,13 @@ def test_a_kit_runs_on_the_node_within_its_deadline_and_is_finished_here(tmp_pat
     last_batch = (kit / "commands.txt").read_text().split("wait\n")[-1].splitlines()
     noted.write_text("".join(f"{line}\n" for line in noted.read_text().splitlines() if line not in last_batch))
     rest = tmp_path / "rest"
-    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(rest), PYTHON=sys.executable, CHECK="0")
+    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(rest), PYTHON=sys.executable)
     assert sorted(row.split("\t")[0] for row in (rest / "stages.tsv").read_text().splitlines()[1:]) == \
         sorted(line.split("\t")[0] for line in last_batch)
     # other code is another fingerprint: nothing was done before
     with (repo / "src/twoscale/__init__.py").open("a") as handle:
         handle.write("\n")
-    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "changed"), PYTHON=sys.executable, DEADLINE="0",
-        CHECK="0")
+    run(["bash", "scripts/gpu_call.sh"], repo, OUT=str(tmp_path / "changed"), PYTHON=sys.executable, DEADLINE="0")
     assert (tmp_path / "changed/skipped.txt").read_text().splitlines() == commands
 
     root = repo / "runs/kit"
