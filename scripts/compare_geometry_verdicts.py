@@ -4,6 +4,7 @@ geometry tables: which verdicts differ, and their headline numbers.
     python scripts/compare_geometry_verdicts.py results/geometry OTHER_CHECKOUT/results/geometry
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def number(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def main(first: Path, second: Path) -> None:
+def compare(first: Path, second: Path) -> None:
     a, b = verdicts(first), verdicts(second)
     for key in [key for key in a if key in b]:
         (precision_a, verdict_a, headline_a), (precision_b, verdict_b, headline_b) = a[key], b[key]
@@ -39,7 +40,16 @@ def main(first: Path, second: Path) -> None:
             print(f"   {name}: {number(value)} | {number(headline_b.get(name))}")
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("first", type=Path, help="a run's geometry folder (results/geometry)")
+    parser.add_argument("second", type=Path, help="another run's geometry folder")
+    args = parser.parse_args()
+    for folder in (args.first, args.second):
+        if not folder.is_dir():
+            sys.exit(f"error: {folder}: no such folder")
+    compare(args.first, args.second)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python scripts/compare_geometry_verdicts.py GEOMETRY_DIR OTHER_GEOMETRY_DIR")
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main()

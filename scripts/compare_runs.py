@@ -18,6 +18,7 @@ when to use it.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import posixpath
@@ -162,13 +163,18 @@ def report(kinds: dict[str, dict[str, str]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or not all(Path(run).is_dir() for run in argv):
-        print("usage: python scripts/compare_runs.py BEFORE AFTER (two run folders)", file=sys.stderr)
-        return 2
-    kinds = compare(Path(argv[0]), Path(argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", type=Path, help="the run folder before the change")
+    parser.add_argument("after", type=Path, help="the run folder after it")
+    args = parser.parse_args(argv)
+    for run in (args.before, args.after):
+        if not run.is_dir():
+            print(f"error: {run}: no such run folder", file=sys.stderr)
+            return 2
+    kinds = compare(args.before, args.after)
     print(report(kinds))
     if kinds["follows"]:
-        rules = " ".join(stages_of(Path(argv[0]), list(kinds["follows"])))
+        rules = " ".join(stages_of(args.before, list(kinds["follows"])))
         print("to decide those following their inputs (scripts/compare_commits.py does it for two commits), run their "
               "stages at AFTER from BEFORE's outputs, then compare again: copy BEFORE over AFTER's run folder, and "
               f"there run snakemake --cores all --configfile <set> --forcerun {rules} --allowed-rules {rules}")

@@ -6,6 +6,7 @@ whisker, on a log scale (the engine launched from Python is up to ten times the 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
 from pathlib import Path
@@ -17,7 +18,13 @@ import matplotlib.pyplot as plt
 
 
 def main() -> None:
-    source, target = Path(sys.argv[1]), Path(sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("table", type=Path, help="a CSV of scripts/decoding_paths.py")
+    parser.add_argument("figure", type=Path, help="the PNG to write")
+    args = parser.parse_args()
+    source, target = args.table, args.figure
+    if not source.is_file():
+        sys.exit(f"error: {source}: no such table")
     with source.open() as handle:
         rows = list(csv.DictReader(handle))
     points = list(dict.fromkeys((row["strategy"], float(row["setting"])) for row in rows))

@@ -6,6 +6,7 @@ training (by 0.1 or more from the first checkpoint to the last) while float64 st
     python scripts/precision_answer.py results/precision
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -18,9 +19,14 @@ ALIGNED = 0.9  # a float64 late cosine at least this: the steps still point one 
 FALL = 0.1  # a late cosine lower by at least this at the last checkpoint than at the first: it fell
 
 
-def main(folder: Path) -> None:
-    points = precision_points(pl.concat([pl.read_parquet(path) for path in sorted(folder.rglob("*.parquet"))],
-                                        how="vertical_relaxed"))
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="a run's precision tables (results/precision)")
+    folder = parser.parse_args().folder
+    tables = sorted(folder.rglob("*.parquet"))
+    if not tables:
+        sys.exit(f"error: {folder}: no precision tables (*.parquet) there")
+    points = precision_points(pl.concat([pl.read_parquet(path) for path in tables], how="vertical_relaxed"))
     lo, hi = C3_BAND
     for (recipe, seed), run in points.group_by("recipe", "seed", maintain_order=True):
         print(f"\n{recipe}, seed {seed}: late cosine (late step in epsilons) per checkpoint")
@@ -47,4 +53,4 @@ def main(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main()

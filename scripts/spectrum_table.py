@@ -7,6 +7,7 @@ predicted against the measured late cosine.
     python scripts/spectrum_table.py results/spectrum
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -15,9 +16,14 @@ import polars as pl
 from twoscale.geometry.verdicts import spectrum_reading
 
 
-def main(folder: Path) -> None:
-    spectrum = pl.concat([pl.read_parquet(path) for path in sorted(folder.rglob("*.parquet"))],
-                         how="vertical_relaxed")
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="a run's spectrum tables (results/spectrum)")
+    folder = parser.parse_args().folder
+    tables = sorted(folder.rglob("*.parquet"))
+    if not tables:
+        sys.exit(f"error: {folder}: no spectrum tables (*.parquet) there")
+    spectrum = pl.concat([pl.read_parquet(path) for path in tables], how="vertical_relaxed")
     print("| recipe | seed | step | group | radius (err) | prefix radius (err) | measured ratio | real | in band | "
           "predicted cos | measured cos |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -32,4 +38,4 @@ def main(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main()

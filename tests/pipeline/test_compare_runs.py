@@ -84,10 +84,10 @@ def test_a_file_in_one_run_only_differs_otherwise(tmp_path):
     assert "  otherwise results/figures/loss.png: only in BEFORE" in done.stdout.splitlines()
 
 
-def test_a_missing_folder_is_a_usage_error(tmp_path):
+def test_a_missing_folder_is_an_error_in_one_line(tmp_path):
     (tmp_path / "before").mkdir()
     done = compare(tmp_path)
-    assert done.returncode == 2 and "usage:" in done.stderr
+    assert done.returncode == 2 and done.stderr == f"error: {tmp_path / 'after'}: no such run folder\n"
 
 
 def test_rows_chosen_by_a_clock_reading_differ_in_clock_readings(tmp_path):

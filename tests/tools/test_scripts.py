@@ -1,9 +1,11 @@
 """The scripts under scripts/ are run by hand (on a GPU node, before a commit), not by the workflow: each still
-imports what it names from the package, which a refactoring of the package could otherwise break unseen."""
+imports what it names from the package and says how it is called, which a refactoring of the package could otherwise
+break unseen, and a script given a folder or table that is not there says so in one line."""
 
 from __future__ import annotations
 
-import importlib.util
+import runpy
+import sys
 
 import pytest
 from workspace import ROOT
@@ -12,14 +14,31 @@ SCRIPTS = sorted((ROOT / "scripts").glob("*.py"))
 OWN_ENVIRONMENT = {"look_at_report": "playwright"}  # run from a venv of its own (docs/running.md)
 
 
+def run_script(path, arguments, monkeypatch) -> SystemExit:
+    if path.stem in OWN_ENVIRONMENT:
+        pytest.importorskip(OWN_ENVIRONMENT[path.stem])
+    monkeypatch.syspath_prepend(str(path.parent))  # as when run: a script imports its neighbours
+    monkeypatch.setattr(sys, "argv", [str(path), *arguments])
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_path(str(path), run_name="__main__")
+    return ended.value
+
+
 def test_the_scripts_are_found():
     assert {"decoding_paths", "gpu_kit", "compare_commits"} <= {path.stem for path in SCRIPTS}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda path: path.name)
-def test_every_script_imports(path, monkeypatch):
-    if path.stem in OWN_ENVIRONMENT:
-        pytest.importorskip(OWN_ENVIRONMENT[path.stem])
-    monkeypatch.syspath_prepend(str(path.parent))  # as when run: a script imports its neighbours
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # the scripts run only as __main__
+def test_every_script_imports_and_says_how_it_is_called(path, monkeypatch, capsys):
+    assert run_script(path, ["--help"], monkeypatch).code in (0, None)
+    assert capsys.readouterr().out.startswith("usage: ")
+
+
+@pytest.mark.parametrize(("name", "arguments", "named"), [
+    ("precision_answer", ["EMPTY"], "EMPTY"), ("spectrum_table", ["EMPTY"], "EMPTY"),
+    ("decoding_paths_figure", ["MISSING", "x.png"], "MISSING"),
+    ("compare_geometry_verdicts", ["EMPTY", "MISSING"], "MISSING")])
+def test_a_script_given_nothing_to_read_says_so_in_one_line(name, arguments, named, tmp_path, monkeypatch):
+    paths = {"EMPTY": tmp_path, "MISSING": tmp_path / "missing"}
+    code = run_script(ROOT / "scripts" / f"{name}.py", [str(paths.get(a, a)) for a in arguments], monkeypatch).code
+    assert isinstance(code, str) and code.startswith(f"error: {paths[named]}: ") and "\n" not in code
