@@ -5,7 +5,6 @@ geometry tables: which verdicts differ, and their headline numbers.
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -47,7 +46,7 @@ def main() -> None:
     args = parser.parse_args()
     for folder in (args.first, args.second):
         if not folder.is_dir():
-            sys.exit(f"error: {folder}: no such folder")
+            parser.error(f"{folder}: no such folder")
     compare(args.first, args.second)
 
 

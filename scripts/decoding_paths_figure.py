@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -24,7 +23,7 @@ def main() -> None:
     args = parser.parse_args()
     source, target = args.table, args.figure
     if not source.is_file():
-        sys.exit(f"error: {source}: no such table")
+        parser.error(f"{source}: no such table")
     with source.open() as handle:
         rows = list(csv.DictReader(handle))
     points = list(dict.fromkeys((row["strategy"], float(row["setting"])) for row in rows))

@@ -7,13 +7,12 @@ training (by 0.1 or more from the first checkpoint to the last) while float64 st
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import polars as pl
 
 from twoscale.geometry.figures import precision_points
 from twoscale.geometry.thresholds import C3_BAND
+from twoscale.report.tables import run_tables
 
 ALIGNED = 0.9  # a float64 late cosine at least this: the steps still point one way
 FALL = 0.1  # a late cosine lower by at least this at the last checkpoint than at the first: it fell
@@ -21,12 +20,9 @@ FALL = 0.1  # a late cosine lower by at least this at the last checkpoint than a
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path, help="a run's precision tables (results/precision)")
-    folder = parser.parse_args().folder
-    tables = sorted(folder.rglob("*.parquet"))
-    if not tables:
-        sys.exit(f"error: {folder}: no precision tables (*.parquet) there")
-    points = precision_points(pl.concat([pl.read_parquet(path) for path in tables], how="vertical_relaxed"))
+    parser.add_argument("tables", type=run_tables("precision"), metavar="FOLDER",
+                        help="a run's precision tables (results/precision)")
+    points = precision_points(parser.parse_args().tables)
     lo, hi = C3_BAND
     for (recipe, seed), run in points.group_by("recipe", "seed", maintain_order=True):
         print(f"\n{recipe}, seed {seed}: late cosine (late step in epsilons) per checkpoint")

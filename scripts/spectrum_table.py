@@ -8,22 +8,16 @@ predicted against the measured late cosine.
 """
 
 import argparse
-import sys
-from pathlib import Path
-
-import polars as pl
 
 from twoscale.geometry.verdicts import spectrum_reading
+from twoscale.report.tables import run_tables
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path, help="a run's spectrum tables (results/spectrum)")
-    folder = parser.parse_args().folder
-    tables = sorted(folder.rglob("*.parquet"))
-    if not tables:
-        sys.exit(f"error: {folder}: no spectrum tables (*.parquet) there")
-    spectrum = pl.concat([pl.read_parquet(path) for path in tables], how="vertical_relaxed")
+    parser.add_argument("tables", type=run_tables("spectrum"), metavar="FOLDER",
+                        help="a run's spectrum tables (results/spectrum)")
+    spectrum = parser.parse_args().tables
     print("| recipe | seed | step | group | radius (err) | prefix radius (err) | measured ratio | real | in band | "
           "predicted cos | measured cos |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -1,6 +1,6 @@
 """The scripts under scripts/ are run by hand (on a GPU node, before a commit), not by the workflow: each still
 imports what it names from the package and says how it is called, which a refactoring of the package could otherwise
-break unseen, and a script given a folder or table that is not there says so in one line."""
+break unseen, and a script given a folder or table that is not there says so as a usage error, not a traceback."""
 
 from __future__ import annotations
 
@@ -38,7 +38,19 @@ def test_every_script_imports_and_says_how_it_is_called(path, monkeypatch, capsy
     ("precision_answer", ["EMPTY"], "EMPTY"), ("spectrum_table", ["EMPTY"], "EMPTY"),
     ("decoding_paths_figure", ["MISSING", "x.png"], "MISSING"),
     ("compare_geometry_verdicts", ["EMPTY", "MISSING"], "MISSING")])
-def test_a_script_given_nothing_to_read_says_so_in_one_line(name, arguments, named, tmp_path, monkeypatch):
+def test_a_script_given_nothing_to_read_says_so_as_a_usage_error(name, arguments, named, tmp_path, monkeypatch,
+                                                                   capsys):
     paths = {"EMPTY": tmp_path, "MISSING": tmp_path / "missing"}
-    code = run_script(ROOT / "scripts" / f"{name}.py", [str(paths.get(a, a)) for a in arguments], monkeypatch).code
-    assert isinstance(code, str) and code.startswith(f"error: {paths[named]}: ") and "\n" not in code
+    ended = run_script(ROOT / "scripts" / f"{name}.py", [str(paths.get(a, a)) for a in arguments], monkeypatch)
+    usage, error = capsys.readouterr().err.splitlines()  # argparse's: the usage, then one line of error
+    assert ended.code == 2 and usage.startswith("usage: ")
+    assert error.startswith(f"{name}.py: error: ") and f"{paths[named]}: no " in error
+
+
+def test_a_corrupt_table_is_named_as_a_usage_error(tmp_path, monkeypatch, capsys):
+    (tmp_path / "huginn").mkdir()
+    (tmp_path / "huginn/step_10.parquet").write_bytes(b"not parquet")
+    ended = run_script(ROOT / "scripts/spectrum_table.py", [str(tmp_path)], monkeypatch)
+    assert ended.code == 2
+    assert f"error: argument FOLDER: {tmp_path / 'huginn/step_10.parquet'}: not a readable table (" in \
+        capsys.readouterr().err.splitlines()[-1]
