@@ -12,7 +12,7 @@ import polars as pl
 
 from twoscale.geometry.figures import precision_points
 from twoscale.geometry.thresholds import C3_BAND
-from twoscale.report.tables import run_tables
+from twoscale.report.run_tables import run_tables
 
 ALIGNED = 0.9  # a float64 late cosine at least this: the steps still point one way
 FALL = 0.1  # a late cosine lower by at least this at the last checkpoint than at the first: it fell

@@ -10,7 +10,7 @@ predicted against the measured late cosine.
 import argparse
 
 from twoscale.geometry.verdicts import spectrum_reading
-from twoscale.report.tables import run_tables
+from twoscale.report.run_tables import run_tables
 
 
 def main() -> None:

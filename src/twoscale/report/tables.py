@@ -3,10 +3,8 @@ a row comes from, required columns, and what computed a table's numbers."""
 
 from __future__ import annotations
 
-import argparse
 import math
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -15,24 +13,6 @@ from twoscale.config.errors import TwoscaleError
 from twoscale.training.device import NUMBERS_ORIGIN
 
 RUN_KEYS = ("recipe", "seed")  # every table after train says which training run its rows come from
-
-
-def run_tables(kind: str) -> Callable[[str], pl.DataFrame]:
-    """An argparse type for a script that reads a run's tables of one stage (`kind`: spectrum, precision) from the
-    folder named on its command line: every table (*.parquet) under it, stacked; none there, or one unreadable, is
-    a usage error."""
-    def read(path: Path) -> pl.DataFrame:
-        try:
-            return pl.read_parquet(path)
-        except (OSError, pl.exceptions.PolarsError) as error:
-            raise argparse.ArgumentTypeError(f"{path}: not a readable table ({str(error).splitlines()[0]})") from None
-
-    def stacked(folder: str) -> pl.DataFrame:
-        tables = sorted(Path(folder).rglob("*.parquet"))
-        if not tables:
-            raise argparse.ArgumentTypeError(f"{folder}: no {kind} tables (*.parquet) there")
-        return pl.concat([read(path) for path in tables], how="vertical_relaxed")
-    return stacked
 
 
 def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
