@@ -60,18 +60,31 @@ def graph_paths(read_every: list[int], arithmetic: list[str], judgement: list[st
             for n in read_every for how in arithmetic for where in judgement]
 
 
-def model_and_prompts(args: argparse.Namespace, params, run, threads: int) -> tuple[LoopedGPT, list[list[int]]]:
-    """The checkpoint's model and held-out prompts, or the set's model at its random start and random prompts."""
+def never_exiting_points(sweep) -> list[tuple[str, float]]:
+    """Every timed strategy at the setting where it never exits: `fixed` (always timed) at full depth, the others
+    running the same loops plus their rule."""
+    return [(name, never_exit_setting(strategy.spec["criterion"], sweep.max_loops))
+            for name, strategy in sweep.strategies.items() if strategy.timed]
+
+
+def random_model_and_prompts(params, run, threads: int) -> tuple[LoopedGPT, list[list[int]]]:
+    """The set's model at its random start, on the set's device, and random prompts (at a fixed depth or a
+    never-exiting setting the work does not depend on the weights or the tokens)."""
     sweep = params.sweep
-    if args.checkpoint is not None:
-        model, _, val_ids, _ = open_checkpoint(args, params, run, threads)
-        return model, held_out_prompts(val_ids, sweep.n_prompts, sweep.prompt_tokens)
     configure_torch(threads, run.seed)
     vocab_size = params.tokenize.vocab_size
     model = LoopedGPT(model_config(run.model, vocab_size)).to(resolve_device(params.runtime.device)).eval()
     generator = torch.Generator().manual_seed(RANDOM_PROMPT_SEED)
     return model, [torch.randint(0, vocab_size, (sweep.prompt_tokens,), generator=generator).tolist()
                    for _ in range(sweep.n_prompts)]
+
+
+def model_and_prompts(args: argparse.Namespace, params, run, threads: int) -> tuple[LoopedGPT, list[list[int]]]:
+    """The checkpoint's model and held-out prompts, or the set's model at its random start and random prompts."""
+    if args.checkpoint is None:
+        return random_model_and_prompts(params, run, threads)
+    model, _, val_ids, _ = open_checkpoint(args, params, run, threads)
+    return model, held_out_prompts(val_ids, params.sweep.n_prompts, params.sweep.prompt_tokens)
 
 
 def main() -> None:
@@ -99,9 +112,8 @@ def main() -> None:
     sweep = params.sweep
     model, prompts = model_and_prompts(args, params, run, sweep.threads)
     timed = {name: strategy for name, strategy in sweep.strategies.items() if strategy.timed}
-    full_depth = ("fixed", float(sweep.max_loops))
-    points = [full_depth] + [(name, never_exit_setting(strategy.spec["criterion"], sweep.max_loops))
-                             for name, strategy in timed.items() if name != "fixed"]
+    full_depth = ("fixed", never_exit_setting("fixed", sweep.max_loops))
+    points = never_exiting_points(sweep)
     if args.strategies_dir is not None:
         points += compared_points(sweep_tables(args.strategies_dir, list(timed)))
     points = sorted(set(points))

@@ -134,14 +134,15 @@ def with_check(batches: list[list[tuple[str, str]]], stages: dict[str, dict]) ->
     """The batches with the check (`CHECK`) in the first whose jobs share the node, if one comes before the first
     that runs alone and is no training (a timed job, which decodes from the graphs it checks); else in a batch of its
     own before that job, or last."""
-    for index, batch in enumerate(batches):
-        if not any(runs_alone(stage, stages) for stage, _ in batch):
-            return [*batches[:index], [*batch, CHECK], *batches[index + 1:]]
-        if not any(stage in TRAINING for stage, _ in batch):
-            break
-    else:
-        index = len(batches)
-    return [*batches[:index], [CHECK], *batches[index:]]
+    def alone(batch: list[tuple[str, str]]) -> bool:
+        return any(runs_alone(stage, stages) for stage, _ in batch)
+
+    first_timed = next((index for index, batch in enumerate(batches)
+                        if alone(batch) and not any(stage in TRAINING for stage, _ in batch)), len(batches))
+    shared = next((index for index, batch in enumerate(batches[:first_timed]) if not alone(batch)), None)
+    if shared is None:
+        return [*batches[:first_timed], [CHECK], *batches[first_timed:]]
+    return [*batches[:shared], [*batches[shared], CHECK], *batches[shared + 1:]]
 
 
 def kit_lines(batches: list[list[tuple[str, str]]]) -> str:

@@ -16,14 +16,13 @@ import time
 from pathlib import Path
 
 import torch
+from decoding_paths import never_exiting_points, random_model_and_prompts
 from torch.profiler import ProfilerActivity, profile
 
 from twoscale.decoding.engine import decode_prompt, token_stepper
 from twoscale.decoding.graphed import GraphOptions
-from twoscale.exits.sweep import never_exit_setting, rules_at
-from twoscale.models.looped_gpt import LoopedGPT
+from twoscale.exits.sweep import rules_at
 from twoscale.stages.validation import read_params
-from twoscale.training.trainer import model_config
 
 
 def device_intervals(events, on_gpu: bool) -> list[tuple[float, float]]:
@@ -84,16 +83,13 @@ def main() -> None:
     args = parser.parse_args()
     params = read_params(args.params)
     sweep = params.sweep
-    on_gpu = torch.cuda.is_available()
-    torch.manual_seed(0)
-    model = LoopedGPT(model_config(params.run(args.recipe, params.runtime.seeds[0]).model, 4096))
-    model = model.to("cuda" if on_gpu else "cpu").eval()
-    prompt = torch.randint(0, 4096, (sweep.prompt_tokens,), generator=torch.Generator().manual_seed(1)).tolist()
-    timed = {name: strategy.spec for name, strategy in sweep.strategies.items() if strategy.timed}
-    points = [(name, never_exit_setting(spec["criterion"], sweep.max_loops)) for name, spec in timed.items()]
+    model, prompts = random_model_and_prompts(params, params.run(args.recipe, params.runtime.seeds[0]), sweep.threads)
+    on_gpu = model.lm_head.weight.is_cuda
+    prompt = prompts[0]
+    points = never_exiting_points(sweep)
     rows = []
     for name, setting in points:
-        rules = rules_at(timed[name], setting, model.n_groups, sweep.max_loops)
+        rules = rules_at(sweep.strategies[name].spec, setting, model.n_groups, sweep.max_loops)
         for fuse_rules in ([None] if name == "fixed" else [True, False]):
             row = {"strategy": name, "setting": setting,
                    "rule": "none" if fuse_rules is None else "compiled" if fuse_rules else "op by op"}

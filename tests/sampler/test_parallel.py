@@ -4,16 +4,19 @@ the KV entries a window reads and writes, and bad settings."""
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from twoscale.config.params import SampleParams
 from twoscale.decoding.cache import new_cache
 from twoscale.decoding.engine import generate
-from twoscale.decoding.rules import latent_difference, make_rule, relative_acceleration
+from twoscale.decoding.rules import CRITERIA, latent_difference, make_rule, relative_acceleration
 from twoscale.models.looped_gpt import LoopedGPT, ModelConfig
 from twoscale.sampler.parallel import (
+    FREEZES,
     SamplerSettings,
     autoregressive,
     frozen_prefix,
@@ -226,12 +229,6 @@ def test_a_model_without_input_injection_is_refused(tiny_model):
 def test_the_freezes_are_exit_criteria_by_name_and_the_parameters_choices():
     """A freeze test is an exit criterion's formula (decoding/rules.py), so it goes by that criterion's name; the
     parameters' schema lists the same choices."""
-    from typing import get_args
-
-    from twoscale.config.params import SampleParams
-    from twoscale.decoding.rules import CRITERIA
-    from twoscale.sampler.parallel import FREEZES
-
     assert set(FREEZES) <= set(CRITERIA)
     (choices,) = get_args(SampleParams.model_fields["freezes"].annotation)
     assert get_args(choices) == FREEZES
