@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import yaml
 
@@ -14,6 +16,20 @@ from twoscale.config.parameter_files import read_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module, its neighbours importable while it loads, as when it is run (its folder is then
+    sys.path[0]); whatever other test happened to import them first in this process."""
+    folder = str(ROOT / "scripts")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module
 
 
 def environment() -> dict[str, str]:

@@ -4,13 +4,12 @@ logits and cache as the engine's decoding, whenever the host reads the exit deci
 from __future__ import annotations
 
 import copy
-import importlib.util
 import inspect
-from pathlib import Path
 
 import pytest
 import torch
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+from workspace import load_script
 
 from twoscale.decoding.cache import new_cache
 from twoscale.decoding.engine import CriterionClock, generate, step_token, token_stepper
@@ -197,9 +196,6 @@ def test_a_cpu_decodes_by_the_engine_unless_told_and_graphs_have_no_exit_clock(t
 def test_the_profile_script_counts_busy_and_idle_time_of_overlapping_kernels():
     """scripts/profile_decoding.py's reading of a kernel timeline, against hand values: overlaps counted once, the
     gaps between them idle."""
-    path = Path(__file__).resolve().parents[2] / "scripts/profile_decoding.py"
-    spec = importlib.util.spec_from_file_location("profile_decoding", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("profile_decoding")
     assert script.busy_and_idle([(0, 2), (1, 3), (1.5, 2.5), (5, 6), (8, 9)]) == (5, 4)
     assert script.busy_and_idle([]) == (0, 0)

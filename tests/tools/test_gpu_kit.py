@@ -5,20 +5,17 @@ declaration's jobs, an independent route to Snakemake's plan it is read from."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tarfile
 
 import pytest
 import yaml
-from workspace import ROOT, attempt, copy_repository, run
+from workspace import ROOT, attempt, copy_repository, load_script, run
 
 from twoscale.config.parameter_files import read_raw
 from twoscale.pipeline.declaration import dependencies, jobs
 
-spec = importlib.util.spec_from_file_location("gpu_kit", ROOT / "scripts/gpu_kit.py")
-gpu_kit = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_kit)
+gpu_kit = load_script("gpu_kit")
 
 
 def command(module: str, *arguments: str) -> str:
