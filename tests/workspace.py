@@ -1,4 +1,5 @@
-"""A clean copy of the working tree for tests that run the workflow as a user would."""
+"""A clean copy of the working tree for tests that run the workflow as a user would, and the scripts of scripts/ as
+modules for tests that call their functions."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ BIN = Path(sys.executable).parent
 
 
 def load_script(name: str) -> ModuleType:
-    """scripts/<name>.py as a module, its neighbours importable while it loads, as when it is run (its folder is then
-    sys.path[0]); whatever other test happened to import them first in this process."""
+    """scripts/<name>.py as a module, its neighbours importable while it loads as when it is run (its folder is then
+    sys.path[0]), whether or not another test imported them first in this process."""
     folder = str(ROOT / "scripts")
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
