@@ -3,6 +3,7 @@ logits and cache as the engine's decoding, whenever the host reads the exit deci
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 
@@ -13,7 +14,15 @@ from workspace import load_script
 
 from twoscale.decoding.cache import new_cache
 from twoscale.decoding.engine import CriterionClock, generate, step_token, token_stepper
-from twoscale.decoding.graphed import GraphedDecoder, GraphOptions, first_read, judge, keep, read_spans
+from twoscale.decoding.graphed import (
+    GraphedDecoder,
+    GraphOptions,
+    SideStream,
+    first_read,
+    judge,
+    keep,
+    read_spans,
+)
 from twoscale.decoding.rules import ACCELERATION_VARIANTS, CRITERIA, DECODES, ExitRule, make_rule
 from twoscale.models.looped_gpt import LoopedGPT
 
@@ -133,6 +142,33 @@ def test_a_second_stream_is_refused_without_cuda(tiny_model):
     with pytest.raises(ValueError, match="needs a CUDA device, not cpu"):
         GraphedDecoder(tiny_model, rules_of("acceleration"), new_cache(tiny_model, MAX_LOOPS, 8),
                        GraphOptions(overlap_rules=True))
+
+
+def test_a_join_waits_only_for_work_forked_since_the_last(monkeypatch):
+    """A stretch's graph begins with a join and nothing forked in it yet: in a capture, a wait for the second
+    stream's work from before it crosses the capture's boundary, which CUDA refuses. The streams are stood in for by
+    objects that note who waits for whom (no CUDA here)."""
+    waits = []
+
+    class Noted:
+        def __init__(self, name: str) -> None:
+            self.name, self.device = name, torch.device("cuda")
+
+        def wait_stream(self, other: Noted) -> None:
+            waits.append((self.name, other.name))
+
+    main = Noted("main")
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: Noted("side"))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: main)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    side = SideStream(torch.device("cuda"), separate=True)
+    side.join()
+    assert waits == []
+    with side.fork():
+        assert waits == [("side", "main")]
+    side.join()
+    side.join()
+    assert waits == [("side", "main"), ("main", "side")]
 
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])

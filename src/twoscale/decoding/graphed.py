@@ -67,12 +67,15 @@ class GraphOptions:
 
 class SideStream:
     """Work forked off the current stream and joined back to it: on a second CUDA stream, where it runs beside what
-    the current stream is given meanwhile (captured into the same graph as a branch); without one, in line."""
+    the current stream is given meanwhile (captured into the same graph as a branch); without one, in line. A join
+    waits only for work forked since the last one: in a graph being captured, a wait for the second stream's work
+    from before the capture would cross the capture's boundary, which CUDA refuses."""
 
     def __init__(self, device: torch.device, separate: bool) -> None:
         if separate and device.type != "cuda":
             raise ValueError(f"a second stream needs a CUDA device, not {device}")
         self.stream = torch.cuda.Stream(device) if separate else None
+        self.forked = False
 
     @contextlib.contextmanager
     def fork(self) -> Iterator[None]:
@@ -80,12 +83,14 @@ class SideStream:
             yield
             return
         self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
+        self.forked = True
         with torch.cuda.stream(self.stream):
             yield
 
     def join(self) -> None:
-        if self.stream is not None:
+        if self.forked:
             torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+            self.forked = False
 
 
 class StaticStep:
