@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -104,7 +103,7 @@ def main() -> None:
     parser.add_argument("--no-eager", action="store_true", help="time the graphs only")
     args = parser.parse_args()
     if (args.checkpoint is None) != (args.data_dir is None):
-        sys.exit("error: --checkpoint and --data-dir go together")
+        parser.error("--checkpoint and --data-dir go together")
     params = read_params(args.params)
     if args.judgement is None:
         args.judgement = ["beside", "in-line"] if resolve_device(params.runtime.device).type == "cuda" else ["in-line"]

@@ -54,3 +54,12 @@ def test_a_corrupt_table_is_named_as_a_usage_error(tmp_path, monkeypatch, capsys
     assert ended.code == 2
     assert f"error: argument FOLDER: {tmp_path / 'huginn/step_10.parquet'}: not a readable table (" in \
         capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_checkpoint_without_its_data_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    ended = run_script(ROOT / "scripts/decoding_paths.py", ["--params", "params.yaml", "--out", str(tmp_path / "t.csv"),
+                                                            "--checkpoint", str(tmp_path / "c.pt")], monkeypatch)
+    assert ended.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error == "decoding_paths.py: error: --checkpoint and --data-dir go together"
+    assert not (tmp_path / "t.csv").exists()
